@@ -1,0 +1,153 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::types::{ExpectedRevision, StreamId};
+
+/// A failure of the storage underneath the journal (redb or the file system).
+#[derive(Debug, thiserror::Error)]
+#[error("the journal's storage failed: {0}")]
+pub struct StorageError(#[from] pub(crate) redb::Error);
+
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StorageError {
+            fn from(e: $t) -> Self {
+                StorageError(e.into())
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::DatabaseError
+);
+
+/// A caller value that the journal refuses before touching storage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    #[error("namespace \"{namespace}\" is not a token of 1 to 64 printable ASCII bytes")]
+    Namespace { namespace: String },
+    #[error("stream key is {len} bytes long; the limit is {max} bytes")]
+    StreamKeyTooLong { len: usize, max: usize },
+    #[error("event id \"{event_id}\" is not a token of 1 to 128 printable ASCII bytes")]
+    EventId { event_id: String },
+    #[error("record kind \"{kind}\" of event {event_id} is not a token of 1 to 64 printable ASCII bytes")]
+    Kind { event_id: String, kind: String },
+    #[error("payload of event {event_id} is {len} bytes; the limit is {max} bytes")]
+    PayloadTooLarge { event_id: String, len: usize, max: usize },
+    #[error("the append holds {count} records; the limit is {max} records")]
+    TooManyRecords { count: usize, max: usize },
+    #[error("the append holds {bytes} payload bytes; the limit is {max} bytes")]
+    BatchTooLarge { bytes: usize, max: usize },
+    #[error("the append names {count} streams; the limit is {max} streams")]
+    TooManyStreams { count: usize, max: usize },
+    #[error("the append holds no records")]
+    Empty,
+    #[error("stream {stream} is given no records")]
+    EmptyStream { stream: StreamId },
+    #[error("stream {stream} appears twice in one atomic append")]
+    DuplicateStream { stream: StreamId },
+    #[error("event id {event_id} appears twice in one append")]
+    DuplicateEventId { event_id: String },
+    #[error("expected revision 0 of stream {stream} is not a revision; use NoStream")]
+    ExactZero { stream: StreamId },
+}
+
+/// Why opening a journal failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("data directory {path:?} is not an absolute path")]
+    RelativePath { path: PathBuf },
+    #[error("data directory {path:?} could not be prepared: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("data directory {path:?} is held by another process ({holder}); waited {waited:?}")]
+    Locked { path: PathBuf, holder: String, waited: Duration },
+    #[error("data directory {path:?} has a journal but no installation key file")]
+    KeyMissing { path: PathBuf },
+    #[error("installation key file {path:?} is invalid: {reason}")]
+    KeyInvalid { path: PathBuf, reason: &'static str },
+    #[error("the installation key could not be generated: {reason}")]
+    KeyGeneration { reason: String },
+    #[error("journal {path:?} has format version {found}; this build reads version {supported}")]
+    FormatVersion { path: PathBuf, found: u32, supported: u32 },
+    #[error("journal {path:?} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("journal {path:?} was opened by this process before it forked; a forked process cannot use it")]
+    ForkedProcess { path: PathBuf },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why reading from a journal failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error("authentication failed for stream {stream} revision {revision} (position {position}): {reason}")]
+    AuthenticationFailed { stream: StreamId, revision: u64, position: u64, reason: &'static str },
+    #[error("record at position {position} is corrupt: {reason}")]
+    Corrupt { position: u64, reason: String },
+    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    ForkedProcess,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why an append was refused or failed. Only [`AppendError::Storage`] and
+/// [`AppendError::MaybeCommitted`] leave doubt about whether the records were written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("stream {stream} is at revision {current}, not at {expected}")]
+    WrongRevision { stream: StreamId, expected: ExpectedRevision, current: u64 },
+    #[error("event id {event_id} is already in stream {stream} at revision {revision} with other content")]
+    Conflict { event_id: String, stream: StreamId, revision: u64 },
+    #[error("projection hook {hook} refused record {event_id}: {message}")]
+    Hook { hook: String, event_id: String, message: String },
+    #[error("the journal stopped accepting writes after a failed commit; reopen it")]
+    FailStopped,
+    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    ForkedProcess,
+    #[error("reading existing records for the append failed: {0}")]
+    Read(#[from] ReadError),
+    #[error("the commit may or may not have reached the disk ({reason}); reopen and retry with the same event ids")]
+    MaybeCommitted { reason: String },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a full verification pass could not run. Integrity findings are not errors; they are listed
+/// in the returned report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    ForkedProcess,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a projection read failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectionError {
+    #[error("projection table name \"{name}\" must start with \"proj.\" and be at most 64 bytes")]
+    TableName { name: String },
+    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    ForkedProcess,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a stored record value could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the record value is invalid: {reason}")]
+pub struct DecodeError {
+    pub(crate) reason: &'static str,
+}

@@ -1,0 +1,43 @@
+//! ctx-journal: an append-only, hash-chained, authenticated event journal on redb.
+//!
+//! One redb file per data directory holds every record. Streams have contiguous revisions from 1;
+//! every record also has a gap-free global position in commit order. Each record carries its
+//! stream's previous digest, its own SHA-256 digest and an HMAC-SHA256 tag under the installation
+//! key. Appends are idempotent by event id, atomic across streams and group-committed. The format
+//! and its invariants are specified in `spec/journal.md`.
+#![forbid(unsafe_code)]
+
+mod codec;
+mod error;
+mod hook;
+mod journal;
+mod key;
+mod limits;
+mod lock;
+mod types;
+mod verify;
+
+pub use codec::{RecordView, decode_record_value};
+pub use error::{
+    AppendError, DecodeError, InputError, OpenError, ProjectionError, ReadError, StorageError, VerifyError,
+};
+pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
+pub use journal::{DATABASE_FILE, Journal, OpenOptions};
+pub use key::KeySource;
+pub use limits::{
+    BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, EVENT_ID_MAX_BYTES,
+    EVENT_INDEX_MERGE_RECORDS, GROUP_RECORDS_MAX, KIND_MAX_BYTES, NAMESPACE_MAX_BYTES,
+    PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
+};
+pub use types::{
+    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
+    StreamHead, StreamId, Timestamp,
+};
+pub use verify::{FailureKind, VerifyFailure, VerifyReport};
+
+/// File names inside a data directory.
+pub mod files {
+    pub use crate::journal::DATABASE_FILE;
+    pub use crate::key::KEY_FILE;
+    pub use crate::lock::LOCK_FILE;
+}

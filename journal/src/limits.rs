@@ -1,0 +1,26 @@
+//! Every limit the journal enforces, named with its unit last (spec/journal.md, "Limits").
+
+/// Longest event id accepted, in bytes.
+pub const EVENT_ID_MAX_BYTES: usize = 128;
+/// Longest record kind accepted, in bytes.
+pub const KIND_MAX_BYTES: usize = 64;
+/// Largest payload of one record, in bytes.
+pub const PAYLOAD_MAX_BYTES: usize = 1024 * 1024;
+/// Most records in one append request (all of its streams together).
+pub const BATCH_RECORDS_MAX: usize = 4096;
+/// Most payload bytes in one append request (all of its streams together).
+pub const BATCH_PAYLOAD_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Most streams named by one atomic multi-stream append.
+pub const BATCH_STREAMS_MAX: usize = 64;
+/// Longest namespace accepted by [`crate::StreamId::derive`], in bytes.
+pub const NAMESPACE_MAX_BYTES: usize = 64;
+/// Longest stream key accepted by [`crate::StreamId::derive`], in bytes.
+pub const STREAM_KEY_MAX_BYTES: usize = 1024;
+/// Most records the group committer puts into one write transaction. Requests are never split, so
+/// a single request may exceed this on its own (it is bounded by [`BATCH_RECORDS_MAX`]).
+pub const GROUP_RECORDS_MAX: usize = 8192;
+/// Number of event ids kept in the unmerged, in-memory part of the event-id index before they are
+/// merged into the on-disk index in one sorted pass (spec/journal.md, invariant J9).
+pub const EVENT_INDEX_MERGE_RECORDS: u64 = 32 * 1024;
+/// Revisions per sealed chunk of the per-stream position index (spec/journal.md, "streams").
+pub const STREAM_CHUNK_REVISIONS: u64 = 16;

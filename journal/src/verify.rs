@@ -1,0 +1,248 @@
+//! The full verification pass behind [`crate::Journal::verify`] (spec/journal.md, "Verification").
+
+use std::collections::HashMap;
+
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
+use rkyv::util::AlignedVec;
+
+use crate::codec::{HeadState, Integrity, MacKey, authenticate, decode_record};
+use crate::error::{StorageError, VerifyError};
+use crate::journal::{CHUNKS, EVENT_IDS, META, RECORDS, STREAMS, position_of};
+use crate::types::{Digest, StreamId};
+
+/// The kinds of integrity failure the verification pass reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// A record value that does not decode.
+    Structure,
+    /// A record whose digest or MAC does not match ("authentication failed").
+    Authentication,
+    /// A missing or unexpected global position.
+    PositionGap,
+    /// A stream revision that does not follow its predecessor.
+    RevisionGap,
+    /// A record whose previous digest is not its predecessor's digest.
+    ChainBreak,
+    /// A stream head that disagrees with the stream's last record.
+    HeadMismatch,
+    /// The per-stream position index names another position.
+    PositionIndex,
+    /// The event-id index disagrees with the records.
+    EventIndex,
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailureKind::Structure => "undecodable record",
+            FailureKind::Authentication => "authentication failed",
+            FailureKind::PositionGap => "position gap",
+            FailureKind::RevisionGap => "revision gap",
+            FailureKind::ChainBreak => "chain break",
+            FailureKind::HeadMismatch => "stream head mismatch",
+            FailureKind::PositionIndex => "position index mismatch",
+            FailureKind::EventIndex => "event index mismatch",
+        })
+    }
+}
+
+/// The first failure of one kind, with how many of that kind were found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyFailure {
+    pub kind: FailureKind,
+    pub stream: Option<StreamId>,
+    pub revision: Option<u64>,
+    pub position: Option<u64>,
+    pub detail: String,
+    pub count: u64,
+}
+
+/// What the verification pass found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerifyReport {
+    pub records: u64,
+    pub streams: u64,
+    /// At most one entry per kind: the first failure found, in position order.
+    pub failures: Vec<VerifyFailure>,
+}
+
+impl VerifyReport {
+    pub fn is_ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    pub fn first(&self, kind: FailureKind) -> Option<&VerifyFailure> {
+        self.failures.iter().find(|f| f.kind == kind)
+    }
+
+    fn record(
+        &mut self,
+        kind: FailureKind,
+        stream: Option<StreamId>,
+        revision: Option<u64>,
+        position: Option<u64>,
+        detail: impl FnOnce() -> String,
+    ) {
+        match self.failures.iter_mut().find(|f| f.kind == kind) {
+            Some(f) => f.count += 1,
+            None => self.failures.push(VerifyFailure {
+                kind,
+                stream,
+                revision,
+                position,
+                detail: detail(),
+                count: 1,
+            }),
+        }
+    }
+}
+
+struct Seen {
+    revision: u64,
+    position: u64,
+    digest: Digest,
+}
+
+pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, VerifyError> {
+    let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
+    let streams = txn.open_table(STREAMS).map_err(StorageError::from)?;
+    let chunks = txn.open_table(CHUNKS).map_err(StorageError::from)?;
+    let event_ids = txn.open_table(EVENT_IDS).map_err(StorageError::from)?;
+    let meta = txn.open_table(META).map_err(StorageError::from)?;
+    let event_index_upto = meta
+        .get("event_index_upto")
+        .map_err(StorageError::from)?
+        .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
+        .map_or(1, u64::from_le_bytes);
+
+    let mut report = VerifyReport::default();
+    let mut seen: HashMap<StreamId, Seen> = HashMap::new();
+    let mut heads: HashMap<StreamId, Option<HeadState>> = HashMap::new();
+    let mut scratch = AlignedVec::<16>::new();
+    let mut expected_position = 1u64;
+    let mut indexed = 0u64;
+    for entry in records.iter().map_err(StorageError::from)? {
+        let (key, value) = entry.map_err(StorageError::from)?;
+        let position = key.value();
+        report.records += 1;
+        if position != expected_position {
+            report.record(FailureKind::PositionGap, None, None, Some(expected_position), || {
+                format!("expected position {expected_position}, found {position}")
+            });
+        }
+        expected_position = position + 1;
+        let view = match decode_record(value.value(), &mut scratch) {
+            Ok(view) => view,
+            Err(reason) => {
+                report.record(FailureKind::Structure, None, None, Some(position), || {
+                    reason.to_owned()
+                });
+                continue;
+            }
+        };
+        let (stream, revision) = (view.stream, view.revision);
+        let at = (Some(stream), Some(revision), Some(position));
+        if view.position != position {
+            report.record(FailureKind::Authentication, at.0, at.1, at.2, || {
+                format!("the header says position {}", view.position)
+            });
+        } else if let Err(kind) = authenticate(&view, mac) {
+            report.record(FailureKind::Authentication, at.0, at.1, at.2, || {
+                match kind {
+                    Integrity::Digest => "the record digest does not match its content",
+                    Integrity::Mac => "the record MAC does not match the installation key",
+                }
+                .to_owned()
+            });
+        }
+        let (prev_revision, prev_digest) =
+            seen.get(&stream).map_or((0, Digest::ZERO), |s| (s.revision, s.digest));
+        if revision != prev_revision + 1 {
+            report.record(FailureKind::RevisionGap, at.0, at.1, at.2, || {
+                format!("revision {revision} follows revision {prev_revision}")
+            });
+        } else if view.previous_digest != prev_digest {
+            report.record(FailureKind::ChainBreak, at.0, at.1, at.2, || {
+                "the previous digest is not the predecessor's digest".to_owned()
+            });
+        }
+        seen.insert(stream, Seen { revision, position, digest: view.digest });
+
+        let head = match heads.get(&stream) {
+            Some(h) => h.as_ref(),
+            None => {
+                let h = match streams.get(stream.as_bytes().as_slice()).map_err(StorageError::from)? {
+                    Some(g) => HeadState::decode(g.value()).ok(),
+                    None => None,
+                };
+                heads.entry(stream).or_insert(h).as_ref()
+            }
+        };
+        let indexed_at = match head {
+            Some(h) if revision >= 1 && revision <= h.revision => {
+                position_of(&chunks, &stream, h, revision).ok()
+            }
+            _ => None,
+        };
+        if indexed_at != Some(position) {
+            report.record(FailureKind::PositionIndex, at.0, at.1, at.2, || match indexed_at {
+                Some(p) => format!("the stream index says position {p}"),
+                None => "the stream index has no entry".to_owned(),
+            });
+        }
+        if position < event_index_upto {
+            indexed += 1;
+            let found = event_ids.get(view.event_id).map_err(StorageError::from)?.map(|g| g.value());
+            if found != Some(position) {
+                report.record(FailureKind::EventIndex, at.0, at.1, at.2, || {
+                    format!("event id {} is indexed at {found:?}", view.event_id)
+                });
+            }
+        }
+    }
+    let indexed_entries = event_ids.len().map_err(StorageError::from)?;
+    if indexed_entries != indexed {
+        report.record(FailureKind::EventIndex, None, None, None, || {
+            format!("the event index holds {indexed_entries} entries for {indexed} indexed records")
+        });
+    }
+    report.streams = seen.len() as u64;
+    for entry in streams.iter().map_err(StorageError::from)? {
+        let (key, value) = entry.map_err(StorageError::from)?;
+        let Ok(bytes) = <[u8; 32]>::try_from(key.value()) else {
+            report.record(FailureKind::HeadMismatch, None, None, None, || {
+                "a stream head key is not 32 bytes".to_owned()
+            });
+            continue;
+        };
+        let stream = StreamId::from_bytes(bytes);
+        let head = HeadState::decode(value.value());
+        let last = seen.get(&stream);
+        let agrees = match (&head, last) {
+            (Ok(h), Some(s)) => {
+                h.revision == s.revision && h.position == s.position && h.digest == s.digest
+            }
+            _ => false,
+        };
+        if !agrees {
+            report.record(
+                FailureKind::HeadMismatch,
+                Some(stream),
+                head.as_ref().ok().map(|h| h.revision),
+                head.as_ref().ok().map(|h| h.position),
+                || match last {
+                    Some(s) => format!("the last record is revision {}", s.revision),
+                    None => "the stream has no records".to_owned(),
+                },
+            );
+        }
+    }
+    let head_count = streams.len().map_err(StorageError::from)?;
+    if head_count != seen.len() as u64 {
+        report.record(FailureKind::HeadMismatch, None, None, None, || {
+            format!("{head_count} stream heads for {} streams with records", seen.len())
+        });
+    }
+    Ok(report)
+}
