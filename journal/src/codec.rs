@@ -5,7 +5,9 @@ use rkyv::rancor;
 use rkyv::util::AlignedVec;
 use sha2::{Digest as _, Sha256};
 
-use crate::limits::{EVENT_ID_MAX_BYTES, KIND_MAX_BYTES, PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS};
+use crate::limits::{
+    EVENT_ID_MAX_BYTES, KIND_MAX_BYTES, PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS,
+};
 use crate::types::{Digest, NewRecord, Record, StreamId, Timestamp};
 
 /// Format version written to the meta table and to every record value.
@@ -155,7 +157,10 @@ pub(crate) fn encode_record(
         Ok(bytes) => bytes,
         Err(e) => panic!("archiving a record header failed: {e}"),
     };
-    assert!(archived.len() <= HEADER_MAX_BYTES, "validated header fits its limit");
+    assert!(
+        archived.len() <= HEADER_MAX_BYTES,
+        "validated header fits its limit"
+    );
     out.clear();
     out.reserve(RECORD_PREFIX_BYTES + archived.len() + record.payload.len());
     out.extend_from_slice(&RECORD_MAGIC);
@@ -289,7 +294,12 @@ impl HeadState {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(array(c)))
             .collect();
-        Ok(HeadState { revision, position, digest, tail })
+        Ok(HeadState {
+            revision,
+            position,
+            digest,
+            tail,
+        })
     }
 }
 
@@ -302,7 +312,11 @@ pub(crate) fn chunk_key(stream: &StreamId, chunk: u64) -> [u8; 40] {
 }
 
 pub(crate) fn encode_chunk(positions: &[u64]) -> Vec<u8> {
-    assert_eq!(positions.len() as u64, STREAM_CHUNK_REVISIONS, "a sealed chunk is full");
+    assert_eq!(
+        positions.len() as u64,
+        STREAM_CHUNK_REVISIONS,
+        "a sealed chunk is full"
+    );
     positions.iter().flat_map(|p| p.to_le_bytes()).collect()
 }
 
@@ -337,7 +351,9 @@ pub fn decode_record_value(value: &[u8]) -> Result<Record, crate::error::DecodeE
         view.payload,
     );
     if digest != view.digest {
-        return Err(crate::error::DecodeError { reason: "the record digest does not match its content" });
+        return Err(crate::error::DecodeError {
+            reason: "the record digest does not match its content",
+        });
     }
     Ok(view.to_record())
 }

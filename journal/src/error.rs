@@ -35,10 +35,16 @@ pub enum InputError {
     StreamKeyTooLong { len: usize, max: usize },
     #[error("event id \"{event_id}\" is not a token of 1 to 128 printable ASCII bytes")]
     EventId { event_id: String },
-    #[error("record kind \"{kind}\" of event {event_id} is not a token of 1 to 64 printable ASCII bytes")]
+    #[error(
+        "record kind \"{kind}\" of event {event_id} is not a token of 1 to 64 printable ASCII bytes"
+    )]
     Kind { event_id: String, kind: String },
     #[error("payload of event {event_id} is {len} bytes; the limit is {max} bytes")]
-    PayloadTooLarge { event_id: String, len: usize, max: usize },
+    PayloadTooLarge {
+        event_id: String,
+        len: usize,
+        max: usize,
+    },
     #[error("the append holds {count} records; the limit is {max} records")]
     TooManyRecords { count: usize, max: usize },
     #[error("the append holds {bytes} payload bytes; the limit is {max} bytes")]
@@ -64,9 +70,16 @@ pub enum OpenError {
     #[error("data directory {path:?} is not an absolute path")]
     RelativePath { path: PathBuf },
     #[error("data directory {path:?} could not be prepared: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("data directory {path:?} is held by another process ({holder}); waited {waited:?}")]
-    Locked { path: PathBuf, holder: String, waited: Duration },
+    Locked {
+        path: PathBuf,
+        holder: String,
+        waited: Duration,
+    },
     #[error("data directory {path:?} has a journal but no installation key file")]
     KeyMissing { path: PathBuf },
     #[error("installation key file {path:?} is invalid: {reason}")]
@@ -74,10 +87,16 @@ pub enum OpenError {
     #[error("the installation key could not be generated: {reason}")]
     KeyGeneration { reason: String },
     #[error("journal {path:?} has format version {found}; this build reads version {supported}")]
-    FormatVersion { path: PathBuf, found: u32, supported: u32 },
+    FormatVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
     #[error("journal {path:?} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("journal {path:?} was opened by this process before it forked; a forked process cannot use it")]
+    #[error(
+        "journal {path:?} was opened by this process before it forked; a forked process cannot use it"
+    )]
     ForkedProcess { path: PathBuf },
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -87,11 +106,20 @@ pub enum OpenError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
-    #[error("authentication failed for stream {stream} revision {revision} (position {position}): {reason}")]
-    AuthenticationFailed { stream: StreamId, revision: u64, position: u64, reason: &'static str },
+    #[error(
+        "authentication failed for stream {stream} revision {revision} (position {position}): {reason}"
+    )]
+    AuthenticationFailed {
+        stream: StreamId,
+        revision: u64,
+        position: u64,
+        reason: &'static str,
+    },
     #[error("record at position {position} is corrupt: {reason}")]
     Corrupt { position: u64, reason: String },
-    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    #[error(
+        "this journal handle was opened before the process forked; a forked process cannot use it"
+    )]
     ForkedProcess,
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -105,18 +133,40 @@ pub enum AppendError {
     #[error(transparent)]
     Input(#[from] InputError),
     #[error("stream {stream} is at revision {current}, not at {expected}")]
-    WrongRevision { stream: StreamId, expected: ExpectedRevision, current: u64 },
-    #[error("event id {event_id} is already in stream {stream} at revision {revision} with other content")]
-    Conflict { event_id: String, stream: StreamId, revision: u64 },
+    WrongRevision {
+        stream: StreamId,
+        expected: ExpectedRevision,
+        current: u64,
+    },
+    #[error(
+        "event id {event_id} is already in stream {stream} at revision {revision} with other content"
+    )]
+    Conflict {
+        event_id: String,
+        stream: StreamId,
+        revision: u64,
+    },
     #[error("projection hook {hook} refused record {event_id}: {message}")]
-    Hook { hook: String, event_id: String, message: String },
+    Hook {
+        hook: String,
+        event_id: String,
+        message: String,
+    },
     #[error("the journal stopped accepting writes after a failed commit; reopen it")]
     FailStopped,
-    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    #[error(
+        "the journal refuses writes because it failed an integrity check when opened: {detail}"
+    )]
+    Integrity { detail: String },
+    #[error(
+        "this journal handle was opened before the process forked; a forked process cannot use it"
+    )]
     ForkedProcess,
     #[error("reading existing records for the append failed: {0}")]
     Read(#[from] ReadError),
-    #[error("the commit may or may not have reached the disk ({reason}); reopen and retry with the same event ids")]
+    #[error(
+        "the commit may or may not have reached the disk ({reason}); reopen and retry with the same event ids"
+    )]
     MaybeCommitted { reason: String },
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -127,7 +177,9 @@ pub enum AppendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VerifyError {
-    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    #[error(
+        "this journal handle was opened before the process forked; a forked process cannot use it"
+    )]
     ForkedProcess,
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -139,7 +191,9 @@ pub enum VerifyError {
 pub enum ProjectionError {
     #[error("projection table name \"{name}\" must start with \"proj.\" and be at most 64 bytes")]
     TableName { name: String },
-    #[error("this journal handle was opened before the process forked; a forked process cannot use it")]
+    #[error(
+        "this journal handle was opened before the process forked; a forked process cannot use it"
+    )]
     ForkedProcess,
     #[error(transparent)]
     Storage(#[from] StorageError),

@@ -25,7 +25,9 @@ pub struct HookError {
 
 impl HookError {
     pub fn new(message: impl Into<String>) -> HookError {
-        HookError { message: message.into() }
+        HookError {
+            message: message.into(),
+        }
     }
 
     pub fn message(&self) -> &str {
@@ -51,22 +53,37 @@ impl std::fmt::Debug for HookTxn<'_> {
     }
 }
 
-pub(crate) fn table_def(name: &'static str) -> Result<TableDefinition<'static, &'static [u8], &'static [u8]>, ProjectionError> {
+pub(crate) fn table_def(
+    name: &'static str,
+) -> Result<TableDefinition<'static, &'static [u8], &'static [u8]>, ProjectionError> {
     if !name.starts_with(PROJECTION_TABLE_PREFIX) || name.len() > PROJECTION_TABLE_NAME_MAX_BYTES {
-        return Err(ProjectionError::TableName { name: name.escape_debug().to_string() });
+        return Err(ProjectionError::TableName {
+            name: name.escape_debug().to_string(),
+        });
     }
     Ok(TableDefinition::new(name))
 }
 
 impl HookTxn<'_> {
-    pub fn insert(&self, table: &'static str, key: &[u8], value: &[u8]) -> Result<(), ProjectionError> {
-        let mut t = self.txn.open_table(table_def(table)?).map_err(StorageError::from)?;
+    pub fn insert(
+        &self,
+        table: &'static str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), ProjectionError> {
+        let mut t = self
+            .txn
+            .open_table(table_def(table)?)
+            .map_err(StorageError::from)?;
         t.insert(key, value).map_err(StorageError::from)?;
         Ok(())
     }
 
     pub fn remove(&self, table: &'static str, key: &[u8]) -> Result<bool, ProjectionError> {
-        let mut t = self.txn.open_table(table_def(table)?).map_err(StorageError::from)?;
+        let mut t = self
+            .txn
+            .open_table(table_def(table)?)
+            .map_err(StorageError::from)?;
         Ok(t.remove(key).map_err(StorageError::from)?.is_some())
     }
 
@@ -77,7 +94,10 @@ impl HookTxn<'_> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R, ProjectionError> {
-        let t = self.txn.open_table(table_def(table)?).map_err(StorageError::from)?;
+        let t = self
+            .txn
+            .open_table(table_def(table)?)
+            .map_err(StorageError::from)?;
         let guard = t.get(key).map_err(StorageError::from)?;
         Ok(f(guard.as_ref().map(|g| g.value())))
     }

@@ -56,13 +56,18 @@ pub struct OpenOptions {
 
 impl std::fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenOptions").field("lock_wait", &self.lock_wait).finish_non_exhaustive()
+        f.debug_struct("OpenOptions")
+            .field("lock_wait", &self.lock_wait)
+            .finish_non_exhaustive()
     }
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { lock_wait: Duration::ZERO, key_source: Arc::new(key::os_random_key) }
+        OpenOptions {
+            lock_wait: Duration::ZERO,
+            key_source: Arc::new(key::os_random_key),
+        }
     }
 }
 
@@ -100,7 +105,9 @@ pub struct Journal {
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Journal").field("data_dir", &self.shared.data_dir).finish_non_exhaustive()
+        f.debug_struct("Journal")
+            .field("data_dir", &self.shared.data_dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -113,6 +120,9 @@ struct Shared {
     queue: Mutex<Vec<Pending>>,
     writer: Mutex<Writer>,
     failed: AtomicBool,
+    /// Set when the open found a record it could not authenticate in the unmerged tail; the
+    /// journal then serves reads and verification but refuses writes.
+    write_refusal: Option<String>,
     hooks: RwLock<Vec<Arc<dyn ProjectionHook>>>,
     _lock: ProcessLock,
 }
@@ -145,10 +155,18 @@ impl Journal {
     pub fn open(dir: impl AsRef<Path>, options: &OpenOptions) -> Result<Journal, OpenError> {
         let dir = dir.as_ref();
         if !dir.is_absolute() {
-            return Err(OpenError::RelativePath { path: dir.to_path_buf() });
+            return Err(OpenError::RelativePath {
+                path: dir.to_path_buf(),
+            });
         }
-        create_private_dir(dir).map_err(|source| OpenError::Io { path: dir.into(), source })?;
-        let dir = dir.canonicalize().map_err(|source| OpenError::Io { path: dir.into(), source })?;
+        create_private_dir(dir).map_err(|source| OpenError::Io {
+            path: dir.into(),
+            source,
+        })?;
+        let dir = dir.canonicalize().map_err(|source| OpenError::Io {
+            path: dir.into(),
+            source,
+        })?;
         let mut open = lock(&OPEN_JOURNALS);
         if let Some(shared) = open.get(&dir).and_then(Weak::upgrade) {
             if shared.pid != std::process::id() {
@@ -160,9 +178,11 @@ impl Journal {
         let db_path = dir.join(DATABASE_FILE);
         let exists = db_path.exists();
         let key = key::load_or_create(&dir, !exists, options.key_source.as_ref())?;
-        let db = Database::builder().create(&db_path).map_err(StorageError::from)?;
+        let db = Database::builder()
+            .create(&db_path)
+            .map_err(StorageError::from)?;
         let mac = MacKey::new(key.bytes());
-        let writer = initialize(&db, &mac, &db_path)?;
+        let (writer, write_refusal) = initialize(&db, &mac, &db_path)?;
         let shared = Arc::new(Shared {
             db,
             mac,
@@ -171,6 +191,7 @@ impl Journal {
             queue: Mutex::new(Vec::new()),
             writer: Mutex::new(writer),
             failed: AtomicBool::new(false),
+            write_refusal,
             hooks: RwLock::new(Vec::new()),
             _lock: process_lock,
         });
@@ -186,7 +207,11 @@ impl Journal {
 
     /// Registers a projection hook; it sees every record appended from now on.
     pub fn register_hook(&self, hook: Arc<dyn ProjectionHook>) {
-        self.shared.hooks.write().unwrap_or_else(PoisonError::into_inner).push(hook);
+        self.shared
+            .hooks
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(hook);
     }
 
     /// True once a failed commit has stopped the journal; it refuses writes until reopened.
@@ -206,16 +231,28 @@ impl Journal {
     }
 
     /// Appends to several streams in one atomic commit: all of it is written, or none.
-    pub fn append_batch(&self, batch: Vec<StreamAppend>) -> Result<Vec<AppendOutcome>, AppendError> {
+    pub fn append_batch(
+        &self,
+        batch: Vec<StreamAppend>,
+    ) -> Result<Vec<AppendOutcome>, AppendError> {
         if !self.check_process() {
             return Err(AppendError::ForkedProcess);
         }
         let records = validate_batch(&batch)?;
+        if let Some(detail) = &self.shared.write_refusal {
+            return Err(AppendError::Integrity {
+                detail: detail.clone(),
+            });
+        }
         if self.is_fail_stopped() {
             return Err(AppendError::FailStopped);
         }
         let slot = Arc::new(Mutex::new(None));
-        lock(&self.shared.queue).push(Pending { batch, records, slot: slot.clone() });
+        lock(&self.shared.queue).push(Pending {
+            batch,
+            records,
+            slot: slot.clone(),
+        });
         loop {
             let mut writer = lock(&self.shared.writer);
             if let Some(reply) = lock(&slot).take() {
@@ -255,8 +292,12 @@ impl Journal {
             }
             return;
         }
-        let hooks: Vec<Arc<dyn ProjectionHook>> =
-            self.shared.hooks.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let hooks: Vec<Arc<dyn ProjectionHook>> = self
+            .shared
+            .hooks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.run_group(writer, &group, &hooks)
         }));
@@ -289,6 +330,8 @@ impl Journal {
         hooks: &[Arc<dyn ProjectionHook>],
     ) -> Vec<Reply> {
         let mut replies: Vec<Option<Reply>> = group.iter().map(|_| None).collect();
+        // Requests whose hook failed; they stay out of every later attempt.
+        let mut excluded = vec![false; group.len()];
         'attempt: loop {
             let txn = match self.shared.db.begin_write() {
                 Ok(txn) => txn,
@@ -302,23 +345,33 @@ impl Journal {
                     Err(e) => return self.fail_all(&mut replies, e.to_string()),
                 };
                 for (i, pending) in group.iter().enumerate() {
-                    if replies[i].is_some() {
+                    if excluded[i] {
                         continue;
                     }
-                    match self.apply(&txn, &mut tables, &mut staged, writer, &pending.batch, hooks)
-                    {
+                    match self.apply(
+                        &txn,
+                        &mut tables,
+                        &mut staged,
+                        writer,
+                        &pending.batch,
+                        hooks,
+                    ) {
                         Ok(outcomes) => {
                             written[i] = true;
                             replies[i] = Some(Ok(outcomes));
                         }
                         Err(Step::Refused(e)) => replies[i] = Some(Err(e)),
                         Err(Step::HookFailed(e)) => {
-                            replies[i] = Some(Err(e));
-                            for (j, w) in written.iter().enumerate() {
-                                if *w {
-                                    replies[j] = None;
+                            // The failed request has written into this transaction: drop it and
+                            // decide every other request afresh, since a refusal may have depended
+                            // on what the excluded request wrote.
+                            for (j, reply) in replies.iter_mut().enumerate() {
+                                if !excluded[j] {
+                                    *reply = None;
                                 }
                             }
+                            excluded[i] = true;
+                            replies[i] = Some(Err(e));
                             drop(tables);
                             drop(txn);
                             continue 'attempt;
@@ -329,24 +382,20 @@ impl Journal {
                 if let Err(e) = staged.flush(&mut tables) {
                     return self.fail_all(&mut replies, e.to_string());
                 }
-                let merge = staged.next_position - writer.event_index_upto
-                    >= EVENT_INDEX_MERGE_RECORDS;
-                if merge {
-                    if let Err(e) = merge_event_index(&mut tables, writer, &staged) {
-                        return self.fail_all(&mut replies, e.to_string());
-                    }
+                let merge =
+                    staged.next_position - writer.event_index_upto >= EVENT_INDEX_MERGE_RECORDS;
+                if merge && let Err(e) = merge_event_index(&mut tables, writer, &staged) {
+                    return self.fail_all(&mut replies, e.to_string());
                 }
             }
             if !written.iter().any(|w| *w) {
                 drop(txn);
-                return replies.into_iter().map(|r| r.unwrap_or(Err(AppendError::FailStopped))).collect();
+                return replies
+                    .into_iter()
+                    .map(|r| r.unwrap_or(Err(AppendError::FailStopped)))
+                    .collect();
             }
-            let injected: Option<String> = (|| {
-                fail::fail_point!("journal-before-commit", |arg| Some(
-                    arg.unwrap_or_else(|| "injected failure before commit".to_owned())
-                ));
-                None
-            })();
+            let injected = fail_point_before_commit();
             if let Some(reason) = injected {
                 drop(txn);
                 return self.fail_all(&mut replies, reason);
@@ -363,12 +412,7 @@ impl Journal {
                     writer.recent.insert(event_id.into_boxed_str(), position);
                 }
             }
-            let injected: Option<String> = (|| {
-                fail::fail_point!("journal-after-commit", |arg| Some(
-                    arg.unwrap_or_else(|| "injected failure after commit".to_owned())
-                ));
-                None
-            })();
+            let injected = fail_point_after_commit();
             if let Some(reason) = injected {
                 return self.fail_all(&mut replies, reason);
             }
@@ -387,7 +431,9 @@ impl Journal {
             .iter_mut()
             .map(|r| match r.take() {
                 Some(Err(e)) => Err(e),
-                _ => Err(AppendError::MaybeCommitted { reason: reason.clone() }),
+                _ => Err(AppendError::MaybeCommitted {
+                    reason: reason.clone(),
+                }),
             })
             .collect()
     }
@@ -466,14 +512,19 @@ impl Journal {
         let mut value = Vec::new();
         for (part, plan) in batch.iter().zip(plans) {
             if let Plan::Replay(records) = plan {
-                outcomes.push(AppendOutcome { stream: part.stream, records, replayed: true });
+                outcomes.push(AppendOutcome {
+                    stream: part.stream,
+                    records,
+                    replayed: true,
+                });
                 continue;
             }
             let mut appended = Vec::with_capacity(part.records.len());
             for record in &part.records {
                 let head = staged.head(tables, &part.stream)?.cloned();
-                let (revision, previous) =
-                    head.as_ref().map_or((1, Digest::ZERO), |h| (h.revision + 1, h.digest));
+                let (revision, previous) = head
+                    .as_ref()
+                    .map_or((1, Digest::ZERO), |h| (h.revision + 1, h.digest));
                 let position = staged.next_position;
                 let digest = record_digest(
                     &part.stream,
@@ -495,10 +546,17 @@ impl Journal {
                     mac,
                     &mut value,
                 );
-                tables.records.insert(position, value.as_slice()).map_err(storage)?;
+                tables
+                    .records
+                    .insert(position, value.as_slice())
+                    .map_err(storage)?;
                 staged.advance(tables, part.stream, head, position, digest)?;
                 staged.event_ids.insert(record.event_id.clone(), position);
-                appended.push(AppendedRecord { revision, position, digest });
+                appended.push(AppendedRecord {
+                    revision,
+                    position,
+                    digest,
+                });
                 if !hooks.is_empty() {
                     let view = RecordView {
                         stream: part.stream,
@@ -524,25 +582,32 @@ impl Journal {
                     }
                 }
             }
-            outcomes.push(AppendOutcome { stream: part.stream, records: appended, replayed: false });
+            outcomes.push(AppendOutcome {
+                stream: part.stream,
+                records: appended,
+                replayed: false,
+            });
         }
         Ok(outcomes)
     }
 
-    fn read_for_write<'t>(
-        &self,
-        tables: &'t Tables<'_>,
-        position: u64,
-    ) -> Result<OwnedView, Step> {
-        let guard = tables.records.get(position).map_err(storage)?.ok_or_else(|| {
-            Step::Refused(AppendError::Read(ReadError::Corrupt {
-                position,
-                reason: "the event index names a position with no record".to_owned(),
-            }))
-        })?;
+    fn read_for_write(&self, tables: &Tables<'_>, position: u64) -> Result<OwnedView, Step> {
+        let guard = tables
+            .records
+            .get(position)
+            .map_err(storage)?
+            .ok_or_else(|| {
+                Step::Refused(AppendError::Read(ReadError::Corrupt {
+                    position,
+                    reason: "the event index names a position with no record".to_owned(),
+                }))
+            })?;
         let mut scratch = AlignedVec::<16>::new();
         let view = decode_record(guard.value(), &mut scratch).map_err(|reason| {
-            Step::Refused(AppendError::Read(ReadError::Corrupt { position, reason: reason.into() }))
+            Step::Refused(AppendError::Read(ReadError::Corrupt {
+                position,
+                reason: reason.into(),
+            }))
         })?;
         if let Err(kind) = authenticate(&view, &self.shared.mac) {
             return Err(Step::Refused(AppendError::Read(auth_failed(&view, kind))));
@@ -577,14 +642,21 @@ impl Journal {
     pub fn stream_head(&self, stream: &StreamId) -> Result<Option<StreamHead>, ReadError> {
         let txn = self.begin_read()?;
         let head = read_head(&txn, stream)?;
-        Ok(head.map(|h| StreamHead { revision: h.revision, position: h.position, digest: h.digest }))
+        Ok(head.map(|h| StreamHead {
+            revision: h.revision,
+            position: h.position,
+            digest: h.digest,
+        }))
     }
 
     /// The last global position written (0 for an empty journal).
     pub fn head_position(&self) -> Result<u64, ReadError> {
         let txn = self.begin_read()?;
         let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-        Ok(records.last().map_err(StorageError::from)?.map_or(0, |(k, _)| k.value()))
+        Ok(records
+            .last()
+            .map_err(StorageError::from)?
+            .map_or(0, |(k, _)| k.value()))
     }
 
     /// Reads up to `max` records of a stream starting at revision `from` (1-based), verifying each
@@ -612,7 +684,9 @@ impl Journal {
         mut f: impl FnMut(&RecordView<'_>) -> ControlFlow<()>,
     ) -> Result<(), ReadError> {
         let txn = self.begin_read()?;
-        let Some(head) = read_head(&txn, stream)? else { return Ok(()) };
+        let Some(head) = read_head(&txn, stream)? else {
+            return Ok(());
+        };
         let from = from.max(1);
         if from > head.revision || max == 0 {
             return Ok(());
@@ -626,13 +700,15 @@ impl Journal {
         } else {
             let position = position_of(&chunks, stream, &head, from - 1)?;
             let guard = get_record(&records, position, stream, from - 1)?;
-            let view = self.decode_verified(guard.value(), &mut scratch, stream, from - 1, position)?;
+            let view =
+                self.decode_verified(guard.value(), &mut scratch, stream, from - 1, position)?;
             view.digest
         };
         for revision in from..=last {
             let position = position_of(&chunks, stream, &head, revision)?;
             let guard = get_record(&records, position, stream, revision)?;
-            let view = self.decode_verified(guard.value(), &mut scratch, stream, revision, position)?;
+            let view =
+                self.decode_verified(guard.value(), &mut scratch, stream, revision, position)?;
             if view.previous_digest != previous {
                 return Err(ReadError::AuthenticationFailed {
                     stream: *stream,
@@ -665,7 +741,9 @@ impl Journal {
         };
         let view = decode_record(value, scratch).map_err(fail)?;
         if view.stream != *stream || view.revision != revision || view.position != position {
-            return Err(fail("the record's header names another place in the journal"));
+            return Err(fail(
+                "the record's header names another place in the journal",
+            ));
         }
         authenticate(&view, &self.shared.mac).map_err(|kind| auth_failed(&view, kind))?;
         Ok(view)
@@ -679,7 +757,11 @@ impl Journal {
         }
         self.scan(from, |view| {
             out.push(view.to_record());
-            if out.len() >= max { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            if out.len() >= max {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
         })?;
         Ok(out)
     }
@@ -694,10 +776,9 @@ impl Journal {
         let txn = self.begin_read()?;
         let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
         let from = from.max(1);
-        let mut expected = from;
         let mut scratch = AlignedVec::<16>::new();
         let mut visited = 0;
-        for entry in records.range(from..).map_err(StorageError::from)? {
+        for (expected, entry) in (from..).zip(records.range(from..).map_err(StorageError::from)?) {
             let (key, value) = entry.map_err(StorageError::from)?;
             let position = key.value();
             if position != expected {
@@ -706,9 +787,12 @@ impl Journal {
                     reason: format!("positions jump from {} to {position}", expected - 1),
                 });
             }
-            expected += 1;
-            let view = decode_record(value.value(), &mut scratch)
-                .map_err(|reason| ReadError::Corrupt { position, reason: reason.to_owned() })?;
+            let view = decode_record(value.value(), &mut scratch).map_err(|reason| {
+                ReadError::Corrupt {
+                    position,
+                    reason: reason.to_owned(),
+                }
+            })?;
             if view.position != position {
                 return Err(auth_failed(&view, Integrity::Digest));
             }
@@ -752,6 +836,22 @@ impl Journal {
         let txn = self.shared.db.begin_read().map_err(StorageError::from)?;
         crate::verify::run(&txn, &self.shared.mac)
     }
+}
+
+/// Returns the injected failure when the `journal-before-commit` fail point is configured.
+fn fail_point_before_commit() -> Option<String> {
+    fail::fail_point!("journal-before-commit", |arg| Some(
+        arg.unwrap_or_else(|| "injected failure before commit".to_owned())
+    ));
+    None
+}
+
+/// Returns the injected failure when the `journal-after-commit` fail point is configured.
+fn fail_point_after_commit() -> Option<String> {
+    fail::fail_point!("journal-after-commit", |arg| Some(
+        arg.unwrap_or_else(|| "injected failure after commit".to_owned())
+    ));
+    None
 }
 
 enum Plan {
@@ -851,7 +951,11 @@ impl Staged {
         let entry = match self.heads.entry(*stream) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
-                let head = match tables.streams.get(stream.as_bytes().as_slice()).map_err(storage)? {
+                let head = match tables
+                    .streams
+                    .get(stream.as_bytes().as_slice())
+                    .map_err(storage)?
+                {
                     Some(g) => Some(HeadState::decode(g.value()).map_err(|reason| {
                         Step::Refused(AppendError::Read(ReadError::Corrupt {
                             position: 0,
@@ -885,7 +989,7 @@ impl Staged {
         head.position = position;
         head.digest = digest;
         head.tail.push(position);
-        if head.revision % STREAM_CHUNK_REVISIONS == 0 {
+        if head.revision.is_multiple_of(STREAM_CHUNK_REVISIONS) {
             let chunk = head.revision / STREAM_CHUNK_REVISIONS - 1;
             let key = chunk_key(&stream, chunk);
             tables
@@ -894,7 +998,10 @@ impl Staged {
                 .map_err(storage)?;
             head.tail.clear();
         }
-        assert_eq!(head.tail.len() as u64, head.revision % STREAM_CHUNK_REVISIONS);
+        assert_eq!(
+            head.tail.len() as u64,
+            head.revision % STREAM_CHUNK_REVISIONS
+        );
         self.heads.insert(stream, Some(head));
         self.dirty.insert(stream);
         self.next_position += 1;
@@ -906,7 +1013,9 @@ impl Staged {
         for stream in &self.dirty {
             if let Some(Some(head)) = self.heads.get(stream) {
                 head.encode(&mut buf);
-                tables.streams.insert(stream.as_bytes().as_slice(), buf.as_slice())?;
+                tables
+                    .streams
+                    .insert(stream.as_bytes().as_slice(), buf.as_slice())?;
             }
         }
         Ok(())
@@ -925,7 +1034,11 @@ fn lookup_event(
     if let Some(p) = writer.recent.get(event_id) {
         return Ok(Some(*p));
     }
-    Ok(tables.event_ids.get(event_id).map_err(storage)?.map(|g| g.value()))
+    Ok(tables
+        .event_ids
+        .get(event_id)
+        .map_err(storage)?
+        .map(|g| g.value()))
 }
 
 /// Merges the unmerged event ids into the on-disk index in key order, so the B-tree pages are
@@ -945,7 +1058,10 @@ fn merge_event_index(
     for (k, v) in all {
         tables.event_ids.insert(k, v)?;
     }
-    tables.meta.insert(META_EVENT_INDEX_UPTO, staged.next_position.to_le_bytes().as_slice())?;
+    tables.meta.insert(
+        META_EVENT_INDEX_UPTO,
+        staged.next_position.to_le_bytes().as_slice(),
+    )?;
     Ok(())
 }
 
@@ -954,10 +1070,16 @@ fn read_head(txn: &ReadTransaction, stream: &StreamId) -> Result<Option<HeadStat
         Ok(t) => t,
         Err(e) => return Err(StorageError::from(e).into()),
     };
-    match streams.get(stream.as_bytes().as_slice()).map_err(StorageError::from)? {
+    match streams
+        .get(stream.as_bytes().as_slice())
+        .map_err(StorageError::from)?
+    {
         Some(g) => HeadState::decode(g.value())
             .map(Some)
-            .map_err(|reason| ReadError::Corrupt { position: 0, reason: format!("stream {stream}: {reason}") }),
+            .map_err(|reason| ReadError::Corrupt {
+                position: 0,
+                reason: format!("stream {stream}: {reason}"),
+            }),
         None => Ok(None),
     }
 }
@@ -983,7 +1105,10 @@ pub(crate) fn position_of(
             .ok_or_else(|| corrupt("a sealed chunk is missing"))?;
         chunk_position(guard.value(), index).map_err(corrupt)
     } else {
-        head.tail.get(index as usize).copied().ok_or_else(|| corrupt("the head has no such entry"))
+        head.tail
+            .get(index as usize)
+            .copied()
+            .ok_or_else(|| corrupt("the head has no such entry"))
     }
 }
 
@@ -993,12 +1118,15 @@ fn get_record<'a>(
     stream: &StreamId,
     revision: u64,
 ) -> Result<redb::AccessGuard<'a, &'static [u8]>, ReadError> {
-    records.get(position).map_err(StorageError::from)?.ok_or(ReadError::AuthenticationFailed {
-        stream: *stream,
-        revision,
-        position,
-        reason: "the record is missing",
-    })
+    records
+        .get(position)
+        .map_err(StorageError::from)?
+        .ok_or(ReadError::AuthenticationFailed {
+            stream: *stream,
+            revision,
+            position,
+            reason: "the record is missing",
+        })
 }
 
 fn validate_batch(batch: &[StreamAppend]) -> Result<usize, InputError> {
@@ -1006,7 +1134,10 @@ fn validate_batch(batch: &[StreamAppend]) -> Result<usize, InputError> {
         return Err(InputError::Empty);
     }
     if batch.len() > BATCH_STREAMS_MAX {
-        return Err(InputError::TooManyStreams { count: batch.len(), max: BATCH_STREAMS_MAX });
+        return Err(InputError::TooManyStreams {
+            count: batch.len(),
+            max: BATCH_STREAMS_MAX,
+        });
     }
     let mut streams = HashSet::new();
     let mut event_ids = HashSet::new();
@@ -1014,28 +1145,42 @@ fn validate_batch(batch: &[StreamAppend]) -> Result<usize, InputError> {
     let mut bytes = 0usize;
     for part in batch {
         if !streams.insert(part.stream) {
-            return Err(InputError::DuplicateStream { stream: part.stream });
+            return Err(InputError::DuplicateStream {
+                stream: part.stream,
+            });
         }
         if part.records.is_empty() {
-            return Err(InputError::EmptyStream { stream: part.stream });
+            return Err(InputError::EmptyStream {
+                stream: part.stream,
+            });
         }
         if part.expected == ExpectedRevision::Exact(0) {
-            return Err(InputError::ExactZero { stream: part.stream });
+            return Err(InputError::ExactZero {
+                stream: part.stream,
+            });
         }
         records += part.records.len();
         if records > BATCH_RECORDS_MAX {
-            return Err(InputError::TooManyRecords { count: records, max: BATCH_RECORDS_MAX });
+            return Err(InputError::TooManyRecords {
+                count: records,
+                max: BATCH_RECORDS_MAX,
+            });
         }
         for record in &part.records {
             record.validate()?;
             bytes += record.payload.len();
             if !event_ids.insert(record.event_id.as_str()) {
-                return Err(InputError::DuplicateEventId { event_id: record.event_id.clone() });
+                return Err(InputError::DuplicateEventId {
+                    event_id: record.event_id.clone(),
+                });
             }
         }
     }
     if bytes > BATCH_PAYLOAD_MAX_BYTES {
-        return Err(InputError::BatchTooLarge { bytes, max: BATCH_PAYLOAD_MAX_BYTES });
+        return Err(InputError::BatchTooLarge {
+            bytes,
+            max: BATCH_PAYLOAD_MAX_BYTES,
+        });
     }
     Ok(records)
 }
@@ -1053,12 +1198,19 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Creates the tables of a new journal or checks the format of an existing one, and rebuilds the
 /// writer's in-memory state: the next position and the unmerged event ids.
-fn initialize(db: &Database, mac: &MacKey, path: &Path) -> Result<Writer, OpenError> {
+fn initialize(
+    db: &Database,
+    mac: &MacKey,
+    path: &Path,
+) -> Result<(Writer, Option<String>), OpenError> {
     let txn = db.begin_write().map_err(StorageError::from)?;
     let (event_index_upto, next_position) = {
         let tables = Tables::open(&txn)?;
         let mut meta = tables.meta;
-        let format = meta.get(META_FORMAT).map_err(StorageError::from)?.map(|g| g.value().to_vec());
+        let format = meta
+            .get(META_FORMAT)
+            .map_err(StorageError::from)?
+            .map(|g| g.value().to_vec());
         match format {
             None => {
                 if !tables.records.is_empty().map_err(StorageError::from)? {
@@ -1097,7 +1249,11 @@ fn initialize(db: &Database, mac: &MacKey, path: &Path) -> Result<Writer, OpenEr
                 path: path.into(),
                 reason: "the event index checkpoint is missing".into(),
             })?;
-        let next = tables.records.last().map_err(StorageError::from)?.map_or(1, |(k, _)| k.value() + 1);
+        let next = tables
+            .records
+            .last()
+            .map_err(StorageError::from)?
+            .map_or(1, |(k, _)| k.value() + 1);
         (upto, next)
     };
     txn.commit().map_err(StorageError::from)?;
@@ -1114,19 +1270,235 @@ fn initialize(db: &Database, mac: &MacKey, path: &Path) -> Result<Writer, OpenEr
     let read = db.begin_read().map_err(StorageError::from)?;
     let records = read.open_table(RECORDS).map_err(StorageError::from)?;
     let mut scratch = AlignedVec::<16>::new();
-    for entry in records.range(event_index_upto..).map_err(StorageError::from)? {
+    let mut refusal = None;
+    for entry in records
+        .range(event_index_upto..)
+        .map_err(StorageError::from)?
+    {
         let (key, value) = entry.map_err(StorageError::from)?;
         let position = key.value();
-        let corrupt = |reason: String| OpenError::Corrupt { path: path.into(), reason };
-        let view = decode_record(value.value(), &mut scratch)
-            .map_err(|r| corrupt(format!("record at position {position}: {r}")))?;
-        if view.position != position || authenticate(&view, mac).is_err() {
-            return Err(corrupt(format!(
-                "authentication failed for stream {} revision {} (position {position})",
-                view.stream, view.revision
-            )));
+        // A record that does not authenticate could hide an event id, and appending past it
+        // could then duplicate an event; reads and the verification pass stay available.
+        match decode_record(value.value(), &mut scratch) {
+            Ok(view) if view.position == position && authenticate(&view, mac).is_ok() => {
+                recent.insert(Box::from(view.event_id), position);
+            }
+            Ok(view) => {
+                refusal.get_or_insert_with(|| {
+                    format!(
+                        "authentication failed for stream {} revision {} (position {position})",
+                        view.stream, view.revision
+                    )
+                });
+            }
+            Err(reason) => {
+                refusal.get_or_insert_with(|| format!("record at position {position}: {reason}"));
+            }
         }
-        recent.insert(Box::from(view.event_id), position);
     }
-    Ok(Writer { next_position, event_index_upto, recent })
+    Ok((
+        Writer {
+            next_position,
+            event_index_upto,
+            recent,
+        },
+        refusal,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::hook::HookError;
+    use crate::types::{NewRecord, Timestamp};
+
+    fn record(id: &str, payload: &[u8]) -> NewRecord {
+        NewRecord::new(id, "unit", Timestamp(7), payload.to_vec())
+    }
+
+    /// Counts records per kind in a projection table and refuses payloads starting with "bad".
+    struct Counter;
+
+    impl ProjectionHook for Counter {
+        fn name(&self) -> &str {
+            "counter"
+        }
+
+        fn apply(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
+            let key = record.stream.as_bytes().as_slice();
+            let n = tx.get("proj.counter", key, |v| {
+                v.map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            })?;
+            tx.insert("proj.counter", key, &(n + 1).to_le_bytes())?;
+            if record.payload.starts_with(b"bad") {
+                return Err(HookError::new("payload starts with bad"));
+            }
+            Ok(())
+        }
+    }
+
+    fn count(j: &Journal, s: &StreamId) -> u64 {
+        j.projection_get("proj.counter", s.as_bytes(), |v| {
+            v.map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn hook_failure_aborts_only_its_own_append_inside_a_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+        j.register_hook(Arc::new(Counter));
+        let a = StreamId::derive("unit", b"a").unwrap();
+        let b = StreamId::derive("unit", b"b").unwrap();
+        // Queue three requests and commit them as one group by leading it from this thread.
+        let mut writer = lock(&j.shared.writer);
+        let slots: Vec<_> = [
+            vec![StreamAppend::new(
+                a,
+                ExpectedRevision::NoStream,
+                vec![record("a1", b"ok")],
+            )],
+            vec![StreamAppend::new(
+                b,
+                ExpectedRevision::NoStream,
+                vec![record("b1", b"bad")],
+            )],
+            // Refused while b1 is in the group (b1 made stream b exist), accepted once b1 is out.
+            vec![StreamAppend::new(
+                b,
+                ExpectedRevision::NoStream,
+                vec![record("b2", b"ok")],
+            )],
+        ]
+        .into_iter()
+        .map(|batch| {
+            let slot = Arc::new(Mutex::new(None));
+            lock(&j.shared.queue).push(Pending {
+                batch,
+                records: 1,
+                slot: slot.clone(),
+            });
+            slot
+        })
+        .collect();
+        let group = j.take_group();
+        assert_eq!(group.len(), 3);
+        j.commit_group(&mut writer, group);
+        drop(writer);
+        let replies: Vec<Reply> = slots.iter().map(|s| lock(s).take().unwrap()).collect();
+        assert_eq!(replies[0].as_ref().unwrap()[0].records[0].position, 1);
+        assert!(
+            matches!(&replies[1], Err(AppendError::Hook { hook, event_id, .. })
+            if hook == "counter" && event_id == "b1")
+        );
+        let b2 = &replies[2].as_ref().unwrap()[0];
+        assert_eq!((b2.records[0].revision, b2.records[0].position), (1, 2));
+        assert_eq!(j.read_stream(&b, 1, 10).unwrap()[0].event_id, "b2");
+        assert_eq!((count(&j, &a), count(&j, &b)), (1, 1));
+        assert!(j.verify().unwrap().is_ok());
+    }
+
+    #[test]
+    fn a_handle_from_another_process_id_refuses_to_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+        let s = StreamId::derive("unit", b"fork").unwrap();
+        j.append(StreamAppend::new(
+            s,
+            ExpectedRevision::Any,
+            vec![record("f1", b"x")],
+        ))
+        .unwrap();
+        // A forked child inherits the handle with the parent's pid; simulate that child by
+        // building a handle whose recorded pid is not ours.
+        let foreign_pid = std::process::id().wrapping_add(1);
+        let err = with_pid(&j, foreign_pid, |h| {
+            h.append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![record("f2", b"y")],
+            ))
+        })
+        .unwrap_err();
+        assert!(matches!(err, AppendError::ForkedProcess), "{err}");
+        assert!(err.to_string().contains("forked"));
+        let err = with_pid(&j, foreign_pid, |h| h.read_stream(&s, 1, 10)).unwrap_err();
+        assert!(matches!(err, ReadError::ForkedProcess));
+        assert_eq!(j.read_stream(&s, 1, 10).unwrap().len(), 1);
+    }
+
+    /// Runs `f` with a handle that believes it was opened by process `pid`.
+    fn with_pid<R>(j: &Journal, pid: u32, f: impl FnOnce(&Journal) -> R) -> R {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder()
+            .create(dir.path().join("x.redb"))
+            .unwrap();
+        let fake = Journal {
+            shared: Arc::new(Shared {
+                db,
+                mac: j.shared.mac.clone(),
+                data_dir: dir.path().to_path_buf(),
+                pid,
+                queue: Mutex::new(Vec::new()),
+                writer: Mutex::new(Writer {
+                    next_position: 1,
+                    event_index_upto: 1,
+                    recent: HashMap::new(),
+                }),
+                failed: AtomicBool::new(false),
+                write_refusal: None,
+                hooks: RwLock::new(Vec::new()),
+                _lock: lock::acquire(dir.path(), Duration::ZERO).unwrap(),
+            }),
+        };
+        f(&fake)
+    }
+
+    #[test]
+    fn the_event_index_merges_and_still_finds_old_event_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+        let s = StreamId::derive("unit", b"merge").unwrap();
+        let total = EVENT_INDEX_MERGE_RECORDS + 100;
+        let mut next = 1;
+        while next <= total {
+            let n = (total - next + 1).min(4000);
+            let records = (next..next + n)
+                .map(|i| record(&format!("m{i}"), b"p"))
+                .collect();
+            j.append(StreamAppend::new(s, ExpectedRevision::Any, records))
+                .unwrap();
+            next += n;
+        }
+        assert!(
+            lock(&j.shared.writer).event_index_upto > 1,
+            "a merge happened"
+        );
+        let replay = j
+            .append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![record("m5", b"p")],
+            ))
+            .unwrap();
+        assert!(replay.replayed);
+        assert_eq!(replay.records[0].revision, 5);
+        drop(j);
+        let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+        let tail = j
+            .append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![record(&format!("m{total}"), b"p")],
+            ))
+            .unwrap();
+        assert!(tail.replayed);
+        assert_eq!(tail.records[0].revision, total);
+        let report = j.verify().unwrap();
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.records, total);
+    }
 }

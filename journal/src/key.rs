@@ -49,20 +49,31 @@ pub(crate) fn load_or_create(
             Read::by_ref(&mut file)
                 .take(KEY_FILE_BYTES as u64 + 1)
                 .read_to_end(&mut bytes)
-                .map_err(|source| OpenError::Io { path: path.clone(), source })?;
-            let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| OpenError::KeyInvalid {
-                path: path.clone(),
-                reason: "it is not exactly 32 bytes long",
-            })?;
+                .map_err(|source| OpenError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            let key: [u8; 32] = bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| OpenError::KeyInvalid {
+                    path: path.clone(),
+                    reason: "it is not exactly 32 bytes long",
+                })?;
             Ok(InstallationKey(key))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if !may_create {
-                return Err(OpenError::KeyMissing { path: dir.to_path_buf() });
+                return Err(OpenError::KeyMissing {
+                    path: dir.to_path_buf(),
+                });
             }
             let key = source().map_err(|reason| OpenError::KeyGeneration { reason })?;
             let tmp = dir.join(format!("{KEY_FILE}.tmp"));
-            let io = |source| OpenError::Io { path: tmp.clone(), source };
+            let io = |source| OpenError::Io {
+                path: tmp.clone(),
+                source,
+            };
             let _ = fs::remove_file(&tmp);
             let mut file = crate::lock::open_private(&tmp).map_err(io)?;
             file.write_all(&key).map_err(io)?;
@@ -80,7 +91,10 @@ fn check_private(file: &File, path: &Path) -> Result<(), OpenError> {
     use std::os::unix::fs::PermissionsExt;
     let mode = file
         .metadata()
-        .map_err(|source| OpenError::Io { path: path.to_path_buf(), source })?
+        .map_err(|source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
         .permissions()
         .mode();
     if mode & 0o077 != 0 {

@@ -19,7 +19,8 @@ mod verify;
 
 pub use codec::{RecordView, decode_record_value};
 pub use error::{
-    AppendError, DecodeError, InputError, OpenError, ProjectionError, ReadError, StorageError, VerifyError,
+    AppendError, DecodeError, InputError, OpenError, ProjectionError, ReadError, StorageError,
+    VerifyError,
 };
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
 pub use journal::{DATABASE_FILE, Journal, OpenOptions};

@@ -17,7 +17,10 @@ pub(crate) struct ProcessLock {
 
 pub(crate) fn acquire(dir: &Path, wait: Duration) -> Result<ProcessLock, OpenError> {
     let path = dir.join(LOCK_FILE);
-    let io = |source| OpenError::Io { path: path.clone(), source };
+    let io = |source| OpenError::Io {
+        path: path.clone(),
+        source,
+    };
     let mut file = open_private(&path).map_err(io)?;
     let started = Instant::now();
     let mut pause = Duration::from_millis(2);
@@ -56,9 +59,9 @@ pub(crate) fn acquire(dir: &Path, wait: Duration) -> Result<ProcessLock, OpenErr
 
 fn read_holder(file: &mut File) -> String {
     let mut text = String::new();
-    let read = file.seek(SeekFrom::Start(0)).and_then(|_| {
-        file.take(256).read_to_string(&mut text)
-    });
+    let read = file
+        .seek(SeekFrom::Start(0))
+        .and_then(|_| file.take(256).read_to_string(&mut text));
     match read {
         Ok(_) if !text.trim().is_empty() => text.trim().to_owned(),
         _ => "an unknown holder".to_owned(),

@@ -22,7 +22,9 @@ impl StreamId {
             || namespace.len() > NAMESPACE_MAX_BYTES
             || !namespace.bytes().all(is_token_byte)
         {
-            return Err(InputError::Namespace { namespace: namespace.escape_debug().to_string() });
+            return Err(InputError::Namespace {
+                namespace: namespace.escape_debug().to_string(),
+            });
         }
         if key.len() > STREAM_KEY_MAX_BYTES {
             return Err(InputError::StreamKeyTooLong {
@@ -181,7 +183,11 @@ pub struct StreamAppend {
 
 impl StreamAppend {
     pub fn new(stream: StreamId, expected: ExpectedRevision, records: Vec<NewRecord>) -> Self {
-        StreamAppend { stream, expected, records }
+        StreamAppend {
+            stream,
+            expected,
+            records,
+        }
     }
 }
 
@@ -242,7 +248,9 @@ pub(crate) fn validate_event_id(event_id: &str) -> Result<(), InputError> {
         || event_id.len() > EVENT_ID_MAX_BYTES
         || !event_id.bytes().all(is_token_byte)
     {
-        return Err(InputError::EventId { event_id: truncated(event_id) });
+        return Err(InputError::EventId {
+            event_id: truncated(event_id),
+        });
     }
     Ok(())
 }
@@ -254,7 +262,12 @@ pub(crate) fn is_token_byte(b: u8) -> bool {
 
 /// Shows at most 160 characters of a caller value in an error message, escaped.
 fn truncated(value: &str) -> String {
-    let mut out: String = value.chars().take(160).collect::<String>().escape_debug().to_string();
+    let mut out: String = value
+        .chars()
+        .take(160)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
     if value.chars().count() > 160 {
         out.push('…');
     }

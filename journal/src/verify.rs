@@ -127,9 +127,13 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
         let position = key.value();
         report.records += 1;
         if position != expected_position {
-            report.record(FailureKind::PositionGap, None, None, Some(expected_position), || {
-                format!("expected position {expected_position}, found {position}")
-            });
+            report.record(
+                FailureKind::PositionGap,
+                None,
+                None,
+                Some(expected_position),
+                || format!("expected position {expected_position}, found {position}"),
+            );
         }
         expected_position = position + 1;
         let view = match decode_record(value.value(), &mut scratch) {
@@ -156,8 +160,9 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
                 .to_owned()
             });
         }
-        let (prev_revision, prev_digest) =
-            seen.get(&stream).map_or((0, Digest::ZERO), |s| (s.revision, s.digest));
+        let (prev_revision, prev_digest) = seen
+            .get(&stream)
+            .map_or((0, Digest::ZERO), |s| (s.revision, s.digest));
         if revision != prev_revision + 1 {
             report.record(FailureKind::RevisionGap, at.0, at.1, at.2, || {
                 format!("revision {revision} follows revision {prev_revision}")
@@ -167,12 +172,22 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
                 "the previous digest is not the predecessor's digest".to_owned()
             });
         }
-        seen.insert(stream, Seen { revision, position, digest: view.digest });
+        seen.insert(
+            stream,
+            Seen {
+                revision,
+                position,
+                digest: view.digest,
+            },
+        );
 
         let head = match heads.get(&stream) {
             Some(h) => h.as_ref(),
             None => {
-                let h = match streams.get(stream.as_bytes().as_slice()).map_err(StorageError::from)? {
+                let h = match streams
+                    .get(stream.as_bytes().as_slice())
+                    .map_err(StorageError::from)?
+                {
                     Some(g) => HeadState::decode(g.value()).ok(),
                     None => None,
                 };
@@ -186,14 +201,23 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
             _ => None,
         };
         if indexed_at != Some(position) {
-            report.record(FailureKind::PositionIndex, at.0, at.1, at.2, || match indexed_at {
-                Some(p) => format!("the stream index says position {p}"),
-                None => "the stream index has no entry".to_owned(),
-            });
+            report.record(
+                FailureKind::PositionIndex,
+                at.0,
+                at.1,
+                at.2,
+                || match indexed_at {
+                    Some(p) => format!("the stream index says position {p}"),
+                    None => "the stream index has no entry".to_owned(),
+                },
+            );
         }
         if position < event_index_upto {
             indexed += 1;
-            let found = event_ids.get(view.event_id).map_err(StorageError::from)?.map(|g| g.value());
+            let found = event_ids
+                .get(view.event_id)
+                .map_err(StorageError::from)?
+                .map(|g| g.value());
             if found != Some(position) {
                 report.record(FailureKind::EventIndex, at.0, at.1, at.2, || {
                     format!("event id {} is indexed at {found:?}", view.event_id)
@@ -241,7 +265,10 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
     let head_count = streams.len().map_err(StorageError::from)?;
     if head_count != seen.len() as u64 {
         report.record(FailureKind::HeadMismatch, None, None, None, || {
-            format!("{head_count} stream heads for {} streams with records", seen.len())
+            format!(
+                "{head_count} stream heads for {} streams with records",
+                seen.len()
+            )
         });
     }
     Ok(report)

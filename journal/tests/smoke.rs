@@ -1,3 +1,6 @@
+//! A quick end-to-end check of the journal API; the full suites live in ctx-tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
+
 use ctx_journal::*;
 
 fn rec(id: &str, p: &[u8]) -> NewRecord {
@@ -9,18 +12,56 @@ fn append_read_verify_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
     let s = StreamId::derive("test", b"a").unwrap();
-    let o = j.append(StreamAppend::new(s, ExpectedRevision::NoStream, vec![rec("e1", b"x"), rec("e2", b"y")])).unwrap();
-    assert_eq!(o.records.iter().map(|r| r.revision).collect::<Vec<_>>(), vec![1, 2]);
+    let o = j
+        .append(StreamAppend::new(
+            s,
+            ExpectedRevision::NoStream,
+            vec![rec("e1", b"x"), rec("e2", b"y")],
+        ))
+        .unwrap();
+    assert_eq!(
+        o.records.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
     for i in 3..=40u64 {
-        j.append(StreamAppend::new(s, ExpectedRevision::Exact(i - 1), vec![rec(&format!("e{i}"), b"z")])).unwrap();
+        j.append(StreamAppend::new(
+            s,
+            ExpectedRevision::Exact(i - 1),
+            vec![rec(&format!("e{i}"), b"z")],
+        ))
+        .unwrap();
     }
-    let again = j.append(StreamAppend::new(s, ExpectedRevision::Exact(7), vec![rec("e1", b"x"), rec("e2", b"y")])).unwrap();
+    let again = j
+        .append(StreamAppend::new(
+            s,
+            ExpectedRevision::Exact(7),
+            vec![rec("e1", b"x"), rec("e2", b"y")],
+        ))
+        .unwrap();
     assert!(again.replayed);
     assert_eq!(again.records, o.records);
-    let err = j.append(StreamAppend::new(s, ExpectedRevision::Any, vec![rec("e1", b"q")])).unwrap_err();
-    assert!(matches!(err, AppendError::Conflict { revision: 1, .. }), "{err}");
-    let err = j.append(StreamAppend::new(s, ExpectedRevision::Exact(3), vec![rec("new", b"q")])).unwrap_err();
-    assert!(matches!(err, AppendError::WrongRevision { current: 40, .. }), "{err}");
+    let err = j
+        .append(StreamAppend::new(
+            s,
+            ExpectedRevision::Any,
+            vec![rec("e1", b"q")],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(err, AppendError::Conflict { revision: 1, .. }),
+        "{err}"
+    );
+    let err = j
+        .append(StreamAppend::new(
+            s,
+            ExpectedRevision::Exact(3),
+            vec![rec("new", b"q")],
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(err, AppendError::WrongRevision { current: 40, .. }),
+        "{err}"
+    );
     let all = j.read_stream(&s, 1, 1000).unwrap();
     assert_eq!(all.len(), 40);
     assert_eq!(j.read_stream(&s, 17, 3).unwrap()[0].revision, 17);
@@ -29,5 +70,13 @@ fn append_read_verify_reopen() {
     drop(j);
     let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
     assert_eq!(j.head_position().unwrap(), 40);
-    assert!(j.append(StreamAppend::new(s, ExpectedRevision::Any, vec![rec("e5", b"z")])).unwrap().replayed);
+    assert!(
+        j.append(StreamAppend::new(
+            s,
+            ExpectedRevision::Any,
+            vec![rec("e5", b"z")]
+        ))
+        .unwrap()
+        .replayed
+    );
 }
