@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redb::{
@@ -117,7 +117,9 @@ struct Shared {
     mac: MacKey,
     data_dir: PathBuf,
     pid: u32,
-    queue: Mutex<Vec<Pending>>,
+    queue: Mutex<Queue>,
+    /// Signalled whenever a group commit finishes and its slots are filled.
+    group_done: Condvar,
     writer: Mutex<Writer>,
     failed: AtomicBool,
     /// Set when the open found a record it could not authenticate in the unmerged tail; the
@@ -136,6 +138,28 @@ struct Writer {
 }
 
 type Reply = Result<Vec<AppendOutcome>, AppendError>;
+
+/// Requests waiting for a group commit, and whether a leader is committing one now.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    leading: bool,
+}
+
+/// Takes whole requests from the front of the queue, up to `GROUP_RECORDS_MAX` records (a
+/// single larger request still goes alone).
+fn take_group(pending: &mut Vec<Pending>) -> Vec<Pending> {
+    let mut total = 0;
+    let mut count = 0;
+    for p in pending.iter() {
+        if count > 0 && total + p.records > GROUP_RECORDS_MAX {
+            break;
+        }
+        total += p.records;
+        count += 1;
+    }
+    pending.drain(..count).collect()
+}
 
 struct Pending {
     batch: Vec<StreamAppend>,
@@ -188,7 +212,8 @@ impl Journal {
             mac,
             data_dir: dir.clone(),
             pid: std::process::id(),
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue::default()),
+            group_done: Condvar::new(),
             writer: Mutex::new(writer),
             failed: AtomicBool::new(false),
             write_refusal,
@@ -248,43 +273,41 @@ impl Journal {
             return Err(AppendError::FailStopped);
         }
         let slot = Arc::new(Mutex::new(None));
-        lock(&self.shared.queue).push(Pending {
+        let mut queue = lock(&self.shared.queue);
+        queue.pending.push(Pending {
             batch,
             records,
             slot: slot.clone(),
         });
+        // Leader/follower group commit: whoever finds no leader drains the queue and commits it;
+        // everyone else sleeps until a group finishes, then finds its answer or leads the next
+        // group. Answered followers never wait behind the next group's fsync.
         loop {
-            let mut writer = lock(&self.shared.writer);
             if let Some(reply) = lock(&slot).take() {
                 return reply;
             }
-            let group = self.take_group();
-            if group.is_empty() {
-                // Our request was taken by a leader that has since answered it.
-                drop(writer);
-                if let Some(reply) = lock(&slot).take() {
-                    return reply;
-                }
+            if queue.leading {
+                queue = self
+                    .shared
+                    .group_done
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
-            self.commit_group(&mut writer, group);
-        }
-    }
-
-    fn take_group(&self) -> Vec<Pending> {
-        let mut queue = lock(&self.shared.queue);
-        let mut total = 0;
-        let mut count = 0;
-        for p in queue.iter() {
-            if count > 0 && total + p.records > GROUP_RECORDS_MAX {
-                break;
+            queue.leading = true;
+            let group = take_group(&mut queue.pending);
+            drop(queue);
+            {
+                let mut writer = lock(&self.shared.writer);
+                self.commit_group(&mut writer, group);
             }
-            total += p.records;
-            count += 1;
+            queue = lock(&self.shared.queue);
+            queue.leading = false;
+            self.shared.group_done.notify_all();
         }
-        queue.drain(..count).collect()
     }
 
+    /// Commits one group and fills every request's slot.
     fn commit_group(&self, writer: &mut Writer, group: Vec<Pending>) {
         if self.is_fail_stopped() {
             for p in &group {
@@ -1376,7 +1399,7 @@ mod tests {
         .into_iter()
         .map(|batch| {
             let slot = Arc::new(Mutex::new(None));
-            lock(&j.shared.queue).push(Pending {
+            lock(&j.shared.queue).pending.push(Pending {
                 batch,
                 records: 1,
                 slot: slot.clone(),
@@ -1384,7 +1407,7 @@ mod tests {
             slot
         })
         .collect();
-        let group = j.take_group();
+        let group = take_group(&mut lock(&j.shared.queue).pending);
         assert_eq!(group.len(), 3);
         j.commit_group(&mut writer, group);
         drop(writer);
@@ -1442,7 +1465,8 @@ mod tests {
                 mac: j.shared.mac.clone(),
                 data_dir: dir.path().to_path_buf(),
                 pid,
-                queue: Mutex::new(Vec::new()),
+                queue: Mutex::new(Queue::default()),
+                group_done: Condvar::new(),
                 writer: Mutex::new(Writer {
                     next_position: 1,
                     event_index_upto: 1,
