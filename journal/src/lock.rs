@@ -15,6 +15,13 @@ pub(crate) struct ProcessLock {
     _file: File,
 }
 
+/// How long an open waits for a lock that names this very process (see `acquire`).
+const SELF_HELD_GRACE: Duration = Duration::from_secs(2);
+
+fn own_holder_prefix() -> String {
+    format!("pid {} ", std::process::id())
+}
+
 pub(crate) fn acquire(dir: &Path, wait: Duration) -> Result<ProcessLock, OpenError> {
     let path = dir.join(LOCK_FILE);
     let io = |source| OpenError::Io {
@@ -29,14 +36,24 @@ pub(crate) fn acquire(dir: &Path, wait: Duration) -> Result<ProcessLock, OpenErr
             Ok(()) => break,
             Err(TryLockError::WouldBlock) => {
                 let waited = started.elapsed();
-                if waited >= wait {
+                let holder = read_holder(&mut file);
+                // The caller has checked that this process has the directory open nowhere, so a
+                // lock that names this process is a copy inherited by a child between fork and
+                // exec (flock locks belong to the open file, which fork shares); it goes away at
+                // the child's exec or exit, so wait for it a little even when told not to wait.
+                let limit = if holder.starts_with(&own_holder_prefix()) {
+                    wait.max(SELF_HELD_GRACE)
+                } else {
+                    wait
+                };
+                if waited >= limit {
                     return Err(OpenError::Locked {
                         path: dir.to_path_buf(),
-                        holder: read_holder(&mut file),
+                        holder,
                         waited,
                     });
                 }
-                std::thread::sleep(pause.min(wait - waited));
+                std::thread::sleep(pause.min(limit - waited));
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
@@ -44,8 +61,8 @@ pub(crate) fn acquire(dir: &Path, wait: Duration) -> Result<ProcessLock, OpenErr
     }
     // The holder line is informational: it lets a waiting process say who holds the directory.
     let holder = format!(
-        "pid {} ({})\n",
-        std::process::id(),
+        "{}({})\n",
+        own_holder_prefix(),
         std::env::current_exe()
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))

@@ -1,0 +1,10 @@
+//! Acceptance tests of the ctx-journal crate.
+
+mod concurrency;
+mod crash;
+mod failpoints;
+mod key;
+mod limits;
+mod model;
+mod open;
+mod tamper;

@@ -1,0 +1,189 @@
+//! Helpers shared by the acceptance tests: the fail-point lock, child processes, deterministic
+//! randomness and payloads.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use ctx_journal::{Journal, OpenOptions, StreamId};
+
+/// Fail points are process-global: while a fail-point test has one configured, every append in
+/// this process (whatever its journal) would hit it. Tests that append hold the read side; tests
+/// that configure fail points hold the write side.
+static FAILPOINT_LOCK: RwLock<()> = RwLock::new(());
+
+/// Held by every test that appends (any number at once).
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    FAILPOINT_LOCK
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Held by a test that configures fail points: no other appending test runs meanwhile.
+pub struct FailPoints {
+    scenario: Option<fail::FailScenario<'static>>,
+    _guard: RwLockWriteGuard<'static, ()>,
+}
+
+impl FailPoints {
+    pub fn setup() -> FailPoints {
+        let guard = FAILPOINT_LOCK
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        FailPoints {
+            scenario: Some(fail::FailScenario::setup()),
+            _guard: guard,
+        }
+    }
+}
+
+impl Drop for FailPoints {
+    fn drop(&mut self) {
+        // Teardown clears every configured fail point, also when the test panicked.
+        if let Some(scenario) = self.scenario.take() {
+            scenario.teardown();
+        }
+    }
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// Options for tests that reopen journals. The lock wait is not about other processes: while any
+/// test of this binary is starting a child process, that child shares this process's open files
+/// (among them a just-closed journal's lock file) until its exec, and a reopen with no wait fails
+/// as "held by another process" (see
+/// `journal::open::reopening_while_this_process_spawns_children_is_not_refused`).
+pub fn options() -> OpenOptions {
+    OpenOptions::new().lock_wait(Duration::from_secs(10))
+}
+
+pub fn open(dir: &Path) -> Journal {
+    Journal::open(dir, &options()).unwrap()
+}
+
+pub fn stream(name: &str) -> StreamId {
+    StreamId::derive("ctx-tests", name.as_bytes()).unwrap()
+}
+
+/// SplitMix64: a tiny deterministic generator, so child processes and the parent agree on bytes.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn from_time() -> Rng {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Rng(nanos ^ u64::from(std::process::id()).rotate_left(32))
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// FNV-1a, to seed payloads from event ids.
+pub fn fnv(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The payload the crash child writes for an event id: its size and bytes follow from the id
+/// alone, so the parent can check every byte without being told them.
+pub fn payload_for(event_id: &str) -> Vec<u8> {
+    let mut rng = Rng::new(fnv(event_id.as_bytes()));
+    let len = match rng.below(10) {
+        0 => 0,
+        1..=6 => rng.below(300),
+        7 | 8 => 300 + rng.below(4 * 1024),
+        _ => 4 * 1024 + rng.below(20 * 1024),
+    } as usize;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// When this process was started as the child `role`, the value of its environment variable.
+pub fn child_role(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// Starts this test binary again, running only the test `test_name` (its full path), with `envs`
+/// set. Its standard output is piped; its standard input too, when `stdin` is true.
+pub fn spawn_child(test_name: &str, envs: &[(&str, &str)], stdin: bool) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = Command::new(exe);
+    command
+        .args([
+            test_name,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .stdout(Stdio::piped())
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.spawn().unwrap()
+}
+
+/// Reads complete lines that start with `prefix` from a child's standard output; a final line
+/// cut off by the child's death (no newline) is not returned.
+#[derive(Debug)]
+pub struct Lines {
+    reader: BufReader<ChildStdout>,
+    prefix: &'static str,
+}
+
+impl Lines {
+    pub fn new(stdout: ChildStdout, prefix: &'static str) -> Lines {
+        Lines {
+            reader: BufReader::new(stdout),
+            prefix,
+        }
+    }
+
+    /// The next complete line with the prefix (prefix removed), or `None` at end of output.
+    pub fn next_line(&mut self) -> Option<String> {
+        loop {
+            let mut line = String::new();
+            let n = self.reader.read_line(&mut line).unwrap();
+            if n == 0 || !line.ends_with('\n') {
+                return None;
+            }
+            if let Some(rest) = line.strip_prefix(self.prefix) {
+                return Some(rest.trim_end_matches('\n').to_owned());
+            }
+        }
+    }
+}
