@@ -125,6 +125,8 @@ struct Shared {
     /// Set when the open found a record it could not authenticate in the unmerged tail; the
     /// journal then serves reads and verification but refuses writes.
     write_refusal: Option<String>,
+    /// True when this open created the database file.
+    created: bool,
     hooks: RwLock<Vec<Arc<dyn ProjectionHook>>>,
     _lock: ProcessLock,
 }
@@ -217,6 +219,7 @@ impl Journal {
             writer: Mutex::new(writer),
             failed: AtomicBool::new(false),
             write_refusal,
+            created: !exists,
             hooks: RwLock::new(Vec::new()),
             _lock: process_lock,
         });
@@ -237,6 +240,17 @@ impl Journal {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .push(hook);
+    }
+
+    /// True when the open that first loaded this journal in this process created it.
+    pub fn was_created(&self) -> bool {
+        self.shared.created
+    }
+
+    /// Why this journal refuses writes, when open found a record in the unmerged tail that does
+    /// not authenticate (see [`AppendError::Integrity`]). Reads and `verify` still work.
+    pub fn write_refusal(&self) -> Option<&str> {
+        self.shared.write_refusal.as_deref()
     }
 
     /// True once a failed commit has stopped the journal; it refuses writes until reopened.
@@ -1474,6 +1488,7 @@ mod tests {
                 }),
                 failed: AtomicBool::new(false),
                 write_refusal: None,
+                created: true,
                 hooks: RwLock::new(Vec::new()),
                 _lock: lock::acquire(dir.path(), Duration::ZERO).unwrap(),
             }),

@@ -1,0 +1,16 @@
+//! ctx-service: the managed query service and the `ctx` command-line binary.
+//!
+//! Today it holds the command line and the journal demo; the planner, catalog, consent broker and
+//! install actuator arrive in later issues. Dependencies point one way: service → projections →
+//! journal.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod data_dir;
+mod demo;
+mod error;
+
+pub use cli::{Command, USAGE, parse_args, run};
+pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, demo_data_dir};
+pub use demo::{DemoSummary, run_demo};
+pub use error::{CliError, EXIT_FAILURE, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE};

@@ -1,0 +1,5 @@
+//! Fuzz harness code for the ctx journal, kept in a library so the targets stay one-liners and the
+//! harness itself can be unit-tested with `cargo test` in this directory.
+
+pub mod decode_record;
+pub mod journal_ops;
