@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+mod commit;
 mod error;
 mod hook;
 mod journal;
