@@ -97,6 +97,19 @@ pub(crate) fn record_digest(
     Digest::from_bytes(h.finalize().into())
 }
 
+const EVENT_KEY_DOMAIN: &[u8] = b"ctx.journal.event-id.v1\0";
+
+/// Key of an event id in the on-disk event index: the first 8 bytes of SHA-256 over a domain
+/// prefix and the id, little-endian. Fixed-width keys keep the index small and its comparisons
+/// cheap; collisions are resolved by reading the record (spec/journal.md, `journal.event_ids`).
+pub(crate) fn event_key(event_id: &str) -> u64 {
+    let mut h = Sha256::new();
+    h.update(EVENT_KEY_DOMAIN);
+    h.update(event_id.as_bytes());
+    let digest: [u8; 32] = h.finalize().into();
+    u64::from_le_bytes(array(&digest[..8]))
+}
+
 /// A pre-keyed HMAC-SHA256 state; cloned per record so the key schedule runs once.
 #[derive(Clone)]
 pub(crate) struct MacKey(Hmac<Sha256>);

@@ -3,7 +3,7 @@
 //! of the event-id index (spec/journal.md, "Appends").
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -11,7 +11,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use rkyv::util::AlignedVec;
 
 use crate::codec::{
-    self, HeadState, RecordView, authenticate, chunk_key, decode_record, encode_chunk,
+    self, HeadState, RecordView, authenticate, chunk_key, decode_record, encode_chunk, event_key,
     record_digest,
 };
 use crate::error::{AppendError, InputError, ReadError, StorageError};
@@ -284,10 +284,17 @@ impl Journal {
     ) -> Result<Vec<AppendOutcome>, Step> {
         // Phase 1: decide each stream's fate without writing.
         let mut plans = Vec::with_capacity(batch.len());
+        let mut scratch = AlignedVec::<16>::new();
         for part in batch {
             let mut existing = Vec::with_capacity(part.records.len());
             for record in &part.records {
-                existing.push(lookup_event(tables, staged, writer, &record.event_id)?);
+                existing.push(lookup_event(
+                    tables,
+                    staged,
+                    writer,
+                    &record.event_id,
+                    &mut scratch,
+                )?);
             }
             let found = existing.iter().filter(|e| e.is_some()).count();
             if found > 0 {
@@ -526,7 +533,7 @@ pub(crate) struct Tables<'t> {
     pub(crate) records: Table<'t, u64, &'static [u8]>,
     pub(crate) streams: Table<'t, &'static [u8], &'static [u8]>,
     pub(crate) chunks: Table<'t, &'static [u8], &'static [u8]>,
-    pub(crate) event_ids: Table<'t, &'static str, u64>,
+    pub(crate) event_ids: Table<'t, (u64, u64), ()>,
     pub(crate) meta: Table<'t, &'static str, &'static [u8]>,
 }
 
@@ -641,6 +648,7 @@ fn lookup_event(
     staged: &Staged,
     writer: &Writer,
     event_id: &str,
+    scratch: &mut AlignedVec<16>,
 ) -> Result<Option<u64>, Step> {
     if let Some(p) = staged.event_ids.get(event_id) {
         return Ok(Some(*p));
@@ -648,11 +656,36 @@ fn lookup_event(
     if let Some(p) = writer.recent.get(event_id) {
         return Ok(Some(*p));
     }
-    Ok(tables
+    // The on-disk index is keyed by a 64-bit hash of the event id; a hit is confirmed against the
+    // record itself, so a hash collision costs a read, never a wrong answer.
+    let key = event_key(event_id);
+    for entry in tables
         .event_ids
-        .get(event_id)
+        .range((key, 0)..=(key, u64::MAX))
         .map_err(storage)?
-        .map(|g| g.value()))
+    {
+        let position = entry.map_err(storage)?.0.value().1;
+        let guard = tables
+            .records
+            .get(position)
+            .map_err(storage)?
+            .ok_or_else(|| {
+                Step::Refused(AppendError::Read(ReadError::Corrupt {
+                    position,
+                    reason: "the event index names a position with no record".to_owned(),
+                }))
+            })?;
+        let view = decode_record(guard.value(), scratch).map_err(|reason| {
+            Step::Refused(AppendError::Read(ReadError::Corrupt {
+                position,
+                reason: reason.into(),
+            }))
+        })?;
+        if view.event_id == event_id {
+            return Ok(Some(position));
+        }
+    }
+    Ok(None)
 }
 
 /// Merges the unmerged event ids into the on-disk index in key order, so the B-tree pages are
@@ -662,15 +695,15 @@ fn merge_event_index(
     writer: &Writer,
     staged: &Staged,
 ) -> Result<(), StorageError> {
-    let mut all: BTreeMap<&str, u64> = BTreeMap::new();
-    for (k, v) in &writer.recent {
-        all.insert(k, *v);
-    }
-    for (k, v) in &staged.event_ids {
-        all.insert(k, *v);
-    }
-    for (k, v) in all {
-        tables.event_ids.insert(k, v)?;
+    let mut all: Vec<(u64, u64)> = writer
+        .recent
+        .iter()
+        .map(|(k, v)| (event_key(k), *v))
+        .chain(staged.event_ids.iter().map(|(k, v)| (event_key(k), *v)))
+        .collect();
+    all.sort_unstable();
+    for key in all {
+        tables.event_ids.insert(key, ())?;
     }
     tables.meta.insert(
         META_EVENT_INDEX_UPTO,
@@ -747,8 +780,9 @@ mod tests {
     use redb::Database;
 
     use super::*;
+    use crate::codec::event_key;
     use crate::hook::HookError;
-    use crate::journal::{OpenOptions, Shared};
+    use crate::journal::{EVENT_IDS, OpenOptions, Shared};
     use crate::lock;
     use crate::types::{NewRecord, Timestamp};
 
@@ -940,5 +974,45 @@ mod tests {
         let report = j.verify().unwrap();
         assert!(report.is_ok(), "{report:?}");
         assert_eq!(report.records, total);
+    }
+
+    #[test]
+    fn an_event_index_hash_collision_is_resolved_by_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+        let s = StreamId::derive("unit", b"collide").unwrap();
+        j.append(StreamAppend::new(
+            s,
+            ExpectedRevision::NoStream,
+            vec![record("a1", b"p")],
+        ))
+        .unwrap();
+        // Forge what a 64-bit collision would look like: the key of "zzz" pointing at the record
+        // of "a1", in the merged part of the index.
+        {
+            let _writer = lock(&j.shared.writer);
+            let txn = j.shared.db.begin_write().unwrap();
+            txn.open_table(EVENT_IDS)
+                .unwrap()
+                .insert((event_key("zzz"), 1), ())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let new = j
+            .append(StreamAppend::new(
+                s,
+                ExpectedRevision::Exact(1),
+                vec![record("zzz", b"q")],
+            ))
+            .unwrap();
+        assert!(!new.replayed);
+        assert_eq!((new.records[0].revision, new.records[0].position), (2, 2));
+        // The forged entry is an index entry without its record, which verify reports.
+        let report = j.verify().unwrap();
+        assert_eq!(report.failures.len(), 1, "{report:?}");
+        assert_eq!(
+            report.failures[0].kind,
+            crate::verify::FailureKind::EventIndex
+        );
     }
 }

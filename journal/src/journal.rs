@@ -30,7 +30,8 @@ pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("jo
 pub(crate) const STREAMS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal.streams");
 pub(crate) const CHUNKS: TableDefinition<&[u8], &[u8]> =
     TableDefinition::new("journal.stream_chunks");
-pub(crate) const EVENT_IDS: TableDefinition<&str, u64> = TableDefinition::new("journal.event_ids");
+pub(crate) const EVENT_IDS: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("journal.event_ids");
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("journal.meta");
 
 const META_FORMAT: &str = "format_version";
