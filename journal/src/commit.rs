@@ -35,7 +35,12 @@ pub(crate) type Reply = Result<Vec<AppendOutcome>, AppendError>;
 pub(crate) struct Queue {
     pub(crate) pending: Vec<Pending>,
     pub(crate) leading: bool,
+    /// Requests in the previous group: how many callers are likely to come back soon.
+    pub(crate) last_group: usize,
 }
+
+/// Most scheduler turns a new leader gives returning callers before it drains the queue.
+const GATHER_TURNS_MAX: u32 = 4;
 
 /// Takes whole requests from the front of the queue, up to `GROUP_RECORDS_MAX` records (a
 /// single larger request still goes alone).
@@ -106,7 +111,18 @@ impl Journal {
                 continue;
             }
             queue.leading = true;
+            // Callers answered by the previous group are usually about to queue their next
+            // request. Giving them a few scheduler turns before draining turns alternating groups
+            // of 1 and N-1 into groups of N; it costs microseconds against a commit's fsync.
+            let mut turns = 0;
+            while queue.pending.len() < queue.last_group && turns < GATHER_TURNS_MAX {
+                drop(queue);
+                std::thread::yield_now();
+                turns += 1;
+                queue = lock(&self.shared.queue);
+            }
             let group = take_group(&mut queue.pending);
+            queue.last_group = group.len();
             drop(queue);
             {
                 let mut writer = lock(&self.shared.writer);
