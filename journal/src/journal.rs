@@ -35,6 +35,9 @@ pub(crate) const EVENT_IDS: TableDefinition<(u64, u64), ()> =
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("journal.meta");
 
 const META_FORMAT: &str = "format_version";
+/// Largest position or revision a valid journal holds (J11); values from disk above it are corrupt.
+pub(crate) const POSITION_MAX: u64 = 1 << 63;
+
 pub(crate) const META_EVENT_INDEX_UPTO: &str = "event_index_upto";
 
 /// The redb file's name inside the data directory.
@@ -529,7 +532,7 @@ fn initialize(
     path: &Path,
 ) -> Result<(Writer, Option<String>), OpenError> {
     let txn = db.begin_write().map_err(StorageError::from)?;
-    let (event_index_upto, next_position) = {
+    let (event_index_upto, last_position) = {
         let tables = Tables::open(&txn)?;
         let mut meta = tables.meta;
         let format = meta
@@ -574,14 +577,22 @@ fn initialize(
                 path: path.into(),
                 reason: "the event index checkpoint is missing".into(),
             })?;
-        let next = tables
+        let last = tables
             .records
             .last()
             .map_err(StorageError::from)?
-            .map_or(1, |(k, _)| k.value() + 1);
-        (upto, next)
+            .map_or(0, |(k, _)| k.value());
+        (upto, last)
     };
     txn.commit().map_err(StorageError::from)?;
+    // Positions and revisions stay below 2^63 (J11), so the writer's increments cannot overflow.
+    if last_position >= POSITION_MAX {
+        return Err(OpenError::Corrupt {
+            path: path.into(),
+            reason: format!("the last position {last_position} is out of range"),
+        });
+    }
+    let next_position = last_position + 1;
     if event_index_upto == 0 || event_index_upto > next_position {
         return Err(OpenError::Corrupt {
             path: path.into(),

@@ -135,7 +135,7 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
                 || format!("expected position {expected_position}, found {position}"),
             );
         }
-        expected_position = position + 1;
+        expected_position = position.saturating_add(1);
         let view = match decode_record(value.value(), &mut scratch) {
             Ok(view) => view,
             Err(reason) => {
@@ -163,7 +163,7 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
         let (prev_revision, prev_digest) = seen
             .get(&stream)
             .map_or((0, Digest::ZERO), |s| (s.revision, s.digest));
-        if revision != prev_revision + 1 {
+        if revision != prev_revision.saturating_add(1) {
             report.record(FailureKind::RevisionGap, at.0, at.1, at.2, || {
                 format!("revision {revision} follows revision {prev_revision}")
             });

@@ -80,3 +80,30 @@ fn append_read_verify_reopen() {
         .replayed
     );
 }
+
+#[test]
+fn a_position_out_of_range_on_disk_is_refused_as_corrupt_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+    let s = StreamId::derive("test", b"range").unwrap();
+    j.append(StreamAppend::new(
+        s,
+        ExpectedRevision::NoStream,
+        vec![rec("r1", b"x")],
+    ))
+    .unwrap();
+    drop(j);
+    {
+        let db = redb::Database::open(dir.path().join(files::DATABASE_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        let def: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("journal.records");
+        txn.open_table(def)
+            .unwrap()
+            .insert(u64::MAX, b"junk".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let err = Journal::open(dir.path(), &OpenOptions::new()).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("18446744073709551615"), "{err}");
+}
