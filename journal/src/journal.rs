@@ -90,8 +90,13 @@ impl OpenOptions {
 }
 
 /// Journals open in this process, by canonical data directory, so a second open shares the first.
-static OPEN_JOURNALS: LazyLock<Mutex<HashMap<PathBuf, Weak<Shared>>>> =
+/// Each directory has its own slot, so an open that waits for another process's lock on one
+/// directory does not hold up opens of other directories; two opens of one directory serialize on
+/// its slot.
+static OPEN_JOURNALS: LazyLock<Mutex<HashMap<PathBuf, OpenSlot>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+type OpenSlot = Arc<Mutex<Weak<Shared>>>;
 
 /// A handle to an open journal. Clones and repeated opens of one directory share one journal.
 #[derive(Clone)]
@@ -159,8 +164,15 @@ impl Journal {
             path: dir.into(),
             source,
         })?;
-        let mut open = lock(&OPEN_JOURNALS);
-        if let Some(shared) = open.get(&dir).and_then(Weak::upgrade) {
+        let slot: OpenSlot = {
+            let mut open = lock(&OPEN_JOURNALS);
+            open.retain(|path, slot| {
+                *path == dir || Arc::strong_count(slot) > 1 || { lock(slot).strong_count() > 0 }
+            });
+            open.entry(dir.clone()).or_default().clone()
+        };
+        let mut current = lock(&slot);
+        if let Some(shared) = current.upgrade() {
             if shared.pid != std::process::id() {
                 return Err(OpenError::ForkedProcess { path: dir });
             }
@@ -189,8 +201,7 @@ impl Journal {
             hooks: RwLock::new(Vec::new()),
             _lock: process_lock,
         });
-        open.retain(|_, weak| weak.strong_count() > 0);
-        open.insert(dir, Arc::downgrade(&shared));
+        *current = Arc::downgrade(&shared);
         Ok(Journal { shared })
     }
 

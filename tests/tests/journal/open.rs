@@ -181,16 +181,33 @@ fn a_second_process_is_refused_naming_the_holder_or_waits() {
         other => panic!("expected Locked after waiting, got {other:?}"),
     }
 
-    // Waits for the holder to let go, then opens and sees what the child wrote.
-    let started = Instant::now();
+    // Waits for the holder to let go, then opens and sees what the child wrote. Meanwhile an open
+    // of another directory in this process is not held up by the waiting one.
+    let other = support::tempdir();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"release\n").unwrap();
-    drop(stdin);
-    let journal = Journal::open(
-        dir.path(),
-        &OpenOptions::new().lock_wait(Duration::from_secs(30)),
-    )
-    .unwrap_or_else(|e| panic!("waiting for the holder to exit: {e}"));
+    let (journal, started) = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            Journal::open(
+                dir.path(),
+                &OpenOptions::new().lock_wait(Duration::from_secs(30)),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let unrelated = Journal::open(other.path(), &OpenOptions::new()).unwrap();
+        assert!(
+            !waiting.is_finished(),
+            "the other directory opened while the first open was still waiting"
+        );
+        drop(unrelated);
+        let started = Instant::now();
+        stdin.write_all(b"release\n").unwrap();
+        drop(stdin);
+        let journal = waiting
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("waiting for the holder to exit: {e}"));
+        (journal, started)
+    });
     assert!(
         started.elapsed() >= CHILD_LINGER - Duration::from_millis(50),
         "it waited"
