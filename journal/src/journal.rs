@@ -542,60 +542,65 @@ fn initialize(
     mac: &MacKey,
     path: &Path,
 ) -> Result<(Writer, Option<String>), OpenError> {
-    let txn = db.begin_write().map_err(StorageError::from)?;
-    let (event_index_upto, last_position) = {
-        let tables = Tables::open(&txn)?;
-        let mut meta = tables.meta;
-        let format = meta
-            .get(META_FORMAT)
-            .map_err(StorageError::from)?
-            .map(|g| g.value().to_vec());
-        match format {
-            None => {
-                if !tables.records.is_empty().map_err(StorageError::from)? {
-                    return Err(OpenError::Corrupt {
-                        path: path.into(),
-                        reason: "records exist but the format version is missing".into(),
-                    });
-                }
-                meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())
-                    .map_err(StorageError::from)?;
-                meta.insert(META_EVENT_INDEX_UPTO, 1u64.to_le_bytes().as_slice())
-                    .map_err(StorageError::from)?;
-            }
-            Some(bytes) => {
-                let found = <[u8; 4]>::try_from(bytes.as_slice())
-                    .map(u32::from_le_bytes)
-                    .map_err(|_| OpenError::Corrupt {
-                        path: path.into(),
-                        reason: "the format version is not 4 bytes".into(),
-                    })?;
-                if found != FORMAT_VERSION {
-                    return Err(OpenError::FormatVersion {
-                        path: path.into(),
-                        found,
-                        supported: FORMAT_VERSION,
-                    });
-                }
-            }
-        }
-        let upto = meta
-            .get(META_EVENT_INDEX_UPTO)
-            .map_err(StorageError::from)?
-            .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
-            .map(u64::from_le_bytes)
-            .ok_or_else(|| OpenError::Corrupt {
-                path: path.into(),
-                reason: "the event index checkpoint is missing".into(),
-            })?;
-        let last = tables
-            .records
-            .last()
-            .map_err(StorageError::from)?
-            .map_or(0, |(k, _)| k.value());
-        (upto, last)
+    let corrupt = |reason: &str| OpenError::Corrupt {
+        path: path.into(),
+        reason: reason.to_owned(),
     };
-    txn.commit().map_err(StorageError::from)?;
+    // Only a brand-new database needs a write transaction (and its fsync); reopening an existing
+    // journal, which short-lived hook processes do on every call, only reads.
+    let exists = match db
+        .begin_read()
+        .map_err(StorageError::from)?
+        .open_table(META)
+    {
+        Ok(_) => true,
+        Err(redb::TableError::TableDoesNotExist(_)) => false,
+        Err(e) => return Err(StorageError::from(e).into()),
+    };
+    if !exists {
+        let txn = db.begin_write().map_err(StorageError::from)?;
+        {
+            let mut tables = Tables::open(&txn)?;
+            if !tables.records.is_empty().map_err(StorageError::from)? {
+                return Err(corrupt("records exist but the format version is missing"));
+            }
+            tables
+                .meta
+                .insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())
+                .map_err(StorageError::from)?;
+            tables
+                .meta
+                .insert(META_EVENT_INDEX_UPTO, 1u64.to_le_bytes().as_slice())
+                .map_err(StorageError::from)?;
+        }
+        txn.commit().map_err(StorageError::from)?;
+    }
+    let read = db.begin_read().map_err(StorageError::from)?;
+    let meta = read.open_table(META).map_err(StorageError::from)?;
+    let found = meta
+        .get(META_FORMAT)
+        .map_err(StorageError::from)?
+        .map(|g| <[u8; 4]>::try_from(g.value()).map(u32::from_le_bytes))
+        .ok_or_else(|| corrupt("the format version is missing"))?
+        .map_err(|_| corrupt("the format version is not 4 bytes"))?;
+    if found != FORMAT_VERSION {
+        return Err(OpenError::FormatVersion {
+            path: path.into(),
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let event_index_upto = meta
+        .get(META_EVENT_INDEX_UPTO)
+        .map_err(StorageError::from)?
+        .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| corrupt("the event index checkpoint is missing"))?;
+    let records = read.open_table(RECORDS).map_err(StorageError::from)?;
+    let last_position = records
+        .last()
+        .map_err(StorageError::from)?
+        .map_or(0, |(k, _)| k.value());
     // Positions and revisions stay below 2^63 (J11), so the writer's increments cannot overflow.
     if last_position >= POSITION_MAX {
         return Err(OpenError::Corrupt {
@@ -614,8 +619,6 @@ fn initialize(
         });
     }
     let mut recent = HashMap::new();
-    let read = db.begin_read().map_err(StorageError::from)?;
-    let records = read.open_table(RECORDS).map_err(StorageError::from)?;
     let mut scratch = AlignedVec::<16>::new();
     let mut refusal = None;
     for entry in records
