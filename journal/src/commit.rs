@@ -25,7 +25,7 @@ use crate::limits::{
     GROUP_RECORDS_MAX, STREAM_CHUNK_REVISIONS,
 };
 use crate::types::{
-    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, StreamAppend, StreamId,
+    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, Record, StreamAppend, StreamId,
 };
 
 pub(crate) type Reply = Result<Vec<AppendOutcome>, AppendError>;
@@ -448,7 +448,7 @@ impl Journal {
         Ok(outcomes)
     }
 
-    fn read_for_write(&self, tables: &Tables<'_>, position: u64) -> Result<OwnedView, Step> {
+    fn read_for_write(&self, tables: &Tables<'_>, position: u64) -> Result<Record, Step> {
         let guard = tables
             .records
             .get(position)
@@ -469,16 +469,7 @@ impl Journal {
         if let Err(kind) = authenticate(&view, &self.shared.mac) {
             return Err(Step::Refused(AppendError::Read(auth_failed(&view, kind))));
         }
-        Ok(OwnedView {
-            stream: view.stream,
-            revision: view.revision,
-            position: view.position,
-            digest: view.digest,
-            event_id: view.event_id.to_owned(),
-            kind: view.kind.to_owned(),
-            occurred_at: view.occurred_at,
-            payload: view.payload.to_vec(),
-        })
+        Ok(view.to_record())
     }
 
     fn identify(&self, tables: &Tables<'_>, position: u64) -> Result<(StreamId, u64), Step> {
@@ -521,27 +512,6 @@ fn storage(e: impl Into<StorageError>) -> Step {
 impl From<StorageError> for Step {
     fn from(e: StorageError) -> Self {
         Step::Storage(e)
-    }
-}
-
-struct OwnedView {
-    stream: StreamId,
-    revision: u64,
-    position: u64,
-    digest: Digest,
-    event_id: String,
-    kind: String,
-    occurred_at: crate::types::Timestamp,
-    payload: Vec<u8>,
-}
-
-impl OwnedView {
-    fn same_content(&self, stream: &StreamId, new: &crate::types::NewRecord) -> bool {
-        self.stream == *stream
-            && self.event_id == new.event_id
-            && self.kind == new.kind
-            && self.occurred_at == new.occurred_at
-            && self.payload == new.payload
     }
 }
 

@@ -243,6 +243,18 @@ pub struct Record {
     pub digest: Digest,
 }
 
+impl Record {
+    /// True when this stored record holds exactly `new`'s content in `stream`: what makes a
+    /// re-append an idempotent retry rather than a conflict.
+    pub(crate) fn same_content(&self, stream: &StreamId, new: &NewRecord) -> bool {
+        self.stream == *stream
+            && self.event_id == new.event_id
+            && self.kind == new.kind
+            && self.occurred_at == new.occurred_at
+            && self.payload == new.payload
+    }
+}
+
 pub(crate) fn validate_event_id(event_id: &str) -> Result<(), InputError> {
     if event_id.is_empty()
         || event_id.len() > EVENT_ID_MAX_BYTES
