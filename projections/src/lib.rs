@@ -1,6 +1,9 @@
-//! ctx-projections: the domain events, the engine reducer and the projections of the journal.
-//! Built in a later issue; for now it only fixes the dependency direction service → projections →
+//! ctx-projections: the domain events and actions, the engine reducer and the projections of the
 //! journal.
 #![forbid(unsafe_code)]
 
+pub mod check;
+mod json;
+
 pub use ctx_journal as journal;
+pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap};
