@@ -7,3 +7,9 @@ mod json;
 
 pub use ctx_journal as journal;
 pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap};
+mod model;
+pub use model::*;
+mod replay;
+mod state;
+pub use replay::*;
+pub use state::*;
