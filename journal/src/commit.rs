@@ -434,6 +434,7 @@ impl Journal {
                                 hook: hook.name().to_owned(),
                                 event_id: record.event_id.clone(),
                                 message: e.message().to_owned(),
+                                code: e.code(),
                             }));
                         }
                     }
@@ -808,7 +809,7 @@ mod tests {
     fn hook_failure_aborts_only_its_own_append_inside_a_group() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
-        j.register_hook(Arc::new(Counter));
+        assert!(j.register_hook(Arc::new(Counter)));
         let a = StreamId::derive("unit", b"a").unwrap();
         let b = StreamId::derive("unit", b"b").unwrap();
         // Queue three requests and commit them as one group by leading it from this thread.

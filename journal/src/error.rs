@@ -151,6 +151,8 @@ pub enum AppendError {
         hook: String,
         event_id: String,
         message: String,
+        /// The hook's machine-readable code ([`crate::HookError::code`]), if it gave one.
+        code: Option<&'static str>,
     },
     #[error("the journal stopped accepting writes after a failed commit; reopen it")]
     FailStopped,
@@ -185,7 +187,7 @@ pub enum VerifyError {
     Storage(#[from] StorageError),
 }
 
-/// Why a projection read failed.
+/// Why a projection read, write or maintenance transaction failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProjectionError {
@@ -197,6 +199,48 @@ pub enum ProjectionError {
     ForkedProcess,
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The maintenance closure refused; nothing it wrote was committed.
+    #[error("projection maintenance was refused: {message}")]
+    Hook {
+        message: String,
+        code: Option<&'static str>,
+    },
+    /// A replayed record was refused by the function applying it; nothing was committed.
+    #[error("replaying record {event_id} at position {position} failed: {message}")]
+    Apply {
+        position: u64,
+        event_id: String,
+        message: String,
+        code: Option<&'static str>,
+    },
+    /// A record read during a replay failed its structure or authentication checks.
+    #[error("reading the journal for projection maintenance failed: {0}")]
+    Read(#[from] ReadError),
+    #[error("the journal stopped accepting writes after a failed commit; reopen it")]
+    FailStopped,
+    #[error(
+        "the journal refuses writes because it failed an integrity check when opened: {detail}"
+    )]
+    WriteRefused { detail: String },
+    /// The maintenance closure panicked; its transaction was aborted, nothing was committed.
+    #[error("projection maintenance panicked and was rolled back: {message}")]
+    Panicked { message: String },
+    /// The maintenance commit failed; the journal is fail-stopped, as after a failed append.
+    #[error(
+        "the projection maintenance commit may or may not have reached the disk ({reason}); reopen the journal"
+    )]
+    MaybeCommitted { reason: String },
+}
+
+impl ProjectionError {
+    /// The machine-readable code of a refusal ([`ProjectionError::Hook`] or
+    /// [`ProjectionError::Apply`]), if its hook gave one.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ProjectionError::Hook { code, .. } | ProjectionError::Apply { code, .. } => *code,
+            _ => None,
+        }
+    }
 }
 
 /// Why a stored record value could not be decoded.

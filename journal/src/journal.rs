@@ -210,13 +210,21 @@ impl Journal {
         &self.shared.data_dir
     }
 
-    /// Registers a projection hook; it sees every record appended from now on.
-    pub fn register_hook(&self, hook: Arc<dyn ProjectionHook>) {
-        self.shared
+    /// Registers a projection hook; it sees every record appended from now on. Registration is
+    /// idempotent by [`ProjectionHook::name`]: when a hook of that name is already registered
+    /// (several handles share one journal, and each owner may register its hooks), this one is
+    /// not added and the call returns `false`.
+    pub fn register_hook(&self, hook: Arc<dyn ProjectionHook>) -> bool {
+        let mut hooks = self
+            .shared
             .hooks
             .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(hook);
+            .unwrap_or_else(PoisonError::into_inner);
+        if hooks.iter().any(|h| h.name() == hook.name()) {
+            return false;
+        }
+        hooks.push(hook);
+        true
     }
 
     /// True when the open that first loaded this journal in this process created it.
@@ -397,16 +405,7 @@ impl Journal {
                     reason: format!("positions jump from {} to {position}", expected - 1),
                 });
             }
-            let view = decode_record(value.value(), &mut scratch).map_err(|reason| {
-                ReadError::Corrupt {
-                    position,
-                    reason: reason.to_owned(),
-                }
-            })?;
-            if view.position != position {
-                return Err(auth_failed(&view, Integrity::Digest));
-            }
-            authenticate(&view, &self.shared.mac).map_err(|kind| auth_failed(&view, kind))?;
+            let view = verified_at(value.value(), position, &mut scratch, &self.shared.mac)?;
             visited += 1;
             if f(&view).is_break() {
                 break;
@@ -446,6 +445,26 @@ impl Journal {
         let txn = self.shared.db.begin_read().map_err(StorageError::from)?;
         crate::verify::run(&txn, &self.shared.mac)
     }
+}
+
+/// Decodes the record stored under `position` and authenticates it: its structure, the position
+/// its header names, D and M. Shared by `scan` and maintenance replays, so both refuse exactly the
+/// same records.
+pub(crate) fn verified_at<'a>(
+    value: &'a [u8],
+    position: u64,
+    scratch: &'a mut AlignedVec<16>,
+    mac: &MacKey,
+) -> Result<RecordView<'a>, ReadError> {
+    let view = decode_record(value, scratch).map_err(|reason| ReadError::Corrupt {
+        position,
+        reason: reason.to_owned(),
+    })?;
+    if view.position != position {
+        return Err(auth_failed(&view, Integrity::Digest));
+    }
+    authenticate(&view, mac).map_err(|kind| auth_failed(&view, kind))?;
+    Ok(view)
 }
 
 pub(crate) fn auth_failed(view: &RecordView<'_>, kind: Integrity) -> ReadError {

@@ -15,6 +15,7 @@ mod journal;
 mod key;
 mod limits;
 mod lock;
+mod maintain;
 mod types;
 mod verify;
 
@@ -31,6 +32,7 @@ pub use limits::{
     EVENT_INDEX_MERGE_RECORDS, GROUP_RECORDS_MAX, KIND_MAX_BYTES, NAMESPACE_MAX_BYTES,
     PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
 };
+pub use maintain::{MaintenanceTxn, ProjectionRead};
 pub use types::{
     AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
     StreamHead, StreamId, Timestamp,

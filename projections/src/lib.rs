@@ -13,3 +13,10 @@ mod replay;
 mod state;
 pub use replay::*;
 pub use state::*;
+pub mod archive;
+mod framework;
+pub use archive::ArchiveError;
+pub use framework::{
+    AttachReport, CheckReport, DIGEST_DOMAIN, FrameworkError, META_BYTES, META_FORMAT, META_MAGIC,
+    META_TABLE, MetaError, Projection, ProjectionMeta, Projections, RebuildCause, RebuildReport,
+};
