@@ -64,7 +64,9 @@ fn hex_val(c: u8) -> Option<u8> {
 
 /// Exactly 64 lowercase hex characters.
 pub fn is_sha(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    s.len() == 64
+        && s.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 /// The opaque/machine token: `[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}`.
@@ -85,7 +87,9 @@ pub fn is_safe_token(s: &str) -> bool {
         && b.len() <= TOKEN_MAX_CHARS
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
         && b[1..].iter().all(|&c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b':' | b'@' | b'-')
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || matches!(c, b'.' | b'_' | b':' | b'@' | b'-')
         })
 }
 
@@ -146,9 +150,17 @@ impl UtcMicros {
             if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
                 return Err(TimestampError::Syntax);
             }
-            Ok(part.iter().fold(0i64, |acc, &c| acc * 10 + i64::from(c - b'0')))
+            Ok(part
+                .iter()
+                .fold(0i64, |acc, &c| acc * 10 + i64::from(c - b'0')))
         };
-        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        if b.len() < 20
+            || b[4] != b'-'
+            || b[7] != b'-'
+            || b[10] != b'T'
+            || b[13] != b':'
+            || b[16] != b':'
+        {
             return Err(TimestampError::Syntax);
         }
         let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
@@ -170,7 +182,9 @@ impl UtcMicros {
         }
         let offset_minutes = match b.get(i..) {
             Some(b"Z") => 0,
-            Some(rest) if rest.len() == 6 && (rest[0] == b'+' || rest[0] == b'-') && rest[3] == b':' => {
+            Some(rest)
+                if rest.len() == 6 && (rest[0] == b'+' || rest[0] == b'-') && rest[3] == b':' =>
+            {
                 let h = digits(i + 1..i + 3)?;
                 let m = digits(i + 4..i + 6)?;
                 if h > 23 || m > 59 {
@@ -301,15 +315,39 @@ mod tests {
             normalize_timestamp("2026-01-01T10:00:00.500+02:00").unwrap(),
             "2026-01-01T08:00:00.5Z"
         );
-        assert_eq!(normalize_timestamp("2026-03-01T00:30:00+01:00").unwrap(), "2026-02-28T23:30:00Z");
-        assert_eq!(normalize_timestamp("2024-02-29T23:59:59.000001Z").unwrap(), "2024-02-29T23:59:59.000001Z");
-        assert_eq!(normalize_timestamp("2025-02-29T00:00:00Z"), Err(TimestampError::Value));
-        assert_eq!(normalize_timestamp("2025-01-01 00:00:00Z"), Err(TimestampError::Syntax));
-        assert_eq!(normalize_timestamp("2025-01-01T00:00:00.1234567Z"), Err(TimestampError::Syntax));
-        assert_eq!(normalize_timestamp("2025-01-01T00:00:00Z\n"), Err(TimestampError::Syntax));
-        assert_eq!(normalize_timestamp("2025-01-01T24:00:00Z"), Err(TimestampError::Value));
+        assert_eq!(
+            normalize_timestamp("2026-03-01T00:30:00+01:00").unwrap(),
+            "2026-02-28T23:30:00Z"
+        );
+        assert_eq!(
+            normalize_timestamp("2024-02-29T23:59:59.000001Z").unwrap(),
+            "2024-02-29T23:59:59.000001Z"
+        );
+        assert_eq!(
+            normalize_timestamp("2025-02-29T00:00:00Z"),
+            Err(TimestampError::Value)
+        );
+        assert_eq!(
+            normalize_timestamp("2025-01-01 00:00:00Z"),
+            Err(TimestampError::Syntax)
+        );
+        assert_eq!(
+            normalize_timestamp("2025-01-01T00:00:00.1234567Z"),
+            Err(TimestampError::Syntax)
+        );
+        assert_eq!(
+            normalize_timestamp("2025-01-01T00:00:00Z\n"),
+            Err(TimestampError::Syntax)
+        );
+        assert_eq!(
+            normalize_timestamp("2025-01-01T24:00:00Z"),
+            Err(TimestampError::Value)
+        );
         let t = UtcMicros::parse("2026-12-31T23:30:00Z").unwrap();
-        assert_eq!(t.checked_add(ONE_HOUR_MICROS).unwrap().render(), "2027-01-01T00:30:00Z");
+        assert_eq!(
+            t.checked_add(ONE_HOUR_MICROS).unwrap().render(),
+            "2027-01-01T00:30:00Z"
+        );
     }
 
     #[test]

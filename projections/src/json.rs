@@ -426,9 +426,15 @@ mod tests {
     fn canonical_encodings_escape_as_the_reference_does() {
         let v = Json::object([
             ("b", Json::str("é\n\u{1}\u{2028}😀")),
-            ("a", Json::Arr(vec![Json::Int(-1), Json::Bool(true), Json::Null])),
+            (
+                "a",
+                Json::Arr(vec![Json::Int(-1), Json::Bool(true), Json::Null]),
+            ),
         ]);
-        assert_eq!(v.to_cj(), "{\"a\":[-1,true,null],\"b\":\"é\\n\\u0001\u{2028}😀\"}");
+        assert_eq!(
+            v.to_cj(),
+            "{\"a\":[-1,true,null],\"b\":\"é\\n\\u0001\u{2028}😀\"}"
+        );
         assert_eq!(
             v.to_cja(),
             "{\"a\":[-1,true,null],\"b\":\"\\u00e9\\n\\u0001\\u2028\\ud83d\\ude00\"}"

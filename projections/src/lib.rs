@@ -11,6 +11,7 @@ mod model;
 pub use model::*;
 mod replay;
 mod state;
+mod state_check;
 pub use replay::*;
 pub use state::*;
 pub mod archive;
@@ -20,3 +21,11 @@ pub use framework::{
     AttachReport, CheckReport, DIGEST_DOMAIN, FrameworkError, META_BYTES, META_FORMAT, META_MAGIC,
     META_TABLE, MetaError, Projection, ProjectionMeta, Projections, RebuildCause, RebuildReport,
 };
+pub mod identity;
+pub mod plan;
+pub mod contract;
+
+mod reducer;
+pub use reducer::{ReduceError, reduce};
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::check::{
-    is_sha, is_token, is_trimmed, normalize_timestamp, sha256_hex, cj_digest, TimestampError,
+    TimestampError, cj_digest, is_sha, is_token, is_trimmed, normalize_timestamp, sha256_hex,
 };
 use crate::json::{Json, JsonMap};
 
@@ -103,73 +103,75 @@ macro_rules! string_enum {
 mod enums {
     use super::{ProtocolError, perr};
 
-string_enum!(
-    /// The 16 engine event kinds.
-    EventKind, "event kind" {
-        SessionStarted => "SessionStarted",
-        WorkspaceObserved => "WorkspaceObserved",
-        IntentObserved => "IntentObserved",
-        DevelopmentObserved => "DevelopmentObserved",
-        TurnStarting => "TurnStarting",
-        ProviderSubmissionObserved => "ProviderSubmissionObserved",
-        ToolCallObserved => "ToolCallObserved",
-        ValidationObserved => "ValidationObserved",
-        UserDecision => "UserDecision",
-        ActionApplied => "ActionApplied",
-        ActionFailed => "ActionFailed",
-        ActionExpired => "ActionExpired",
-        InstallConsentExpired => "InstallConsentExpired",
-        ReassessmentRequested => "ReassessmentRequested",
-        TurnEnded => "TurnEnded",
-        SessionEnded => "SessionEnded",
-    }
-);
+    string_enum!(
+        /// The 16 engine event kinds.
+        EventKind, "event kind" {
+            SessionStarted => "SessionStarted",
+            WorkspaceObserved => "WorkspaceObserved",
+            IntentObserved => "IntentObserved",
+            DevelopmentObserved => "DevelopmentObserved",
+            TurnStarting => "TurnStarting",
+            ProviderSubmissionObserved => "ProviderSubmissionObserved",
+            ToolCallObserved => "ToolCallObserved",
+            ValidationObserved => "ValidationObserved",
+            UserDecision => "UserDecision",
+            ActionApplied => "ActionApplied",
+            ActionFailed => "ActionFailed",
+            ActionExpired => "ActionExpired",
+            InstallConsentExpired => "InstallConsentExpired",
+            ReassessmentRequested => "ReassessmentRequested",
+            TurnEnded => "TurnEnded",
+            SessionEnded => "SessionEnded",
+        }
+    );
 
-string_enum!(
-    /// The 10 host action kinds.
-    ActionKind, "action kind" {
-        PresentBundle => "PresentBundle",
-        RequestConsent => "RequestConsent",
-        InstallCapability => "InstallCapability",
-        ActivateCapability => "ActivateCapability",
-        PrepareExposure => "PrepareExposure",
-        PreparePromptContext => "PreparePromptContext",
-        DeactivateCapability => "DeactivateCapability",
-        UninstallCapability => "UninstallCapability",
-        Notify => "Notify",
-        NoChange => "NoChange",
-    }
-);
+    string_enum!(
+        /// The 10 host action kinds.
+        ActionKind, "action kind" {
+            PresentBundle => "PresentBundle",
+            RequestConsent => "RequestConsent",
+            InstallCapability => "InstallCapability",
+            ActivateCapability => "ActivateCapability",
+            PrepareExposure => "PrepareExposure",
+            PreparePromptContext => "PreparePromptContext",
+            DeactivateCapability => "DeactivateCapability",
+            UninstallCapability => "UninstallCapability",
+            Notify => "Notify",
+            NoChange => "NoChange",
+        }
+    );
 
-string_enum!(
-    /// Privacy classification of an event and the actions it causes.
-    Classification, "privacy classification" {
-        Public => "public",
-        Internal => "internal",
-        Private => "private",
-        Confidential => "confidential",
-        Restricted => "restricted",
-    }
-);
+    string_enum!(
+        /// Privacy classification of an event and the actions it causes.
+        Classification, "privacy classification" {
+            Public => "public",
+            Internal => "internal",
+            Private => "private",
+            Confidential => "confidential",
+            Restricted => "restricted",
+        }
+    );
 
-string_enum!(
-    /// Retention class of an event.
-    Retention, "retention class" {
-        Ephemeral => "ephemeral",
-        Session => "session",
-        Workspace => "workspace",
-        Local => "local",
-        Persistent => "persistent",
-        Aggregate => "aggregate",
-    }
-);
+    string_enum!(
+        /// Retention class of an event.
+        Retention, "retention class" {
+            Ephemeral => "ephemeral",
+            Session => "session",
+            Workspace => "workspace",
+            Local => "local",
+            Persistent => "persistent",
+            Aggregate => "aggregate",
+        }
+    );
 }
 pub use enums::{ActionKind, Classification, EventKind, Retention};
 
-
 impl EventKind {
     pub fn is_receipt(self) -> bool {
-        matches!(self, EventKind::ActionApplied | EventKind::ActionFailed | EventKind::ActionExpired)
+        matches!(
+            self,
+            EventKind::ActionApplied | EventKind::ActionFailed | EventKind::ActionExpired
+        )
     }
 
     /// Kinds that must carry all nine replay metadata fields.
@@ -187,7 +189,10 @@ impl EventKind {
 
     /// Kinds that carry a decision surrogate.
     pub fn is_planning(self) -> bool {
-        matches!(self, EventKind::IntentObserved | EventKind::DevelopmentObserved)
+        matches!(
+            self,
+            EventKind::IntentObserved | EventKind::DevelopmentObserved
+        )
     }
 
     /// Kinds whose payload is an opaque observation reference.
@@ -202,10 +207,12 @@ impl EventKind {
     }
 
     pub fn has_empty_payload(self) -> bool {
-        matches!(self, EventKind::TurnStarting | EventKind::TurnEnded | EventKind::SessionEnded)
+        matches!(
+            self,
+            EventKind::TurnStarting | EventKind::TurnEnded | EventKind::SessionEnded
+        )
     }
 }
-
 
 impl ActionKind {
     pub fn is_physical(self) -> bool {
@@ -223,12 +230,17 @@ impl ActionKind {
     pub fn is_lease_bounded(self) -> bool {
         matches!(
             self,
-            ActionKind::ActivateCapability | ActionKind::PrepareExposure | ActionKind::DeactivateCapability
+            ActionKind::ActivateCapability
+                | ActionKind::PrepareExposure
+                | ActionKind::DeactivateCapability
         )
     }
 
     pub fn is_persistent(self) -> bool {
-        matches!(self, ActionKind::InstallCapability | ActionKind::UninstallCapability)
+        matches!(
+            self,
+            ActionKind::InstallCapability | ActionKind::UninstallCapability
+        )
     }
 
     /// The physical state a material action's receipt must report.
@@ -241,8 +253,6 @@ impl ActionKind {
         }
     }
 }
-
-
 
 /// Who a scope belongs to. The engine stream is derived from the first four fields only, so
 /// parent and child agents share one revision sequence and one budget of five active capabilities.
@@ -330,7 +340,10 @@ impl ScopeRef {
             ("session_id", Json::str(&self.session_id)),
             ("exposure_id", Json::str(&self.exposure_id)),
             ("host_context_id", Json::str(&self.host_context_id)),
-            ("parent_exposure_id", Json::opt_str(self.parent_exposure_id.as_deref())),
+            (
+                "parent_exposure_id",
+                Json::opt_str(self.parent_exposure_id.as_deref()),
+            ),
         ])
     }
 
@@ -388,7 +401,9 @@ impl ScopeRef {
 }
 
 /// `{classification, retention}`; defaults `private` / `local`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
 pub struct PrivacyLabel {
     pub classification: Classification,
     pub retention: Retention,
@@ -463,8 +478,13 @@ impl RandomSeed {
 }
 
 /// The optional trimmed-string metadata fields of an event, in the reference's order.
-pub const EVENT_TEXT_METADATA: [&str; 5] =
-    ["correlation_id", "causation_id", "engine_version", "planner_version", "policy_version"];
+pub const EVENT_TEXT_METADATA: [&str; 5] = [
+    "correlation_id",
+    "causation_id",
+    "engine_version",
+    "planner_version",
+    "policy_version",
+];
 /// The optional digest metadata fields of an event.
 pub const EVENT_DIGEST_METADATA: [&str; 5] = [
     "host_descriptor_digest",
@@ -600,7 +620,10 @@ impl EngineEvent {
         if self.kind == EventKind::InstallConsentExpired {
             validate_consent_expired_payload(&self.payload)?;
         }
-        for name in EVENT_TEXT_METADATA.iter().chain(EVENT_DIGEST_METADATA.iter()) {
+        for name in EVENT_TEXT_METADATA
+            .iter()
+            .chain(EVENT_DIGEST_METADATA.iter())
+        {
             if let Some(v) = self.text_metadata(name)
                 && !is_trimmed(v)
             {
@@ -648,7 +671,10 @@ impl EngineEvent {
             ("planner_version", opt(&self.planner_version)),
             ("policy_version", opt(&self.policy_version)),
             ("host_descriptor_digest", opt(&self.host_descriptor_digest)),
-            ("catalog_snapshot_digest", opt(&self.catalog_snapshot_digest)),
+            (
+                "catalog_snapshot_digest",
+                opt(&self.catalog_snapshot_digest),
+            ),
             ("semantic_model_digest", opt(&self.semantic_model_digest)),
             ("semantic_index_digest", opt(&self.semantic_index_digest)),
             ("work_signature", opt(&self.work_signature)),
@@ -663,7 +689,10 @@ impl EngineEvent {
 
     /// `H("ctx-engine-event:1:" + event_id)`.
     pub fn identity_digest(&self) -> String {
-        sha256_hex(&format!("ctx-engine-event:{PROTOCOL_VERSION}:{}", self.event_id))
+        sha256_hex(&format!(
+            "ctx-engine-event:{PROTOCOL_VERSION}:{}",
+            self.event_id
+        ))
     }
 
     /// Decodes and validates an event mapping.
@@ -685,7 +714,14 @@ impl EngineEvent {
                 ));
             }
         }
-        for key in ["scope", "privacy", "event_id", "kind", "expected_revision", "occurred_at"] {
+        for key in [
+            "scope",
+            "privacy",
+            "event_id",
+            "kind",
+            "expected_revision",
+            "occurred_at",
+        ] {
             if !m.contains_key(key) {
                 return perr(format!("event is missing {key}"));
             }
@@ -708,7 +744,9 @@ impl EngineEvent {
             .map_err(|_| {
                 ProtocolError::new(format!(
                     "unknown event kind '{}'",
-                    m.get("kind").map(|k| k.as_str().unwrap_or_default()).unwrap_or_default()
+                    m.get("kind")
+                        .map(|k| k.as_str().unwrap_or_default())
+                        .unwrap_or_default()
                 ))
             })?;
         let Some(scope_json) = m.get("scope").filter(|s| s.as_obj().is_some()) else {
@@ -721,7 +759,10 @@ impl EngineEvent {
         };
         let occurred_at = text("occurred_at")
             .map_err(|_| ProtocolError::new("occurred_at must be an RFC 3339 timestamp"))?;
-        let payload = m.get("payload").cloned().unwrap_or(Json::Obj(JsonMap::new()));
+        let payload = m
+            .get("payload")
+            .cloned()
+            .unwrap_or(Json::Obj(JsonMap::new()));
         let Some(privacy_json) = m.get("privacy").filter(|p| p.as_obj().is_some()) else {
             return perr("privacy must be an object");
         };
@@ -763,7 +804,9 @@ pub fn normalize_protocol_timestamp(field: &str, value: &str) -> Result<String, 
         TimestampError::Syntax => {
             ProtocolError::new(format!("{field} must use strict RFC 3339 date-time syntax"))
         }
-        TimestampError::Value => ProtocolError::new(format!("{field} must be an RFC 3339 timestamp")),
+        TimestampError::Value => {
+            ProtocolError::new(format!("{field} must be an RFC 3339 timestamp"))
+        }
     })
 }
 
@@ -797,7 +840,9 @@ impl ReceiptIdentity {
         };
         let action_precondition_revision = match payload.get("action_precondition_revision") {
             Some(Json::Int(i)) if *i >= 0 => u64::try_from(*i).unwrap_or(0),
-            _ => return perr("receipt action_precondition_revision must be a non-negative integer"),
+            _ => {
+                return perr("receipt action_precondition_revision must be a non-negative integer");
+            }
         };
         Ok(ReceiptIdentity {
             action_id,
@@ -820,7 +865,10 @@ fn validate_receipt_payload(kind: EventKind, payload: &Json) -> Result<(), Proto
     let allowed: Vec<&str> = RECEIPT_IDENTITY_KEYS.iter().chain(extra).copied().collect();
     let unknown = unknown_keys(m, &allowed);
     if !unknown.is_empty() {
-        return perr(format!("{kind} payload has unknown field(s): {}", names(unknown)));
+        return perr(format!(
+            "{kind} payload has unknown field(s): {}",
+            names(unknown)
+        ));
     }
     for key in &allowed {
         if !m.contains_key(*key) {
@@ -873,13 +921,19 @@ pub const USER_DECISION_KEYS: [&str; 8] = [
     "requested_action_precondition_revision",
 ];
 
-fn validate_user_decision_payload(payload: &Json, expected_revision: u64) -> Result<(), ProtocolError> {
+fn validate_user_decision_payload(
+    payload: &Json,
+    expected_revision: u64,
+) -> Result<(), ProtocolError> {
     let Some(m) = payload.as_obj() else {
         return perr("payload must be a JSON object");
     };
     let unknown = unknown_keys(m, &USER_DECISION_KEYS);
     if !unknown.is_empty() {
-        return perr(format!("UserDecision payload has unknown field(s): {}", names(unknown)));
+        return perr(format!(
+            "UserDecision payload has unknown field(s): {}",
+            names(unknown)
+        ));
     }
     for key in [
         "consent_id",
@@ -893,13 +947,24 @@ fn validate_user_decision_payload(payload: &Json, expected_revision: u64) -> Res
             return perr(format!("UserDecision payload is missing {key}"));
         }
     }
-    if !m.get("consent_id").and_then(Json::as_str).is_some_and(is_trimmed) {
+    if !m
+        .get("consent_id")
+        .and_then(Json::as_str)
+        .is_some_and(is_trimmed)
+    {
         return perr("UserDecision consent_id must be non-empty trimmed text");
     }
-    if !matches!(m.get("decision").and_then(Json::as_str), Some("granted" | "denied")) {
+    if !matches!(
+        m.get("decision").and_then(Json::as_str),
+        Some("granted" | "denied")
+    ) {
         return perr("UserDecision decision must be granted or denied");
     }
-    if !m.get("requested_action_id").and_then(Json::as_str).is_some_and(is_trimmed) {
+    if !m
+        .get("requested_action_id")
+        .and_then(Json::as_str)
+        .is_some_and(is_trimmed)
+    {
         return perr("requested_action_id must be non-empty trimmed text");
     }
     if !matches!(
@@ -908,7 +973,11 @@ fn validate_user_decision_payload(payload: &Json, expected_revision: u64) -> Res
     ) {
         return perr("requested_action_kind must be InstallCapability or UninstallCapability");
     }
-    if !m.get("requested_action_content_digest").and_then(Json::as_str).is_some_and(is_sha) {
+    if !m
+        .get("requested_action_content_digest")
+        .and_then(Json::as_str)
+        .is_some_and(is_sha)
+    {
         return perr("requested_action_content_digest must be a SHA-256 digest");
     }
     match m.get("requested_action_precondition_revision") {
@@ -931,7 +1000,11 @@ fn validate_user_decision_payload(payload: &Json, expected_revision: u64) -> Res
                 return perr("UserDecision policy_snapshot_digest must be a SHA-256 digest");
             }
         }
-        _ => return perr("UserDecision decision provenance requires decision_basis and policy_snapshot_digest"),
+        _ => {
+            return perr(
+                "UserDecision decision provenance requires decision_basis and policy_snapshot_digest",
+            );
+        }
     }
     Ok(())
 }
@@ -952,12 +1025,18 @@ fn validate_consent_expired_payload(payload: &Json) -> Result<(), ProtocolError>
         return perr("payload must be a JSON object");
     };
     if !has_exact_keys(m, &CONSENT_EXPIRED_KEYS) {
-        return perr("InstallConsentExpired payload must contain exactly the pending consent identity");
+        return perr(
+            "InstallConsentExpired payload must contain exactly the pending consent identity",
+        );
     }
     if m.get("requested_action_kind").and_then(Json::as_str) != Some("InstallCapability") {
         return perr("InstallConsentExpired requested_action_kind must be InstallCapability");
     }
-    if !m.get("install_expires_at").and_then(Json::as_str).is_some_and(crate::check::is_canonical_timestamp) {
+    if !m
+        .get("install_expires_at")
+        .and_then(Json::as_str)
+        .is_some_and(crate::check::is_canonical_timestamp)
+    {
         return perr("install_expires_at must use canonical UTC RFC 3339");
     }
     for key in ["policy_snapshot_digest", "requested_action_content_digest"] {
@@ -1020,7 +1099,10 @@ impl HostAction {
             ("action_id", Json::str(&self.action_id)),
             ("kind", Json::str(self.kind.as_str())),
             ("scope", self.scope.to_json()),
-            ("precondition_revision", Json::from(self.precondition_revision)),
+            (
+                "precondition_revision",
+                Json::from(self.precondition_revision),
+            ),
             ("payload", self.payload.clone()),
             ("privacy", self.privacy.to_json()),
             ("protocol_version", Json::Int(PROTOCOL_VERSION)),
@@ -1130,7 +1212,12 @@ impl HostAction {
 }
 
 /// `action-` + `H("ctx-engine-action-v1:" + E + ":" + kind + ":" + (capability or "session") + ":" + ordinal)`.
-pub fn action_id(event_digest: &str, kind: ActionKind, capability_id: Option<&str>, ordinal: usize) -> String {
+pub fn action_id(
+    event_digest: &str,
+    kind: ActionKind,
+    capability_id: Option<&str>,
+    ordinal: usize,
+) -> String {
     format!(
         "action-{}",
         sha256_hex(&format!(
@@ -1145,7 +1232,9 @@ pub fn action_id(event_digest: &str, kind: ActionKind, capability_id: Option<&st
 pub fn consent_id(event_digest: &str, capability_id: &str) -> String {
     format!(
         "consent-{}",
-        sha256_hex(&format!("ctx-engine-consent-v1:{event_digest}:{capability_id}"))
+        sha256_hex(&format!(
+            "ctx-engine-consent-v1:{event_digest}:{capability_id}"
+        ))
     )
 }
 
@@ -1186,7 +1275,10 @@ impl Transition {
 
     pub fn to_json(&self) -> Json {
         Json::object([
-            ("actions", Json::Arr(self.actions.iter().map(HostAction::to_json).collect())),
+            (
+                "actions",
+                Json::Arr(self.actions.iter().map(HostAction::to_json).collect()),
+            ),
             ("diagnostics", Json::Arr(self.diagnostics.clone())),
             ("event_id", Json::str(&self.event_id)),
             ("from_revision", Json::from(self.from_revision)),
@@ -1202,7 +1294,15 @@ impl Transition {
         };
         if !has_exact_keys(
             m,
-            &["actions", "diagnostics", "event_id", "from_revision", "protocol_version", "scope", "to_revision"],
+            &[
+                "actions",
+                "diagnostics",
+                "event_id",
+                "from_revision",
+                "protocol_version",
+                "scope",
+                "to_revision",
+            ],
         ) {
             return perr("transition does not have the exact transition fields");
         }
@@ -1256,7 +1356,13 @@ mod tests {
 
     #[test]
     fn event_round_trips_and_normalizes_time() {
-        let mut e = EngineEvent::bare("ev-1", EventKind::SessionStarted, scope(), 0, "2026-01-01T10:00:00.500+02:00");
+        let mut e = EngineEvent::bare(
+            "ev-1",
+            EventKind::SessionStarted,
+            scope(),
+            0,
+            "2026-01-01T10:00:00.500+02:00",
+        );
         e.host_descriptor_digest = Some("a".repeat(64));
         e.validate().unwrap();
         assert_eq!(e.occurred_at, "2026-01-01T08:00:00.5Z");
@@ -1267,7 +1373,13 @@ mod tests {
 
     #[test]
     fn decision_causing_events_need_replay_fields() {
-        let mut e = EngineEvent::bare("ev-1", EventKind::TurnStarting, scope(), 1, "2026-01-01T10:00:00Z");
+        let mut e = EngineEvent::bare(
+            "ev-1",
+            EventKind::TurnStarting,
+            scope(),
+            1,
+            "2026-01-01T10:00:00Z",
+        );
         assert_eq!(
             e.validate().unwrap_err().message(),
             "engine_version is required for decision-causing event TurnStarting"
@@ -1276,7 +1388,13 @@ mod tests {
 
     #[test]
     fn user_decision_must_target_next_revision() {
-        let mut e = EngineEvent::bare("ev-1", EventKind::UserDecision, scope(), 3, "2026-01-01T10:00:00Z");
+        let mut e = EngineEvent::bare(
+            "ev-1",
+            EventKind::UserDecision,
+            scope(),
+            3,
+            "2026-01-01T10:00:00Z",
+        );
         e.payload = Json::object([
             ("consent_id", Json::str("c")),
             ("decision", Json::str("granted")),

@@ -4,10 +4,222 @@
 //! are kept as validated [`Json`] so that their canonical encodings, and so every digest over
 //! them, are exactly the reference's.
 
-use crate::json::{Json, JsonMap};
+use std::collections::BTreeSet;
+
+use crate::json::{Json, JsonError, JsonMap};
 use crate::model::{HostAction, ScopeRef};
 
 pub const STATE_SCHEMA_V3: &str = "ctx.engine-state-v3";
+
+/// The 18 top-level keys of a contract-3 state, sorted.
+pub const STATE_KEYS_V3: [&str; 18] = [
+    "blocked_capability_ids",
+    "blocked_deactivation_ids",
+    "blocked_install_descriptor_digests",
+    "capabilities",
+    "committed_plan",
+    "evidence",
+    "host_descriptor_digest",
+    "host_level",
+    "install_policy_snapshot_digest",
+    "last_manual_bundle",
+    "pending_consents",
+    "pending_effects",
+    "revision",
+    "rollback_requested_capability_ids",
+    "scope",
+    "session_status",
+    "state_schema",
+    "terminal_cleanup_notified_ids",
+];
+
+/// The 13 keys of a contract-1 ("historical") state. This engine never produces or continues such
+/// a stream, so the key set is recognised only to refuse it.
+const STATE_KEYS_V1: [&str; 13] = [
+    "blocked_capability_ids",
+    "blocked_deactivation_ids",
+    "capabilities",
+    "evidence",
+    "host_descriptor_digest",
+    "host_level",
+    "last_manual_bundle",
+    "pending_effects",
+    "revision",
+    "rollback_requested_capability_ids",
+    "scope",
+    "session_status",
+    "terminal_cleanup_notified_ids",
+];
+
+const CAPABILITY_KEYS: [&str; 11] = [
+    "activation",
+    "activation_lease_id",
+    "catalog_snapshot_id",
+    "current_authorized_material",
+    "installation",
+    "leases",
+    "material_identity",
+    "plan_id",
+    "rollback_held",
+    "rollback_owner_id",
+    "selection",
+];
+
+const PLAN_KEYS: [&str; 7] = [
+    "abstention_code",
+    "benefit_audit",
+    "capabilities",
+    "catalog_snapshot_id",
+    "decision_digest",
+    "plan_id",
+    "status",
+];
+
+const SCOPE_KEYS: [&str; 7] = [
+    "exposure_id",
+    "host_context_id",
+    "parent_exposure_id",
+    "repository_id",
+    "session_id",
+    "tenant_id",
+    "workspace_id",
+];
+
+const ACTION_KEYS: [&str; 17] = [
+    "action_id",
+    "catalog_snapshot_id",
+    "consent_id",
+    "entity_id",
+    "expires_at",
+    "kind",
+    "lease_id",
+    "payload",
+    "plan_id",
+    "precondition_revision",
+    "privacy",
+    "protocol_version",
+    "required_host_feature",
+    "rollback",
+    "scope",
+    "source_digest",
+    "verification",
+];
+
+/// A state value (decoded or built in memory) breaks the projection contract. The message is the
+/// reference's sentence, so callers and tests can match it exactly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StateError {
+    message: String,
+}
+
+impl StateError {
+    pub fn new(message: impl Into<String>) -> StateError {
+        StateError {
+            message: message.into(),
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+pub(crate) fn serr<T>(message: impl Into<String>) -> Result<T, StateError> {
+    Err(StateError::new(message))
+}
+
+/// The reference renders offending values with Python's `repr`; strings are what matters in
+/// practice, other values fall back to their canonical JSON.
+pub(crate) fn py_repr(v: &Json) -> String {
+    match v {
+        Json::Str(s) => format!("'{s}'"),
+        Json::Null => "None".to_owned(),
+        Json::Bool(true) => "True".to_owned(),
+        Json::Bool(false) => "False".to_owned(),
+        other => other.to_cj(),
+    }
+}
+
+/// Requires `v` to be an object whose key set is exactly `fields`; unknown keys are reported before
+/// missing ones, each list sorted and comma-joined as the reference does.
+pub(crate) fn exact_fields<'a>(
+    v: &'a Json,
+    fields: &[&str],
+    object: &str,
+) -> Result<&'a JsonMap, StateError> {
+    let Some(m) = v.as_obj() else {
+        return serr(format!("{object} must be a JSON object"));
+    };
+    let unknown: Vec<&str> = m
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !fields.contains(k))
+        .collect();
+    if !unknown.is_empty() {
+        return serr(format!(
+            "{object} has unknown field(s): {}",
+            unknown.join(", ")
+        ));
+    }
+    let mut missing: Vec<&str> = fields
+        .iter()
+        .copied()
+        .filter(|k| !m.contains_key(*k))
+        .collect();
+    if !missing.is_empty() {
+        missing.sort_unstable();
+        return serr(format!(
+            "{object} is missing field(s): {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(m)
+}
+
+/// Member `key` of a mapping already checked by [`exact_fields`]; `Null` stands in for the absent
+/// key, which cannot occur, so no path panics.
+fn member<'a>(m: &'a JsonMap, key: &str) -> &'a Json {
+    m.get(key).unwrap_or(&Json::Null)
+}
+
+fn text_member(m: &JsonMap, key: &str) -> Result<String, StateError> {
+    match member(m, key) {
+        Json::Str(s) => Ok(s.clone()),
+        _ => serr(format!("{key} must be a non-empty trimmed string")),
+    }
+}
+
+fn opt_text_member(m: &JsonMap, key: &str) -> Result<Option<String>, StateError> {
+    match member(m, key) {
+        Json::Null => Ok(None),
+        Json::Str(s) => Ok(Some(s.clone())),
+        _ => serr(format!("{key} must be a non-empty trimmed string")),
+    }
+}
+
+fn array<'a>(v: &'a Json, name: &str) -> Result<&'a [Json], StateError> {
+    v.as_arr()
+        .ok_or_else(|| StateError::new(format!("{name} must be a JSON array")))
+}
+
+fn string_list(v: &Json, name: &str) -> Result<Vec<String>, StateError> {
+    array(v, name)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Json::Str(s) => Ok(s.clone()),
+            _ => serr(format!("{name}[{i}] must be a non-empty trimmed string")),
+        })
+        .collect()
+}
+
+/// Parses a state enumeration, reporting an unknown value the reference's way.
+fn state_enum<T>(v: &Json, parse: fn(&str) -> Option<T>, what: &str) -> Result<T, StateError> {
+    v.as_str()
+        .and_then(parse)
+        .ok_or_else(|| StateError::new(format!("unknown {what} {}", py_repr(v))))
+}
 
 macro_rules! state_enum {
     ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -57,7 +269,9 @@ mod enums {
         PromptContext => "prompt-context",
     });
 }
-pub use enums::{Activation, EffectKind, Exposure, HostLevel, Installation, Invocation, SessionStatus};
+pub use enums::{
+    Activation, EffectKind, Exposure, HostLevel, Installation, Invocation, SessionStatus,
+};
 
 impl HostLevel {
     /// Levels at which the reducer emits lifecycle actions.
@@ -115,7 +329,9 @@ impl CapabilityState {
 
     /// The catalog entry digest of the selection (the capability's `source_digest`).
     pub fn source_digest(&self) -> &str {
-        self.selection.get_str("catalog_entry_digest").unwrap_or_default()
+        self.selection
+            .get_str("catalog_entry_digest")
+            .unwrap_or_default()
     }
 
     pub fn actionability(&self) -> &str {
@@ -147,15 +363,27 @@ impl CapabilityState {
     pub fn to_json(&self) -> Json {
         Json::object([
             ("activation", Json::str(self.activation.as_str())),
-            ("activation_lease_id", Json::opt_str(self.activation_lease_id.as_deref())),
+            (
+                "activation_lease_id",
+                Json::opt_str(self.activation_lease_id.as_deref()),
+            ),
             ("catalog_snapshot_id", Json::str(&self.catalog_snapshot_id)),
-            ("current_authorized_material", self.current_authorized_material.clone()),
+            (
+                "current_authorized_material",
+                self.current_authorized_material.clone(),
+            ),
             ("installation", Json::str(self.installation.as_str())),
-            ("leases", Json::Arr(self.leases.iter().map(Lease::to_json).collect())),
+            (
+                "leases",
+                Json::Arr(self.leases.iter().map(Lease::to_json).collect()),
+            ),
             ("material_identity", self.material_identity.clone()),
             ("plan_id", Json::str(&self.plan_id)),
             ("rollback_held", Json::Bool(self.rollback_held)),
-            ("rollback_owner_id", Json::opt_str(self.rollback_owner_id.as_deref())),
+            (
+                "rollback_owner_id",
+                Json::opt_str(self.rollback_owner_id.as_deref()),
+            ),
             ("selection", self.selection.clone()),
         ])
     }
@@ -197,7 +425,10 @@ impl PendingEffect {
         Json::object([
             ("action", self.action.to_json()),
             ("effect", Json::str(self.effect.as_str())),
-            ("rollback_capability_id", Json::opt_str(self.rollback_capability_id.as_deref())),
+            (
+                "rollback_capability_id",
+                Json::opt_str(self.rollback_capability_id.as_deref()),
+            ),
         ])
     }
 
@@ -240,7 +471,10 @@ pub struct CommittedPlan {
 impl CommittedPlan {
     pub fn to_json(&self) -> Json {
         Json::object([
-            ("abstention_code", Json::opt_str(self.abstention_code.as_deref())),
+            (
+                "abstention_code",
+                Json::opt_str(self.abstention_code.as_deref()),
+            ),
             ("benefit_audit", self.benefit_audit.clone()),
             ("capabilities", Json::Arr(self.capabilities.clone())),
             ("catalog_snapshot_id", Json::str(&self.catalog_snapshot_id)),
@@ -292,7 +526,11 @@ fn strings(v: &[String]) -> Json {
 
 impl EngineState {
     /// The state after `SessionStarted`: revision 1, nothing else.
-    pub fn started(scope: ScopeRef, host_level: HostLevel, host_descriptor_digest: String) -> EngineState {
+    pub fn started(
+        scope: ScopeRef,
+        host_level: HostLevel,
+        host_descriptor_digest: String,
+    ) -> EngineState {
         EngineState {
             revision: 1,
             scope,
@@ -320,33 +558,71 @@ impl EngineState {
         m.insert("revision".into(), Json::from(self.revision));
         m.insert("scope".into(), self.scope.to_json());
         m.insert("host_level".into(), Json::str(self.host_level.as_str()));
-        m.insert("host_descriptor_digest".into(), Json::str(&self.host_descriptor_digest));
-        m.insert("session_status".into(), Json::str(self.session_status.as_str()));
+        m.insert(
+            "host_descriptor_digest".into(),
+            Json::str(&self.host_descriptor_digest),
+        );
+        m.insert(
+            "session_status".into(),
+            Json::str(self.session_status.as_str()),
+        );
         m.insert(
             "capabilities".into(),
-            Json::Arr(self.capabilities.iter().map(CapabilityState::to_json).collect()),
+            Json::Arr(
+                self.capabilities
+                    .iter()
+                    .map(CapabilityState::to_json)
+                    .collect(),
+            ),
         );
         m.insert(
             "pending_effects".into(),
-            Json::Arr(self.pending_effects.iter().map(PendingEffect::to_json).collect()),
+            Json::Arr(
+                self.pending_effects
+                    .iter()
+                    .map(PendingEffect::to_json)
+                    .collect(),
+            ),
         );
-        m.insert("evidence".into(), Json::Arr(self.evidence.iter().map(Evidence::to_json).collect()));
-        m.insert("last_manual_bundle".into(), strings(&self.last_manual_bundle));
-        m.insert("blocked_capability_ids".into(), strings(&self.blocked_capability_ids));
-        m.insert("blocked_deactivation_ids".into(), strings(&self.blocked_deactivation_ids));
+        m.insert(
+            "evidence".into(),
+            Json::Arr(self.evidence.iter().map(Evidence::to_json).collect()),
+        );
+        m.insert(
+            "last_manual_bundle".into(),
+            strings(&self.last_manual_bundle),
+        );
+        m.insert(
+            "blocked_capability_ids".into(),
+            strings(&self.blocked_capability_ids),
+        );
+        m.insert(
+            "blocked_deactivation_ids".into(),
+            strings(&self.blocked_deactivation_ids),
+        );
         m.insert(
             "rollback_requested_capability_ids".into(),
             strings(&self.rollback_requested_capability_ids),
         );
-        m.insert("terminal_cleanup_notified_ids".into(), strings(&self.terminal_cleanup_notified_ids));
+        m.insert(
+            "terminal_cleanup_notified_ids".into(),
+            strings(&self.terminal_cleanup_notified_ids),
+        );
         m.insert("state_schema".into(), Json::str(STATE_SCHEMA_V3));
         m.insert(
             "committed_plan".into(),
-            self.committed_plan.as_ref().map_or(Json::Null, CommittedPlan::to_json),
+            self.committed_plan
+                .as_ref()
+                .map_or(Json::Null, CommittedPlan::to_json),
         );
         m.insert(
             "pending_consents".into(),
-            Json::Arr(self.pending_consents.iter().map(PendingConsent::to_json).collect()),
+            Json::Arr(
+                self.pending_consents
+                    .iter()
+                    .map(PendingConsent::to_json)
+                    .collect(),
+            ),
         );
         m.insert(
             "blocked_install_descriptor_digests".into(),
@@ -369,7 +645,9 @@ impl EngineState {
     }
 
     pub fn capability_mut(&mut self, id: &str) -> Option<&mut CapabilityState> {
-        self.capabilities.iter_mut().find(|c| c.capability_id() == id)
+        self.capabilities
+            .iter_mut()
+            .find(|c| c.capability_id() == id)
     }
 
     pub fn active_capability_ids(&self) -> Vec<&str> {
@@ -402,6 +680,426 @@ impl EngineState {
     }
 
     pub fn pending_effect_by_action(&self, action_id: &str) -> Option<&PendingEffect> {
-        self.pending_effects.iter().find(|p| p.action.action_id == action_id)
+        self.pending_effects
+            .iter()
+            .find(|p| p.action.action_id == action_id)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding. Decoders check key sets and JSON types only; every value rule lives in
+// `EngineState::validate` (state_check.rs) so that states built in memory by the reducer and
+// states decoded from the journal are held to one and the same contract.
+// ---------------------------------------------------------------------------------------------
+
+impl Lease {
+    pub fn from_json(v: &Json) -> Result<Lease, StateError> {
+        let m = exact_fields(v, &["exposure_id", "lease_id", "owner_id"], "lease")?;
+        Ok(Lease {
+            exposure_id: text_member(m, "exposure_id")?,
+            lease_id: text_member(m, "lease_id")?,
+            owner_id: text_member(m, "owner_id")?,
+        })
+    }
+}
+
+impl CapabilityState {
+    /// Decodes the v3 JSON keys. The selection, material identity and authorized material stay
+    /// JSON documents; here they only need the right container type.
+    pub fn from_json(v: &Json) -> Result<CapabilityState, StateError> {
+        let m = exact_fields(v, &CAPABILITY_KEYS, "schema-v3 capability state")?;
+        let material_identity = member(m, "material_identity");
+        if material_identity.as_obj().is_none() {
+            return serr(
+                "schema-v3 material_identity or authorized lineage is invalid: \
+                 material identity must be a JSON object",
+            );
+        }
+        let current = member(m, "current_authorized_material");
+        if !current.is_null() && current.as_obj().is_none() {
+            return serr(
+                "schema-v3 material_identity or authorized lineage is invalid: \
+                 authorized material must be a JSON object",
+            );
+        }
+        let leases = array(member(m, "leases"), "schema-v3 capability leases")?
+            .iter()
+            .map(Lease::from_json)
+            .collect::<Result<Vec<_>, _>>()?;
+        let rollback_held = member(m, "rollback_held")
+            .as_bool()
+            .ok_or_else(|| StateError::new("rollback_held must be a boolean"))?;
+        Ok(CapabilityState {
+            activation: state_enum(
+                member(m, "activation"),
+                Activation::parse,
+                "activation state",
+            )?,
+            activation_lease_id: opt_text_member(m, "activation_lease_id")?,
+            catalog_snapshot_id: text_member(m, "catalog_snapshot_id")?,
+            current_authorized_material: current.clone(),
+            installation: state_enum(
+                member(m, "installation"),
+                Installation::parse,
+                "installation state",
+            )?,
+            leases,
+            material_identity: material_identity.clone(),
+            plan_id: text_member(m, "plan_id")?,
+            rollback_held,
+            rollback_owner_id: opt_text_member(m, "rollback_owner_id")?,
+            selection: member(m, "selection").clone(),
+        })
+    }
+}
+
+impl Evidence {
+    pub fn from_json(v: &Json) -> Result<Evidence, StateError> {
+        let m = exact_fields(
+            v,
+            &[
+                "capability_id",
+                "exposure",
+                "exposure_id",
+                "invocation",
+                "source_digest",
+            ],
+            "capability evidence",
+        )?;
+        Ok(Evidence {
+            capability_id: text_member(m, "capability_id")?,
+            exposure: state_enum(member(m, "exposure"), Exposure::parse, "exposure state")?,
+            exposure_id: text_member(m, "exposure_id")?,
+            invocation: state_enum(
+                member(m, "invocation"),
+                Invocation::parse,
+                "invocation state",
+            )?,
+            source_digest: text_member(m, "source_digest")?,
+        })
+    }
+}
+
+/// Decodes a stored action: the state contract requires the exact 17 keys and exact scope and
+/// privacy mappings (the action decoder alone would default missing privacy members), then any
+/// action decoding fault collapses into `invalid`.
+fn decode_action(v: &Json, object: &str, invalid: &str) -> Result<HostAction, StateError> {
+    let m = exact_fields(v, &ACTION_KEYS, object)?;
+    exact_fields(member(m, "scope"), &SCOPE_KEYS, &format!("{object} scope"))?;
+    exact_fields(
+        member(m, "privacy"),
+        &["classification", "retention"],
+        &format!("{object} privacy"),
+    )?;
+    HostAction::from_json(v).map_err(|_| StateError::new(invalid))
+}
+
+impl PendingEffect {
+    pub fn from_json(v: &Json) -> Result<PendingEffect, StateError> {
+        let m = exact_fields(
+            v,
+            &["action", "effect", "rollback_capability_id"],
+            "pending effect",
+        )?;
+        let action = decode_action(
+            member(m, "action"),
+            "pending action",
+            "pending effect contains an invalid action",
+        )?;
+        Ok(PendingEffect {
+            action,
+            effect: state_enum(member(m, "effect"), EffectKind::parse, "pending effect")?,
+            rollback_capability_id: opt_text_member(m, "rollback_capability_id")?,
+        })
+    }
+}
+
+impl PendingConsent {
+    pub fn from_json(v: &Json) -> Result<PendingConsent, StateError> {
+        let m = exact_fields(v, &["consent_id", "install_action"], "pending consent")?;
+        let install_action = decode_action(
+            member(m, "install_action"),
+            "install action",
+            "pending consent contains an invalid action",
+        )?;
+        Ok(PendingConsent {
+            consent_id: text_member(m, "consent_id")?,
+            install_action,
+        })
+    }
+}
+
+impl CommittedPlan {
+    /// Decodes the seven plan keys. Rows and the audit stay JSON documents (their shape is part
+    /// of validation).
+    pub fn from_json(v: &Json) -> Result<CommittedPlan, StateError> {
+        let m = exact_fields(v, &PLAN_KEYS, "schema-v3 committed plan")?;
+        let status = match member(m, "status") {
+            Json::Str(s) => s.clone(),
+            _ => return serr("schema-v3 committed plan status is unsupported"),
+        };
+        Ok(CommittedPlan {
+            abstention_code: opt_text_member(m, "abstention_code")?,
+            benefit_audit: member(m, "benefit_audit").clone(),
+            capabilities: array(
+                member(m, "capabilities"),
+                "schema-v3 committed plan capabilities",
+            )?
+            .to_vec(),
+            catalog_snapshot_id: text_member(m, "catalog_snapshot_id")?,
+            decision_digest: text_member(m, "decision_digest")?,
+            plan_id: text_member(m, "plan_id")?,
+            status,
+        })
+    }
+}
+
+impl EngineState {
+    /// Decodes a persisted contract-3 state mapping and checks every construction and persisted
+    /// invariant ([`EngineState::validate_persisted`]). A contract-1 key set is refused: this
+    /// engine cannot continue a historical stream.
+    pub fn from_json(v: &Json) -> Result<EngineState, StateError> {
+        let Some(m) = v.as_obj() else {
+            return serr("engine state must be a JSON object");
+        };
+        let keys: BTreeSet<&str> = m.keys().map(String::as_str).collect();
+        if keys == BTreeSet::from(STATE_KEYS_V3) {
+            if member(m, "state_schema").as_str() != Some(STATE_SCHEMA_V3) {
+                return serr("schema-v3 engine state discriminator is unsupported");
+            }
+        } else if keys == BTreeSet::from(STATE_KEYS_V1) {
+            // The historical contract is complete in itself but not supported here.
+            return serr("engine state does not match a complete supported schema");
+        } else {
+            // The contract-1 keys are a subset of the contract-3 keys, so the union is the latter.
+            let unknown: Vec<&str> = keys
+                .iter()
+                .copied()
+                .filter(|k| !STATE_KEYS_V3.contains(k))
+                .collect();
+            if !unknown.is_empty() {
+                return serr(format!(
+                    "engine state has unknown field(s): {}",
+                    unknown.join(", ")
+                ));
+            }
+            return serr("engine state does not match a complete supported schema");
+        }
+        let scope_value = member(m, "scope");
+        exact_fields(scope_value, &SCOPE_KEYS, "engine state scope")?;
+        let scope = ScopeRef::from_json(scope_value)
+            .map_err(|_| StateError::new("engine state contains an invalid scope"))?;
+        let revision = match member(m, "revision") {
+            Json::Int(i) if *i >= 1 => u64::try_from(*i).unwrap_or(0),
+            _ => return serr("revision must be an integer >= 1"),
+        };
+        let committed_plan = match member(m, "committed_plan") {
+            Json::Null => None,
+            plan => Some(CommittedPlan::from_json(plan)?),
+        };
+        let state = EngineState {
+            revision,
+            scope,
+            host_level: state_enum(member(m, "host_level"), HostLevel::parse, "host_level")?,
+            host_descriptor_digest: text_member(m, "host_descriptor_digest")?,
+            session_status: state_enum(
+                member(m, "session_status"),
+                SessionStatus::parse,
+                "session_status",
+            )?,
+            capabilities: array(member(m, "capabilities"), "capabilities")?
+                .iter()
+                .map(CapabilityState::from_json)
+                .collect::<Result<_, _>>()?,
+            pending_effects: array(member(m, "pending_effects"), "pending_effects")?
+                .iter()
+                .map(PendingEffect::from_json)
+                .collect::<Result<_, _>>()?,
+            evidence: array(member(m, "evidence"), "evidence")?
+                .iter()
+                .map(Evidence::from_json)
+                .collect::<Result<_, _>>()?,
+            last_manual_bundle: string_list(member(m, "last_manual_bundle"), "last_manual_bundle")?,
+            blocked_capability_ids: string_list(
+                member(m, "blocked_capability_ids"),
+                "blocked_capability_ids",
+            )?,
+            blocked_deactivation_ids: string_list(
+                member(m, "blocked_deactivation_ids"),
+                "blocked_deactivation_ids",
+            )?,
+            rollback_requested_capability_ids: string_list(
+                member(m, "rollback_requested_capability_ids"),
+                "rollback_requested_capability_ids",
+            )?,
+            terminal_cleanup_notified_ids: string_list(
+                member(m, "terminal_cleanup_notified_ids"),
+                "terminal_cleanup_notified_ids",
+            )?,
+            committed_plan,
+            pending_consents: array(member(m, "pending_consents"), "pending_consents")?
+                .iter()
+                .map(PendingConsent::from_json)
+                .collect::<Result<_, _>>()?,
+            blocked_install_descriptor_digests: string_list(
+                member(m, "blocked_install_descriptor_digests"),
+                "blocked_install_descriptor_digests",
+            )?,
+            install_policy_snapshot_digest: opt_text_member(m, "install_policy_snapshot_digest")?,
+        };
+        state.validate_persisted()?;
+        Ok(state)
+    }
+
+    /// Decodes state JSON text that must be byte-identical to its own canonical re-encoding.
+    pub fn from_canonical_text(text: &str) -> Result<EngineState, StateError> {
+        let v = Json::parse(text).map_err(|e| match e {
+            JsonError::DuplicateKey { .. } => StateError::new(e.to_string()),
+            _ => StateError::new("state must be valid JSON"),
+        })?;
+        if v.as_obj().is_none() {
+            return serr("state JSON root must be an object");
+        }
+        if v.to_cj() != text {
+            return serr("state JSON must use canonical encoding");
+        }
+        let state = EngineState::from_json(&v)?;
+        // Decoding keeps every value verbatim, so this holds; checked anyway because the stored
+        // text is what the state digest is taken over.
+        if state.to_json().to_cj() != text {
+            return serr("state JSON must use canonical encoding");
+        }
+        Ok(state)
+    }
+
+    /// The canonical JSON text of the state (`CJ(state)`).
+    pub fn to_canonical_text(&self) -> String {
+        self.to_json().to_cj()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pure read and maintenance helpers for the reducer and the service.
+// ---------------------------------------------------------------------------------------------
+
+/// The descriptor digests an install selection answers for: the authority descriptor's digest
+/// (what consent denial and install failure block) and the presentation's copy of it.
+pub(crate) fn install_descriptor_digests(selection: &Json) -> Vec<&str> {
+    let authority = selection.get("authority").unwrap_or(&Json::Null);
+    if authority.get_str("type") != Some("install") {
+        return Vec::new();
+    }
+    let mut out: Vec<&str> = authority
+        .get("descriptor")
+        .and_then(|d| d.get_str("descriptor_digest"))
+        .into_iter()
+        .chain(selection.get_str("install_descriptor_digest"))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn sort_dedup(v: &mut Vec<String>) {
+    v.sort();
+    v.dedup();
+}
+
+impl EngineState {
+    /// The pending consent whose install action targets `capability_id`.
+    pub fn pending_consent_for(&self, capability_id: &str) -> Option<&PendingConsent> {
+        self.pending_consents
+            .iter()
+            .find(|c| c.install_action.entity_id.as_deref() == Some(capability_id))
+    }
+
+    pub fn pending_consent_by_id(&self, consent_id: &str) -> Option<&PendingConsent> {
+        self.pending_consents
+            .iter()
+            .find(|c| c.consent_id == consent_id)
+    }
+
+    /// Whether `capability_id` is a retired capability the reducer removes (reference §5.12): the
+    /// committed plan is ready or abstained and does not list it, and nothing holds it — no
+    /// activation, lease, rollback hold or request, pending effect or consent.
+    pub fn is_prunable(&self, capability_id: &str) -> bool {
+        let Some(plan) = &self.committed_plan else {
+            return false;
+        };
+        if !matches!(plan.status.as_str(), "ready" | "abstained")
+            || plan.row(capability_id).is_some()
+        {
+            return false;
+        }
+        let Some(c) = self.capability(capability_id) else {
+            return false;
+        };
+        let named_by_effect = self.pending_effects.iter().any(|p| {
+            p.entity() == Some(capability_id)
+                || p.rollback_capability_id.as_deref() == Some(capability_id)
+        });
+        !c.is_active()
+            && c.leases.is_empty()
+            && !c.rollback_held
+            && !self
+                .rollback_requested_capability_ids
+                .iter()
+                .any(|i| i == capability_id)
+            && !named_by_effect
+            && self.pending_consent_for(capability_id).is_none()
+    }
+
+    /// Removes `capability_id` with its evidence, its id in every id list and its install
+    /// descriptor digest in `blocked_install_descriptor_digests`. Callers check
+    /// [`EngineState::is_prunable`] first; returns whether a capability was removed.
+    pub fn prune(&mut self, capability_id: &str) -> bool {
+        let Some(index) = self
+            .capabilities
+            .iter()
+            .position(|c| c.capability_id() == capability_id)
+        else {
+            return false;
+        };
+        let removed = self.capabilities.remove(index);
+        let digests = install_descriptor_digests(&removed.selection);
+        self.blocked_install_descriptor_digests
+            .retain(|d| !digests.contains(&d.as_str()));
+        self.evidence.retain(|e| e.capability_id != capability_id);
+        // `last_manual_bundle` is left alone: it lists manual plan rows, and a prunable capability
+        // is by definition not a plan row.
+        for list in [
+            &mut self.blocked_capability_ids,
+            &mut self.blocked_deactivation_ids,
+            &mut self.rollback_requested_capability_ids,
+            &mut self.terminal_cleanup_notified_ids,
+        ] {
+            list.retain(|i| i != capability_id);
+        }
+        true
+    }
+
+    /// Re-establishes every ordering rule after a mutation: capabilities by id, each capability's
+    /// leases by lease id, evidence by (exposure, capability), id and digest lists sorted and
+    /// unique. Pending effects keep insertion order, which is meaningful.
+    pub fn sort_canonical(&mut self) {
+        self.capabilities
+            .sort_by(|a, b| a.capability_id().cmp(b.capability_id()));
+        for c in &mut self.capabilities {
+            c.leases.sort_by(|a, b| a.lease_id.cmp(&b.lease_id));
+        }
+        self.evidence.sort_by(|a, b| {
+            (a.exposure_id.as_str(), a.capability_id.as_str())
+                .cmp(&(b.exposure_id.as_str(), b.capability_id.as_str()))
+        });
+        for list in [
+            &mut self.last_manual_bundle,
+            &mut self.blocked_capability_ids,
+            &mut self.blocked_deactivation_ids,
+            &mut self.rollback_requested_capability_ids,
+            &mut self.terminal_cleanup_notified_ids,
+            &mut self.blocked_install_descriptor_digests,
+        ] {
+            sort_dedup(list);
+        }
     }
 }
