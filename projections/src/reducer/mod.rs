@@ -222,3 +222,5 @@ fn finish(step: Step<'_>, from: u64) -> Result<(EngineState, Transition), Reduce
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod proptests;

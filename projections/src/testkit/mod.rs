@@ -4,6 +4,8 @@
 //! production build.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod ops;
+
 use crate::check::{ONE_HOUR_MICROS, UtcMicros, sha256_hex};
 use crate::identity::{
     InstallDescriptorInput, MaterialDescriptorInput, authorized_material_from_catalog,
