@@ -21,10 +21,10 @@ pub use framework::{
     AttachReport, CheckReport, DIGEST_DOMAIN, FrameworkError, META_BYTES, META_FORMAT, META_MAGIC,
     META_TABLE, MetaError, Projection, ProjectionMeta, Projections, RebuildCause, RebuildReport,
 };
+pub mod contract;
+pub mod engine;
 pub mod identity;
 pub mod plan;
-pub mod contract;
-
 mod reducer;
 pub use reducer::{ReduceError, reduce};
 #[cfg(any(test, feature = "testkit"))]

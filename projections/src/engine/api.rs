@@ -1,0 +1,1154 @@
+//! The engine coordinator (reference engine-core §8): processes events into engine records,
+//! answers snapshots and replay audits, and keeps the benefit audit.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+
+use ctx_journal::{
+    AppendError, AppendOutcome, Digest, ExpectedRevision, Journal, NewRecord, RecordView,
+    StreamAppend, StreamId, Timestamp,
+};
+
+use crate::archive;
+use crate::check::{UtcMicros, is_sha, is_token, parse_sha};
+use crate::framework::{Projection, Projections};
+use crate::json::Json;
+use crate::model::{EngineEvent, EventKind, HostAction, ScopeRef, Transition};
+use crate::replay::{
+    NORMALIZER_VERSION_DEFAULT, ObservationRef, Preflight, ReplayError, ReplayInput, Surrogate,
+    preflight,
+};
+use crate::state::{EffectKind, EngineState, PendingConsent};
+
+use super::benefit::{
+    BENEFIT_RESULT_KIND, BENEFIT_RESULTS_TABLE, BenefitAuditProjection, BenefitResultEntry,
+    benefit_event_id, benefit_stream, validate_result_text,
+};
+use super::codes::{self, EffectRefusal};
+use super::effects::EffectsProjection;
+use super::error::{
+    AuditComponent, AuditError, BenefitAuditError, Divergence, OpenEngineError, ProcessError,
+    SnapshotError, StoreError,
+};
+use super::heads::{
+    EVENTS_TABLE, EngineHead, EngineStateProjection, EventEntry, HEADS_TABLE, ReduceFn,
+};
+use super::record::{
+    ENGINE_RECORD_FORMAT_VERSION, ENGINE_RECORD_KIND, EngineRecord, GuardEffect, GuardMode,
+    RecordPlace, SettlementGuard, decode_view, engine_stream,
+};
+
+// ------------------------------------------------------------------------------------------------
+// Seams
+// ------------------------------------------------------------------------------------------------
+
+/// Why the trusted clock could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ClockError(pub String);
+
+/// The trusted source of the current UTC time. The engine never reads the wall clock itself;
+/// every expiry decision asks this seam (reference engine-core §5.13a).
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Result<UtcMicros, ClockError>;
+}
+
+/// A clock that says what it is told: for tests, fuzzing and hosts that own their time source.
+#[derive(Debug)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn new(now: UtcMicros) -> ManualClock {
+        ManualClock(AtomicI64::new(now.0))
+    }
+
+    pub fn set(&self, now: UtcMicros) {
+        self.0.store(now.0, Ordering::SeqCst);
+    }
+
+    /// Moves the clock by `micros` (negative moves it back).
+    pub fn advance(&self, micros: i64) {
+        self.0.fetch_add(micros, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Result<UtcMicros, ClockError> {
+        Ok(UtcMicros(self.0.load(Ordering::SeqCst)))
+    }
+}
+
+/// Why a seam (normalizer, planner) failed. The engine never forwards the reason into an error
+/// or the journal, since it may carry private content; it reports a fixed sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SeamError(pub String);
+
+/// Resolves an observation reference into an approved observation surrogate (engine-core §6.6).
+pub trait ObservationNormalizer: Send + Sync + 'static {
+    fn normalize(&self, reference: &ObservationRef) -> Result<Surrogate, SeamError>;
+}
+
+/// What a planner is told besides the observation.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanningContext<'a> {
+    pub planner_version: &'a str,
+    pub catalog_snapshot_digest: &'a str,
+}
+
+/// Produces the decision surrogate of a planning event (engine-core §6.6).
+pub trait DecisionPlanner: Send + Sync + 'static {
+    fn plan(
+        &self,
+        observation: Option<&Surrogate>,
+        state: Option<&EngineState>,
+        context: &PlanningContext<'_>,
+    ) -> Result<Surrogate, SeamError>;
+}
+
+/// Options of [`Engine::open`]. The clock is required: there is no default time source.
+#[derive(Clone)]
+pub struct EngineOptions {
+    clock: Arc<dyn Clock>,
+    normalizer: Option<Arc<dyn ObservationNormalizer>>,
+    normalizer_version: String,
+    planner: Option<Arc<dyn DecisionPlanner>>,
+}
+
+impl std::fmt::Debug for EngineOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineOptions")
+            .field("normalizer", &self.normalizer.is_some())
+            .field("normalizer_version", &self.normalizer_version)
+            .field("planner", &self.planner.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineOptions {
+    pub fn new(clock: Arc<dyn Clock>) -> EngineOptions {
+        EngineOptions {
+            clock,
+            normalizer: None,
+            normalizer_version: NORMALIZER_VERSION_DEFAULT.to_owned(),
+            planner: None,
+        }
+    }
+
+    /// The observation normalizer and the version token recorded in every replay input.
+    pub fn normalizer(
+        mut self,
+        normalizer: Arc<dyn ObservationNormalizer>,
+        version: impl Into<String>,
+    ) -> EngineOptions {
+        self.normalizer = Some(normalizer);
+        self.normalizer_version = version.into();
+        self
+    }
+
+    /// The decision planner of planning events. Mutually exclusive, per event, with an explicit
+    /// decision surrogate passed to [`Engine::process`].
+    pub fn planner(mut self, planner: Arc<dyn DecisionPlanner>) -> EngineOptions {
+        self.planner = Some(planner);
+        self
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Results
+// ------------------------------------------------------------------------------------------------
+
+/// The committed state of one engine stream. Revision 0 means no event was committed: no state
+/// and no head digest.
+#[derive(Debug)]
+pub struct Snapshot {
+    revision: u64,
+    head_record_digest: Option<Digest>,
+    state: Option<EngineState>,
+}
+
+impl Snapshot {
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Journal digest of the head record.
+    pub fn head_record_digest(&self) -> Option<Digest> {
+        self.head_record_digest
+    }
+
+    pub fn state(&self) -> Option<&EngineState> {
+        self.state.as_ref()
+    }
+
+    pub fn into_state(self) -> Option<EngineState> {
+        self.state
+    }
+}
+
+/// The result of [`Engine::replay_audit`].
+#[derive(Debug)]
+pub struct AuditReport {
+    stream: StreamId,
+    revisions_checked: u64,
+    divergence: Option<Divergence>,
+}
+
+impl AuditReport {
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+
+    /// Records replayed without divergence.
+    pub fn revisions_checked(&self) -> u64 {
+        self.revisions_checked
+    }
+
+    /// The first divergence, if any.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.divergence.as_ref()
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.divergence.is_none()
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The engine
+// ------------------------------------------------------------------------------------------------
+
+/// Locks of engine streams, by (data directory, stream): every engine write of one stream in this
+/// process holds its lock from the head read to the append, so check-then-append cannot race
+/// (another process cannot write: the journal's process lock excludes it). Entries whose lock
+/// nobody holds are pruned.
+type StreamLocks = HashMap<(PathBuf, StreamId), Weak<Mutex<()>>>;
+
+static STREAM_LOCKS: LazyLock<Mutex<StreamLocks>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded data is either `()` or a set that is only inserted into; a panic elsewhere
+    // cannot leave it inconsistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The engine of one journal: the reference's `CtxEngine` with its store being the journal.
+pub struct Engine {
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) projections: Projections,
+    pub(crate) clock: Arc<dyn Clock>,
+    normalizer: Option<Arc<dyn ObservationNormalizer>>,
+    normalizer_version: String,
+    planner: Option<Arc<dyn DecisionPlanner>>,
+    pub(crate) reduce: ReduceFn,
+    /// The process that opened the engine; outcome authority never crosses into another.
+    pub(crate) pid: u32,
+    /// Effect keys this handle claimed: only it may record their outcomes.
+    pub(crate) claims_made: Mutex<HashSet<(GuardEffect, Vec<u8>)>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("journal", &self.journal)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the engine re-checks the duplicate index after a refusal.
+enum Retry {
+    Revision(u64),
+    Collision,
+}
+
+impl Engine {
+    /// Opens the engine on a journal: attaches (catching up or rebuilding) the `engine.state`,
+    /// `engine.effects` and `engine.benefit_audit` projections.
+    pub fn open(journal: Arc<Journal>, options: EngineOptions) -> Result<Engine, OpenEngineError> {
+        if !is_token(&options.normalizer_version) {
+            return Err(OpenEngineError::Option {
+                option: "normalizer_version",
+                reason: format!(
+                    "\"{}\" is not an opaque token",
+                    options.normalizer_version.escape_debug()
+                ),
+            });
+        }
+        let list: Vec<Arc<dyn Projection>> = vec![
+            Arc::new(EngineStateProjection::new(crate::reducer::reduce)),
+            Arc::new(EffectsProjection),
+            Arc::new(BenefitAuditProjection),
+        ];
+        let projections = Projections::attach(&journal, list)?;
+        Ok(Engine {
+            journal,
+            projections,
+            clock: options.clock,
+            normalizer: options.normalizer,
+            normalizer_version: options.normalizer_version,
+            planner: options.planner,
+            reduce: crate::reducer::reduce,
+            pid: std::process::id(),
+            claims_made: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.journal
+    }
+
+    /// The attached engine projections, for `digest`, `check` and `rebuild` by name
+    /// ([`super::ENGINE_STATE_PROJECTION`], [`super::ENGINE_EFFECTS_PROJECTION`],
+    /// [`super::ENGINE_BENEFIT_AUDIT_PROJECTION`]).
+    pub fn projections(&self) -> &Projections {
+        &self.projections
+    }
+
+    /// The lock of one engine stream (see [`STREAM_LOCKS`]).
+    pub(crate) fn stream_lock(&self, stream: &StreamId) -> Arc<Mutex<()>> {
+        let mut locks = lock(&STREAM_LOCKS);
+        locks.retain(|_, w| w.strong_count() > 0);
+        let key = (self.journal.data_dir().to_path_buf(), *stream);
+        if let Some(existing) = locks.get(&key).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let fresh = Arc::new(Mutex::new(()));
+        locks.insert(key, Arc::downgrade(&fresh));
+        fresh
+    }
+
+    // ----- reads -----
+
+    /// The projected head of a stream.
+    pub(crate) fn head(&self, stream: &StreamId) -> Result<Option<EngineHead>, StoreError> {
+        self.journal
+            .projection_get(HEADS_TABLE, stream.as_bytes(), |v| {
+                v.map(archive::from_bytes::<EngineHead>).transpose()
+            })?
+            .map_err(|e| StoreError::Corrupt(format!("the head of engine stream {stream}: {e}")))
+    }
+
+    fn event_entry(&self, event_id: &str) -> Result<Option<EventEntry>, StoreError> {
+        self.journal
+            .projection_get(EVENTS_TABLE, event_id.as_bytes(), |v| {
+                v.map(archive::from_bytes::<EventEntry>).transpose()
+            })?
+            .map_err(|e| StoreError::Corrupt(format!("the index entry of event {event_id}: {e}")))
+    }
+
+    /// The engine record at `revision` of `stream`, decoded and bound, with its journal digest.
+    pub(crate) fn stored_record(
+        &self,
+        stream: &StreamId,
+        revision: u64,
+    ) -> Result<Option<(super::record::DecodedRecord, Digest)>, StoreError> {
+        let mut found = None;
+        self.journal.visit_stream(stream, revision, 1, |view| {
+            found = Some(decode_view(view).map(|d| (d, view.digest)));
+            ControlFlow::Break(())
+        })?;
+        found.transpose().map_err(|e| {
+            StoreError::Corrupt(format!(
+                "engine record at revision {revision} of stream {stream}: {e}"
+            ))
+        })
+    }
+
+    /// The stored transition of `event_id` when it was committed with exactly this content;
+    /// `EventIdCollision` when it was committed with other content or in another stream.
+    fn cached_transition(
+        &self,
+        stream: &StreamId,
+        event_id: &str,
+        content_digest: &str,
+    ) -> Result<Option<Transition>, ProcessError> {
+        let Some(entry) = self.event_entry(event_id)? else {
+            return Ok(None);
+        };
+        let same = entry.stream == *stream.as_bytes()
+            && parse_sha(content_digest) == Some(entry.event_content_digest);
+        if !same {
+            return Err(ProcessError::EventIdCollision {
+                event_id: event_id.to_owned(),
+            });
+        }
+        match self.stored_record(stream, entry.revision)? {
+            Some((decoded, _)) if decoded.replay.reducer_event.event_id == event_id => {
+                Ok(Some(decoded.transition))
+            }
+            _ => Err(StoreError::Corrupt(format!(
+                "event {event_id} is indexed at revision {} of stream {stream}, which does not hold it",
+                entry.revision
+            ))
+            .into()),
+        }
+    }
+
+    /// The committed state of a scope's stream.
+    pub fn snapshot(&self, scope: &ScopeRef) -> Result<Snapshot, SnapshotError> {
+        let stream = engine_stream(scope).map_err(|e| SnapshotError::Scope(e.to_string()))?;
+        Ok(match self.head(&stream)? {
+            None => Snapshot {
+                revision: 0,
+                head_record_digest: None,
+                state: None,
+            },
+            Some(h) => Snapshot {
+                revision: h.revision,
+                head_record_digest: Some(Digest::from_bytes(h.head_record_digest)),
+                state: Some(h.state),
+            },
+        })
+    }
+
+    // ----- process -----
+
+    /// Processes one event (reference engine-core §8.2) and returns its transition: the stored
+    /// one when the identical event was committed before. `decision` is an explicit decision
+    /// surrogate for a planning event (mutually exclusive with a configured planner).
+    pub fn process(
+        &self,
+        event: &EngineEvent,
+        decision: Option<Surrogate>,
+    ) -> Result<Transition, ProcessError> {
+        self.process_guarded(event, decision, None)
+    }
+
+    pub(crate) fn process_guarded(
+        &self,
+        event: &EngineEvent,
+        decision: Option<Surrogate>,
+        supplied: Option<&SettlementGuard>,
+    ) -> Result<Transition, ProcessError> {
+        // 1. Pure validation, before any read (also for duplicates).
+        let pre = preflight(event).map_err(replay_refusal)?;
+        let stream = engine_stream(&pre.reducer_event.scope)
+            .map_err(|e| ProcessError::Invalid(e.to_string()))?;
+        let event_id = pre.reducer_event.event_id.clone();
+        let digest = pre.source_event_content_digest.clone();
+        // 2. Duplicate: the identical event returns its stored transition, with no other check.
+        if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
+            return Ok(t);
+        }
+        let stream_lock = self.stream_lock(&stream);
+        let _held = lock(&stream_lock);
+        // Another thread of this process may have committed it while this one waited.
+        if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
+            return Ok(t);
+        }
+        // 3. Head.
+        let head = self.head(&stream)?;
+        let revision = head.as_ref().map_or(0, |h| h.revision);
+        if revision != pre.reducer_event.expected_revision {
+            return Err(ProcessError::RevisionConflict {
+                expected: pre.reducer_event.expected_revision,
+                actual: revision,
+            });
+        }
+        let state = head.as_ref().map(|h| &h.state);
+        // 5. Authorities the state grants this event; 6. trusted-clock assertions.
+        let authorities = derive_authorities(state, &pre.reducer_event, supplied)?;
+        self.assert_clock(&authorities)?;
+        // 9. Replay input, reduction, record.
+        let kind = pre.reducer_event.kind;
+        let occurred_at = UtcMicros::parse(&pre.reducer_event.occurred_at).map_err(|_| {
+            ProcessError::Invalid("occurred_at must be an RFC 3339 timestamp".into())
+        })?;
+        let input = self.prepare(pre, state, decision)?;
+        let (next, transition) = (self.reduce)(state, &input)?;
+        let to = revision + 1;
+        let diverged = |component, detail: &str| Divergence {
+            stream,
+            revision: to,
+            component,
+            detail: detail.to_owned(),
+        };
+        if next.revision != to
+            || transition.event_id != event_id
+            || transition.from_revision != revision
+            || transition.to_revision != to
+            || transition.scope != input.reducer_event.scope
+        {
+            return Err(diverged(
+                AuditComponent::ReducerOutput,
+                "the reducer's output names another revision, event or scope",
+            )
+            .into());
+        }
+        let record = EngineRecord {
+            format_version: ENGINE_RECORD_FORMAT_VERSION,
+            reducer_version: input.reducer_version.clone(),
+            source_event_content_digest: input.source_event_content_digest.clone(),
+            replay_json: input.to_cj(),
+            transition_json: transition.to_json().to_cj(),
+            result_state_digest: next.digest(),
+            settlement_guard: authorities.guard.clone(),
+        };
+        let payload = record
+            .encode()
+            .map_err(|e| diverged(AuditComponent::RecordBinding, &e.to_string()))?;
+        record
+            .open(&RecordPlace {
+                stream,
+                revision: to,
+                event_id: &event_id,
+                occurred_at: Timestamp(occurred_at.0),
+            })
+            .map_err(|e| diverged(AuditComponent::RecordBinding, &e.to_string()))?;
+        // 10. The clock again, immediately before the commit.
+        self.assert_clock(&authorities)?;
+        // 11. Commit; the expected revision is the final arbiter.
+        let expected = if revision == 0 {
+            ExpectedRevision::NoStream
+        } else {
+            ExpectedRevision::Exact(revision)
+        };
+        let append = StreamAppend::new(
+            stream,
+            expected,
+            vec![NewRecord::new(
+                event_id.clone(),
+                ENGINE_RECORD_KIND,
+                Timestamp(occurred_at.0),
+                payload,
+            )],
+        );
+        let retry = match self.journal.append(append) {
+            Ok(outcome) => return self.committed(&stream, &event_id, &outcome, transition),
+            Err(AppendError::WrongRevision { current, .. }) => Retry::Revision(current),
+            Err(AppendError::Conflict { .. }) => Retry::Collision,
+            Err(AppendError::Hook {
+                code: Some(code),
+                message,
+                ..
+            }) => return Err(hook_refusal(stream, to, code, message, kind)),
+            Err(e) => return Err(StoreError::from(e).into()),
+        };
+        // A refused append may be a concurrent commit of this very event.
+        if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
+            return Ok(t);
+        }
+        Err(match retry {
+            Retry::Revision(actual) => ProcessError::RevisionConflict {
+                expected: revision,
+                actual,
+            },
+            Retry::Collision => ProcessError::EventIdCollision { event_id },
+        })
+    }
+
+    /// The transition to return for a commit: ours, or the stored one when the journal found the
+    /// identical record already committed.
+    fn committed(
+        &self,
+        stream: &StreamId,
+        event_id: &str,
+        outcome: &AppendOutcome,
+        transition: Transition,
+    ) -> Result<Transition, ProcessError> {
+        if !outcome.replayed {
+            return Ok(transition);
+        }
+        match self.stored_record(stream, outcome.last_revision())? {
+            Some((d, _)) if d.transition.event_id == event_id => Ok(d.transition),
+            _ => Err(StoreError::Corrupt(format!(
+                "the journal replayed event {event_id} but its stream does not hold it"
+            ))
+            .into()),
+        }
+    }
+
+    fn prepare(
+        &self,
+        pre: Preflight,
+        state: Option<&EngineState>,
+        decision: Option<Surrogate>,
+    ) -> Result<ReplayInput, ProcessError> {
+        if decision.is_some() && self.planner.is_some() {
+            return Err(ProcessError::Invalid(
+                "an explicit decision surrogate and a configured decision planner are mutually exclusive"
+                    .into(),
+            ));
+        }
+        let observation = match &pre.observation_ref {
+            None => None,
+            Some(reference) => {
+                let Some(normalizer) = &self.normalizer else {
+                    return Err(ProcessError::Unsupported(
+                        "event requires a typed observation normalizer".into(),
+                    ));
+                };
+                Some(normalizer.normalize(reference).map_err(|_| {
+                    ProcessError::Invalid("typed observation normalization failed".into())
+                })?)
+            }
+        };
+        let event = &pre.reducer_event;
+        let decision = match (decision, &self.planner) {
+            (Some(d), _) => Some(d),
+            (None, Some(planner)) if event.kind.is_planning() => {
+                let context = PlanningContext {
+                    planner_version: event.planner_version.as_deref().unwrap_or_default(),
+                    catalog_snapshot_digest: event
+                        .catalog_snapshot_digest
+                        .as_deref()
+                        .unwrap_or_default(),
+                };
+                Some(
+                    planner
+                        .plan(observation.as_ref(), state, &context)
+                        .map_err(|_| {
+                            ProcessError::Invalid("typed decision planning failed".into())
+                        })?,
+                )
+            }
+            (None, _) => None,
+        };
+        ReplayInput::assemble(pre, observation, decision, &self.normalizer_version)
+            .map_err(replay_refusal)
+    }
+
+    /// The trusted-clock assertions of engine-core §8.2 step 6. The clock is not asked when the
+    /// event depends on no expiry.
+    fn assert_clock(&self, a: &Authorities) -> Result<(), ProcessError> {
+        if a.decision_expires.is_none()
+            && a.consent_expires.is_none()
+            && a.install_expires.is_none()
+            && a.activation_expires.is_none()
+        {
+            return Ok(());
+        }
+        let now = self
+            .clock
+            .now()
+            .map_err(|e| ProcessError::Clock(format!("trusted UTC clock is unavailable: {e}")))?;
+        let fail = |message: &str| Err(ProcessError::Clock(message.to_owned()));
+        if a.decision_expires.is_some_and(|t| now >= t) {
+            return fail("install decision has expired according to trusted clock");
+        }
+        if a.consent_expires.is_some_and(|t| now < t) {
+            return fail("install consent has not expired according to trusted clock");
+        }
+        if a.install_expires.is_some_and(|t| now < t) {
+            return fail("install action has not expired according to trusted clock");
+        }
+        if a.activation_expires.is_some_and(|t| now < t) {
+            return fail("activation action has not expired according to trusted clock");
+        }
+        Ok(())
+    }
+
+    // ----- audit -----
+
+    /// Replays a scope's stream from revision 1 and reports the first divergence: every stored
+    /// transition and state digest is recomputed by the reducer, and the final state must be the
+    /// projected head (reference engine-core §6.7).
+    pub fn replay_audit(&self, scope: &ScopeRef) -> Result<AuditReport, AuditError> {
+        let stream = engine_stream(scope).map_err(|e| AuditError::Scope(e.to_string()))?;
+        let (mut report, last) = audit_stream_inner(&self.journal, &stream, self.reduce)?;
+        if report.divergence.is_some() {
+            return Ok(report);
+        }
+        let head = self.head(&stream)?;
+        report.divergence = match (head, last) {
+            (None, None) => None,
+            (Some(h), None) => Some(Divergence {
+                stream,
+                revision: h.revision,
+                component: AuditComponent::Projection,
+                detail: "a projected head exists for a stream without records".into(),
+            }),
+            (None, Some(l)) => Some(Divergence {
+                stream,
+                revision: l.revision,
+                component: AuditComponent::Head,
+                detail: "the stream has records but no projected head".into(),
+            }),
+            (Some(h), Some(l)) => {
+                let same = h.revision == l.revision
+                    && Digest::from_bytes(h.head_record_digest) == l.digest
+                    && h.state == l.state
+                    && parse_sha(&l.state.digest()) == Some(h.state_digest);
+                (!same).then(|| Divergence {
+                    stream,
+                    revision: l.revision,
+                    component: AuditComponent::Head,
+                    detail: format!(
+                        "the projected head at revision {} differs from the replayed head",
+                        h.revision
+                    ),
+                })
+            }
+        };
+        Ok(report)
+    }
+
+    // ----- benefit audit -----
+
+    /// Stores one planning run's full benefit result under its `result_digest` and returns the
+    /// digest; storing identical bytes again is a no-op (reference planner-and-install §3.9).
+    pub fn store_benefit_result(&self, result_json: &Json) -> Result<String, BenefitAuditError> {
+        let text = result_json.to_cja();
+        let digest = validate_result_text(&text).map_err(BenefitAuditError::Invalid)?;
+        let stream =
+            benefit_stream(&digest).map_err(|e| BenefitAuditError::Invalid(e.to_string()))?;
+        if let Some(entry) = self.benefit_entry(&digest)? {
+            return if entry.bytes == text.as_bytes() {
+                Ok(digest)
+            } else {
+                Err(BenefitAuditError::DigestCollision {
+                    result_digest: digest,
+                })
+            };
+        }
+        let now = self
+            .clock
+            .now()
+            .map_err(|e| BenefitAuditError::Clock(e.to_string()))?;
+        let append = StreamAppend::new(
+            stream,
+            ExpectedRevision::NoStream,
+            vec![NewRecord::new(
+                benefit_event_id(&digest),
+                BENEFIT_RESULT_KIND,
+                Timestamp(now.0),
+                text.clone().into_bytes(),
+            )],
+        );
+        match self.journal.append(append) {
+            Ok(_) => Ok(digest),
+            // Stored concurrently (or at another time): identical bytes are the same result.
+            Err(AppendError::WrongRevision { .. } | AppendError::Conflict { .. }) => {
+                match self.benefit_entry(&digest)? {
+                    Some(entry) if entry.bytes == text.as_bytes() => Ok(digest),
+                    _ => Err(BenefitAuditError::DigestCollision {
+                        result_digest: digest,
+                    }),
+                }
+            }
+            Err(AppendError::Hook {
+                code: Some(codes::BENEFIT_DIGEST_COLLISION),
+                ..
+            }) => Err(BenefitAuditError::DigestCollision {
+                result_digest: digest,
+            }),
+            Err(e) => Err(StoreError::from(e).into()),
+        }
+    }
+
+    /// Loads and re-validates a stored benefit result.
+    pub fn load_benefit_result(&self, result_digest: &str) -> Result<Json, BenefitAuditError> {
+        if !is_sha(result_digest) {
+            return Err(BenefitAuditError::Invalid(
+                "result_digest must be a lowercase SHA-256 digest".into(),
+            ));
+        }
+        let Some(entry) = self.benefit_entry(result_digest)? else {
+            return Err(BenefitAuditError::NotFound {
+                result_digest: result_digest.to_owned(),
+            });
+        };
+        let corrupt = |reason: &str| BenefitAuditError::Corrupt {
+            result_digest: result_digest.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if entry.byte_length != entry.bytes.len() as u64 {
+            return Err(corrupt("its byte length is invalid"));
+        }
+        if parse_sha(&crate::check::sha256_hex_bytes(&entry.bytes)) != Some(entry.content_digest) {
+            return Err(corrupt("its content digest is invalid"));
+        }
+        let text = std::str::from_utf8(&entry.bytes).map_err(|_| corrupt("it is not UTF-8"))?;
+        let digest = validate_result_text(text).map_err(|e| corrupt(&e))?;
+        if digest != result_digest {
+            return Err(corrupt("it is bound to the wrong digest"));
+        }
+        Json::parse(text).map_err(|_| corrupt("it is not valid JSON"))
+    }
+
+    fn benefit_entry(&self, digest: &str) -> Result<Option<BenefitResultEntry>, BenefitAuditError> {
+        let Some(key) = parse_sha(digest) else {
+            return Err(BenefitAuditError::Invalid(
+                "result_digest must be a lowercase SHA-256 digest".into(),
+            ));
+        };
+        self.journal
+            .projection_get(BENEFIT_RESULTS_TABLE, &key, |v| {
+                v.map(archive::from_bytes::<BenefitResultEntry>).transpose()
+            })
+            .map_err(StoreError::from)?
+            .map_err(|e| BenefitAuditError::Corrupt {
+                result_digest: digest.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+}
+
+/// Maps a replay-boundary refusal: an event the boundary cannot take is `Unsupported`, any other
+/// refusal `Invalid`; the message is the reference's.
+fn replay_refusal(e: ReplayError) -> ProcessError {
+    match e {
+        ReplayError::Unsupported(m) => ProcessError::Unsupported(m),
+        other => ProcessError::Invalid(other.message().to_owned()),
+    }
+}
+
+/// Maps a projection's refusal of an engine append to the engine's typed error.
+fn hook_refusal(
+    stream: StreamId,
+    revision: u64,
+    code: &'static str,
+    message: String,
+    kind: EventKind,
+) -> ProcessError {
+    if let Some((effect, refusal)) = EffectRefusal::from_code(code) {
+        return ProcessError::Effect {
+            effect,
+            refusal,
+            message,
+        };
+    }
+    let component = match code {
+        codes::ENGINE_RECORD_INVALID => AuditComponent::RecordBinding,
+        codes::ENGINE_REDUCER_REFUSED
+        | codes::ENGINE_REPLAY_DIVERGED
+        | codes::ENGINE_CHAIN_BROKEN
+        | codes::ENGINE_EVENT_DUPLICATE => AuditComponent::CommitResult,
+        _ => {
+            return StoreError::Corrupt(format!(
+                "a projection refused the {kind} engine record ({code}): {message}"
+            ))
+            .into();
+        }
+    };
+    Divergence {
+        stream,
+        revision,
+        component,
+        detail: message,
+    }
+    .into()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Authorities (engine-core §8.2 step 5)
+// ------------------------------------------------------------------------------------------------
+
+/// What the head state grants one event: expiries to assert with the trusted clock and the
+/// settlement guard its record must carry.
+#[derive(Debug, Default)]
+struct Authorities {
+    /// now < this (an install decision).
+    decision_expires: Option<UtcMicros>,
+    /// now ≥ this (a consent expiry).
+    consent_expires: Option<UtcMicros>,
+    /// now ≥ this (an unclaimed install expiry).
+    install_expires: Option<UtcMicros>,
+    /// now ≥ this (an unclaimed activation expiry).
+    activation_expires: Option<UtcMicros>,
+    guard: Option<SettlementGuard>,
+}
+
+fn authority<T>(message: &str) -> Result<T, ProcessError> {
+    Err(ProcessError::Authority(message.to_owned()))
+}
+
+fn expiry_of(action: &HostAction, message: &str) -> Result<UtcMicros, ProcessError> {
+    action
+        .expires_at
+        .as_deref()
+        .and_then(|t| UtcMicros::parse(t).ok())
+        .ok_or_else(|| ProcessError::Clock(message.to_owned()))
+}
+
+pub(crate) fn is_v3_install(action: &HostAction) -> bool {
+    action.kind == crate::model::ActionKind::InstallCapability
+        && action.payload.get_str("schema") == Some(crate::model::INSTALL_ACTION_PAYLOAD_SCHEMA_V3)
+}
+
+pub(crate) fn is_v3_activation(action: &HostAction) -> bool {
+    action.kind == crate::model::ActionKind::ActivateCapability
+        && action.payload.get_str("schema") == Some(crate::model::MATERIAL_ACTION_PAYLOAD_SCHEMA_V3)
+}
+
+/// True when the consent is exactly the one the payload names: scope and requested identity and
+/// policy (and, for an expiry, the install expiry).
+fn consent_matches(c: &PendingConsent, event: &EngineEvent, with_expiry: bool) -> bool {
+    let p = &event.payload;
+    let install = &c.install_action;
+    p.get_str("consent_id") == Some(c.consent_id.as_str())
+        && event.scope == install.scope
+        && p.get_str("requested_action_id") == Some(install.action_id.as_str())
+        && p.get_str("requested_action_kind") == Some(install.kind.as_str())
+        && p.get_str("requested_action_content_digest") == Some(install.content_digest().as_str())
+        && p.get("requested_action_precondition_revision")
+            == Some(&Json::from(install.precondition_revision))
+        && p.get_str("policy_snapshot_digest") == install.payload.get_str("policy_snapshot_digest")
+        && (!with_expiry || p.get_str("install_expires_at") == install.expires_at.as_deref())
+}
+
+/// True when a receipt's identity names exactly `action` (kind, content, precondition, scope).
+fn receipt_names_exactly(event: &EngineEvent, action: &HostAction) -> bool {
+    let p = &event.payload;
+    p.get_str("action_kind") == Some(action.kind.as_str())
+        && p.get_str("action_content_digest") == Some(action.content_digest().as_str())
+        && p.get("action_precondition_revision") == Some(&Json::from(action.precondition_revision))
+        && event.scope == action.scope
+}
+
+fn derive_authorities(
+    state: Option<&EngineState>,
+    event: &EngineEvent,
+    supplied: Option<&SettlementGuard>,
+) -> Result<Authorities, ProcessError> {
+    let mut a = Authorities::default();
+    let payload = &event.payload;
+    let consent = |with_expiry: bool| {
+        state.and_then(|s| {
+            s.pending_consents
+                .iter()
+                .find(|c| consent_matches(c, event, with_expiry))
+        })
+    };
+    match event.kind {
+        EventKind::UserDecision if payload.get("decision_basis").is_some() => {
+            if payload.get_str("decision_basis") == Some("preapproved-policy")
+                && payload.get_str("decision") != Some("granted")
+            {
+                return authority("preapproved install policy decisions may only grant");
+            }
+            let Some(c) = consent(false) else {
+                return authority("install decision does not match an exact pending consent");
+            };
+            a.decision_expires = Some(expiry_of(
+                &c.install_action,
+                "pending install decision has no valid expiry",
+            )?);
+        }
+        EventKind::InstallConsentExpired => {
+            let Some(c) = consent(true) else {
+                return authority("install consent expiry does not match an exact pending consent");
+            };
+            a.consent_expires = Some(expiry_of(
+                &c.install_action,
+                "pending install consent has no valid expiry",
+            )?);
+        }
+        _ => {}
+    }
+    let receipt_target = match (event.kind.is_receipt(), payload.get_str("action_id"), state) {
+        (true, Some(id), Some(s)) => s.pending_effect_by_action(id),
+        _ => None,
+    };
+    let mode = match event.kind {
+        EventKind::ActionApplied => GuardMode::Applied,
+        EventKind::ActionFailed => GuardMode::Failed,
+        _ => GuardMode::Expired,
+    };
+    let supplied_install = supplied.filter(|g| g.effect == GuardEffect::Install);
+    let supplied_activation = supplied.filter(|g| g.effect == GuardEffect::Activation);
+    // Install receipts.
+    let install =
+        receipt_target.filter(|p| p.effect == EffectKind::Install && is_v3_install(&p.action));
+    match (install, supplied_install) {
+        (None, Some(_)) => {
+            return authority("install execution outcome does not match a pending receipt");
+        }
+        (None, None) => {}
+        (Some(p), supplied) if mode == GuardMode::Expired => {
+            if supplied.is_some() {
+                return authority("expired install actions cannot use execution outcomes");
+            }
+            if !receipt_names_exactly(event, &p.action) {
+                return authority("install action expiry does not match exact pending authority");
+            }
+            a.install_expires = Some(expiry_of(
+                &p.action,
+                "pending install action has no valid expiry",
+            )?);
+            a.guard = Some(SettlementGuard {
+                effect: GuardEffect::Install,
+                action_id: p.action.action_id.clone(),
+                action_content_digest: p.action.content_digest(),
+                mode: GuardMode::Expired,
+                execution_outcome_digest: None,
+            });
+        }
+        (Some(p), None) => {
+            return Err(ProcessError::OutcomeRequired {
+                effect: GuardEffect::Install,
+                action_id: p.action.action_id.clone(),
+            });
+        }
+        (Some(p), Some(g)) => {
+            if g.action_id != p.action.action_id
+                || g.action_content_digest != p.action.content_digest()
+                || g.mode != mode
+                || g.execution_outcome_digest.is_none()
+            {
+                return authority("install receipt does not match its execution outcome");
+            }
+            a.guard = Some(g.clone());
+        }
+    }
+    // Activation receipts (activate and rollback-activate).
+    let activation = receipt_target.filter(|p| {
+        matches!(
+            p.effect,
+            EffectKind::Activate | EffectKind::RollbackActivate
+        ) && is_v3_activation(&p.action)
+    });
+    match (activation, supplied_activation) {
+        (None, Some(_)) => {
+            return authority("activation execution outcome does not match a pending receipt");
+        }
+        (None, None) => {}
+        (Some(p), supplied) if mode == GuardMode::Expired && p.effect == EffectKind::Activate => {
+            if supplied.is_some() {
+                return authority("expired activation actions cannot use execution outcomes");
+            }
+            if !receipt_names_exactly(event, &p.action) {
+                return authority(
+                    "activation action expiry does not match exact pending authority",
+                );
+            }
+            a.activation_expires = Some(expiry_of(
+                &p.action,
+                "pending activation action has no valid expiry",
+            )?);
+            a.guard = Some(SettlementGuard {
+                effect: GuardEffect::Activation,
+                action_id: p.action.action_id.clone(),
+                action_content_digest: p.action.content_digest(),
+                mode: GuardMode::Expired,
+                execution_outcome_digest: None,
+            });
+        }
+        (Some(p), None) => {
+            return Err(ProcessError::OutcomeRequired {
+                effect: GuardEffect::Activation,
+                action_id: p.action.action_id.clone(),
+            });
+        }
+        (Some(p), Some(g)) => {
+            if g.action_id != p.action.action_id
+                || g.action_content_digest != p.action.content_digest()
+                || g.mode != GuardMode::Applied
+                || mode != GuardMode::Applied
+                || g.execution_outcome_digest.is_none()
+            {
+                return authority("activation receipt does not match its execution outcome");
+            }
+            a.guard = Some(g.clone());
+        }
+    }
+    Ok(a)
+}
+
+// ------------------------------------------------------------------------------------------------
+// Audit
+// ------------------------------------------------------------------------------------------------
+
+/// The last replayed head of an audit.
+struct ReplayedHead {
+    revision: u64,
+    digest: Digest,
+    state: EngineState,
+}
+
+/// Replays a scope's engine stream from revision 1 with the engine's reducer, without using any
+/// projection (so no head comparison): usable on a journal the engine projections refuse to
+/// attach to, which is where a tampered or foreign record shows up.
+pub fn replay_audit_journal(
+    journal: &Journal,
+    scope: &ScopeRef,
+) -> Result<AuditReport, AuditError> {
+    let stream = engine_stream(scope).map_err(|e| AuditError::Scope(e.to_string()))?;
+    Ok(audit_stream(journal, &stream, crate::reducer::reduce)?)
+}
+
+/// [`replay_audit_journal`] with a given reducer.
+pub(crate) fn audit_stream(
+    journal: &Journal,
+    stream: &StreamId,
+    reduce: ReduceFn,
+) -> Result<AuditReport, StoreError> {
+    audit_stream_inner(journal, stream, reduce).map(|(report, _)| report)
+}
+
+fn audit_stream_inner(
+    journal: &Journal,
+    stream: &StreamId,
+    reduce: ReduceFn,
+) -> Result<(AuditReport, Option<ReplayedHead>), StoreError> {
+    let mut last: Option<ReplayedHead> = None;
+    let mut divergence = None;
+    let mut checked = 0;
+    journal.visit_stream(stream, 1, usize::MAX, |view| {
+        match audit_one(view, last.as_ref().map(|h| &h.state), reduce) {
+            Ok(state) => {
+                checked = view.revision;
+                last = Some(ReplayedHead {
+                    revision: view.revision,
+                    digest: view.digest,
+                    state,
+                });
+                ControlFlow::Continue(())
+            }
+            Err((component, detail)) => {
+                divergence = Some(Divergence {
+                    stream: *stream,
+                    revision: view.revision,
+                    component,
+                    detail,
+                });
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    let report = AuditReport {
+        stream: *stream,
+        revisions_checked: checked,
+        divergence,
+    };
+    Ok((report, last))
+}
+
+fn audit_one(
+    view: &RecordView<'_>,
+    prev: Option<&EngineState>,
+    reduce: ReduceFn,
+) -> Result<EngineState, (AuditComponent, String)> {
+    let decoded = decode_view(view).map_err(|e| (AuditComponent::RecordBinding, e.to_string()))?;
+    let (state, transition) =
+        reduce(prev, &decoded.replay).map_err(|e| (AuditComponent::Reducer, e.to_string()))?;
+    if state.revision != view.revision
+        || transition.event_id != view.event_id
+        || transition.to_revision != view.revision
+    {
+        return Err((
+            AuditComponent::ReducerOutput,
+            "the reducer's output names another revision or event".into(),
+        ));
+    }
+    if transition.to_json().to_cj() != decoded.record.transition_json {
+        return Err((
+            AuditComponent::Transition,
+            "the recomputed transition differs from the stored transition".into(),
+        ));
+    }
+    let digest = state.digest();
+    if digest != decoded.record.result_state_digest {
+        return Err((
+            AuditComponent::State,
+            format!(
+                "the recomputed state digest {digest} differs from the stored {}",
+                decoded.record.result_state_digest
+            ),
+        ));
+    }
+    Ok(state)
+}
