@@ -481,7 +481,13 @@ impl Engine {
                 "activation action is not exact pending journal authority".into(),
             ));
         };
-        let installed_at = self.install_lower_bound(&stream, &lineage)?;
+        // Material installed by ctx must come from one settled install (reference §7.6). Material
+        // loaded straight from the catalog has no install to wait for; the reference refuses it
+        // (its caveat 3), which would make every load capability impossible to activate.
+        let installed_at = match &lineage {
+            Some(lineage) => Some(self.install_lower_bound(&stream, lineage)?),
+            None => None,
+        };
         let authorization_digest = activation_authorization_digest(
             &action.content_digest(),
             &action.to_cj(),
@@ -495,7 +501,7 @@ impl Engine {
             action,
             &authorization_digest,
             execution_binding,
-            Some(installed_at),
+            installed_at,
         )
     }
 
@@ -1093,13 +1099,14 @@ fn install_is_pending_authority(
     exact_pending && capability_ok && plan_ok && policy_ok && action_ok
 }
 
-/// The checks of reference engine-core §8.6 against the head state; returns the installed
-/// material lineage of the capability when the action is the exact pending activation.
+/// The checks of reference engine-core §8.6 against the head state. When the action is the
+/// exact pending activation, returns the installed material lineage of the capability, or
+/// `Some(None)` for material of origin `catalog`.
 fn activation_pending_lineage(
     head: &EngineHead,
     action: &HostAction,
     host_descriptor_digest: &str,
-) -> Option<Json> {
+) -> Option<Option<Json>> {
     let state = &head.state;
     let action_json = action.to_cj();
     let mut pending = state
@@ -1145,9 +1152,13 @@ fn activation_pending_lineage(
     if !ok {
         return None;
     }
-    capability
-        .current_authorized_material
-        .get("installed_material_lineage")
-        .filter(|l| l.as_obj().is_some())
-        .cloned()
+    let material = &capability.current_authorized_material;
+    match material.get_str("origin") {
+        Some("catalog") => Some(None),
+        _ => material
+            .get("installed_material_lineage")
+            .filter(|l| l.as_obj().is_some())
+            .cloned()
+            .map(Some),
+    }
 }

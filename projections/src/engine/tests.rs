@@ -1501,3 +1501,41 @@ fn the_seed_lifecycle_settles_every_effect_once_and_every_projection_rebuilds_eq
     assert_eq!(engine.snapshot(&s.scope).unwrap().revision(), revision);
     check_all(&engine);
 }
+
+#[test]
+fn catalog_loaded_material_activates_without_an_install() {
+    // Deviation from the reference's caveat 3: a load row needs no install lower bound.
+    let mut f = fixture();
+    f.row = testkit::row(RowKind::Load, "skill", "loaded");
+    f.start();
+    f.plan();
+    let (row, cap) = (f.row.clone(), f.cap());
+    let e = f.s.desired("owner-1", std::slice::from_ref(&row), &[&cap]);
+    let t = f.commit(&e, None);
+    assert_eq!(t.actions[0].kind, ActionKind::ActivateCapability);
+    let activation = t.actions[0].clone();
+    let host = f.s.host_descriptor.clone();
+    f.engine
+        .authorize_activation(&activation, &f.binding(), &host)
+        .unwrap();
+    let observed = activation
+        .payload
+        .get("material_identity")
+        .and_then(|m| m.get_str("identity_digest"))
+        .unwrap()
+        .to_owned();
+    let guard = f
+        .engine
+        .record_activation_outcome(&activation, &f.binding(), &observed, &d("seen"))
+        .unwrap();
+    let status = f.engine.activation_execution_status(&activation).unwrap();
+    f.s.now = UtcMicros::parse(status.observed_at.as_deref().unwrap()).unwrap();
+    let receipt = f.s.applied(&activation);
+    f.engine
+        .process_activation_receipt(&receipt, &guard)
+        .unwrap();
+    let state = f.engine.snapshot(&f.s.scope).unwrap().into_state().unwrap();
+    assert!(state.capability(&cap).unwrap().is_active());
+    assert_eq!(count(&f.journal, INSTALL_CLAIMS_TABLE), 0);
+    check_all(&f.engine);
+}
