@@ -4,6 +4,7 @@
 //! production build.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod lifecycle;
 pub mod ops;
 
 use crate::check::{ONE_HOUR_MICROS, UtcMicros, sha256_hex};
