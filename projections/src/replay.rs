@@ -95,19 +95,19 @@ impl ReplayInput {
 // Replay validation (engine-core §6.2–§6.6), reducer v3 only.
 
 /// Deepest nesting a surrogate or ingress payload may have.
-pub const MAX_JSON_DEPTH: usize = 8;
+pub const JSON_MAX_DEPTH: usize = 8;
 /// Largest serialized surrogate.
-pub const MAX_SURROGATE_BYTES: usize = 16 * 1024;
+pub const SURROGATE_MAX_BYTES: usize = 16 * 1024;
 /// Largest replay input JSON.
-pub const MAX_REPLAY_BYTES: usize = 64 * 1024;
+pub const REPLAY_MAX_BYTES: usize = 64 * 1024;
 /// Largest ingress event (source JSON, and the payload size estimate).
-pub const MAX_INGRESS_BYTES: usize = 256 * 1024;
+pub const INGRESS_MAX_BYTES: usize = 256 * 1024;
 /// Largest single ingress string or key.
-pub const MAX_INGRESS_STRING_BYTES: usize = 64 * 1024;
+pub const INGRESS_STRING_MAX_BYTES: usize = 64 * 1024;
 /// Most items in one object or array.
-pub const MAX_COLLECTION_ITEMS: usize = 100;
+pub const COLLECTION_MAX_ITEMS: usize = 100;
 /// Most container items in one ingress payload.
-pub const MAX_INGRESS_TOTAL_ITEMS: usize = 500;
+pub const INGRESS_TOTAL_MAX_ITEMS: usize = 500;
 pub const OPAQUE_REF_SCHEMA: &str = "ctx.observation.opaque-ref";
 pub const CURRENT_WORK_SCHEMA: &str = "ctx.observation.current-work";
 /// The code every host failure is redacted to before it enters the journal.
@@ -281,14 +281,14 @@ const CURRENT_WORK_KEYS: [&str; 6] = [
 /// The surrogate freeze rules: depth ≤ 8, ≤ 100 items per container, every string value and
 /// every key an opaque token — so free text cannot enter the journal through a surrogate.
 fn check_frozen(value: &Json, depth: usize) -> Result<(), ReplayError> {
-    if depth > MAX_JSON_DEPTH {
+    if depth > JSON_MAX_DEPTH {
         return vfail("structured surrogate exceeds the maximum depth");
     }
     match value {
         Json::Null | Json::Bool(_) | Json::Int(_) | Json::Float(_) => Ok(()),
         Json::Str(s) => r_token_str(s, "structured surrogate string").map(|_| ()),
         Json::Obj(m) => {
-            if m.len() > MAX_COLLECTION_ITEMS {
+            if m.len() > COLLECTION_MAX_ITEMS {
                 return vfail("structured surrogate object exceeds its item limit");
             }
             for (k, v) in m {
@@ -298,7 +298,7 @@ fn check_frozen(value: &Json, depth: usize) -> Result<(), ReplayError> {
             Ok(())
         }
         Json::Arr(a) => {
-            if a.len() > MAX_COLLECTION_ITEMS {
+            if a.len() > COLLECTION_MAX_ITEMS {
                 return vfail("structured surrogate array exceeds its item limit");
             }
             a.iter().try_for_each(|v| check_frozen(v, depth + 1))
@@ -347,7 +347,7 @@ impl Surrogate {
                 "value_digest does not match the structured value".into(),
             ));
         }
-        if self.to_json().to_cj().len() > MAX_SURROGATE_BYTES {
+        if self.to_json().to_cj().len() > SURROGATE_MAX_BYTES {
             return vfail("structured surrogate exceeds its size limit");
         }
         Ok(())
@@ -453,28 +453,28 @@ fn check_retention(event: &EngineEvent) -> Result<(), ReplayError> {
 /// Bounds hostile raw payloads before they are serialized and hashed; returns the size estimate
 /// (scalars 16, strings their UTF-8 length, containers 2 plus contents).
 fn ingress_size(value: &Json, depth: usize, budget: &mut usize) -> Result<usize, ReplayError> {
-    if depth > MAX_JSON_DEPTH {
+    if depth > JSON_MAX_DEPTH {
         return vfail("ingress event exceeds the maximum depth");
     }
     match value {
         Json::Null | Json::Bool(_) | Json::Int(_) | Json::Float(_) => Ok(16),
         Json::Str(s) => {
-            if s.len() > MAX_INGRESS_STRING_BYTES {
+            if s.len() > INGRESS_STRING_MAX_BYTES {
                 return vfail("ingress event exceeds its size limit");
             }
             Ok(s.len())
         }
         Json::Obj(m) => {
-            if m.len() > MAX_COLLECTION_ITEMS {
+            if m.len() > COLLECTION_MAX_ITEMS {
                 return vfail("ingress object exceeds its item limit");
             }
             *budget += m.len();
-            if *budget > MAX_INGRESS_TOTAL_ITEMS {
+            if *budget > INGRESS_TOTAL_MAX_ITEMS {
                 return vfail("ingress event exceeds its total item limit");
             }
             let mut total = 2usize;
             for (k, v) in m {
-                if k.len() > MAX_INGRESS_STRING_BYTES {
+                if k.len() > INGRESS_STRING_MAX_BYTES {
                     return vfail("ingress event exceeds its per-string size limit");
                 }
                 total = total.saturating_add(k.len()).saturating_add(ingress_size(
@@ -482,24 +482,24 @@ fn ingress_size(value: &Json, depth: usize, budget: &mut usize) -> Result<usize,
                     depth + 1,
                     budget,
                 )?);
-                if total > MAX_INGRESS_BYTES {
+                if total > INGRESS_MAX_BYTES {
                     return vfail("ingress event exceeds its size limit");
                 }
             }
             Ok(total)
         }
         Json::Arr(a) => {
-            if a.len() > MAX_COLLECTION_ITEMS {
+            if a.len() > COLLECTION_MAX_ITEMS {
                 return vfail("ingress array exceeds its item limit");
             }
             *budget += a.len();
-            if *budget > MAX_INGRESS_TOTAL_ITEMS {
+            if *budget > INGRESS_TOTAL_MAX_ITEMS {
                 return vfail("ingress event exceeds its total item limit");
             }
             let mut total = 2usize;
             for v in a {
                 total = total.saturating_add(ingress_size(v, depth + 1, budget)?);
-                if total > MAX_INGRESS_BYTES {
+                if total > INGRESS_MAX_BYTES {
                     return vfail("ingress event exceeds its size limit");
                 }
             }
@@ -920,7 +920,7 @@ pub fn preflight(event: &EngineEvent) -> Result<Preflight, ReplayError> {
         return vfail("sanitized reducer event violates the protocol");
     }
     let source_json = source.to_json().to_cj();
-    if source_json.len() > MAX_INGRESS_BYTES {
+    if source_json.len() > INGRESS_MAX_BYTES {
         return vfail("ingress event exceeds its size limit");
     }
     Ok(Preflight {
@@ -1018,7 +1018,7 @@ impl ReplayInput {
     /// Decodes the replay JSON text of an engine record, which must be byte-identical to its
     /// canonical encoding.
     pub fn from_canonical_text(text: &str) -> Result<ReplayInput, ReplayError> {
-        if text.len() > MAX_REPLAY_BYTES {
+        if text.len() > REPLAY_MAX_BYTES {
             return vfail("replay JSON exceeds its size limit");
         }
         let decoded = match Json::parse(text) {
@@ -1070,7 +1070,7 @@ impl ReplayInput {
                 return vfail("decision schema and reducer version are not compatible");
             }
         }
-        if self.to_cj().len() > MAX_REPLAY_BYTES {
+        if self.to_cj().len() > REPLAY_MAX_BYTES {
             return vfail("replay input exceeds its size limit");
         }
         Ok(())
