@@ -12,7 +12,7 @@ use crate::check::{
     INSTALLABLE_KINDS, cj_digest, cja_digest, is_capability_identity, is_safe_token, is_sha,
 };
 use crate::json::{Json, JsonMap};
-use crate::model::{HostAction, ProtocolError, has_exact_keys, perr};
+use crate::model::{HostAction, ProtocolError, exact_keys, has_exact_keys, perr};
 
 pub const MATERIAL_IDENTITY_SCHEMA: &str = "ctx.material-identity-v2";
 pub const CATALOG_IDENTITY_SCHEMA: &str = "ctx.catalog-capability-identity-v1";
@@ -160,27 +160,7 @@ fn install_doc<'a>(
     keys: &[&str],
     name: &str,
 ) -> Result<&'a JsonMap, ProtocolError> {
-    let Some(m) = value.as_obj() else {
-        return perr(format!("{name} must be an object"));
-    };
-    let unknown: Vec<&str> = m
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !keys.contains(k))
-        .collect();
-    if !unknown.is_empty() {
-        return perr(format!("{name} has unknown fields: {}", unknown.join(", ")));
-    }
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !m.contains_key(*k))
-        .collect();
-    missing.sort_unstable();
-    if !missing.is_empty() {
-        return perr(format!("{name} is missing fields: {}", missing.join(", ")));
-    }
-    Ok(m)
+    exact_keys(value, keys).map_err(|f| ProtocolError::new(f.sentence(name, "an object", "fields")))
 }
 
 fn text<'a>(m: &'a JsonMap, key: &str) -> Option<&'a str> {

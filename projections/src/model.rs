@@ -62,6 +62,51 @@ pub(crate) fn unknown_keys<'a>(m: &'a JsonMap, allowed: &[&str]) -> Vec<&'a str>
         .collect()
 }
 
+/// What is wrong with an object's key set: unknown keys (sorted) are reported before missing
+/// ones (sorted). Every document decoder uses this one check and words its own sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyFault {
+    NotObject,
+    Unknown(Vec<String>),
+    Missing(Vec<String>),
+}
+
+impl KeyFault {
+    /// `"{name} has unknown {fields}: a, b"` / `"{name} is missing {fields}: a, b"` /
+    /// `"{name} must be {object}"`.
+    pub(crate) fn sentence(&self, name: &str, object: &str, fields: &str) -> String {
+        match self {
+            KeyFault::NotObject => format!("{name} must be {object}"),
+            KeyFault::Unknown(k) => format!("{name} has unknown {fields}: {}", k.join(", ")),
+            KeyFault::Missing(k) => format!("{name} is missing {fields}: {}", k.join(", ")),
+        }
+    }
+}
+
+/// Requires `value` to be an object whose key set is exactly `keys`.
+pub(crate) fn exact_keys<'a>(value: &'a Json, keys: &[&str]) -> Result<&'a JsonMap, KeyFault> {
+    let Some(m) = value.as_obj() else {
+        return Err(KeyFault::NotObject);
+    };
+    let unknown: Vec<String> = unknown_keys(m, keys)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if !unknown.is_empty() {
+        return Err(KeyFault::Unknown(unknown));
+    }
+    let mut missing: Vec<String> = keys
+        .iter()
+        .filter(|k| !m.contains_key(**k))
+        .map(|k| (*k).to_owned())
+        .collect();
+    missing.sort_unstable();
+    if !missing.is_empty() {
+        return Err(KeyFault::Missing(missing));
+    }
+    Ok(m)
+}
+
 /// True when the key set of `m` is exactly `keys`.
 pub(crate) fn has_exact_keys(m: &JsonMap, keys: &[&str]) -> bool {
     m.len() == keys.len() && keys.iter().all(|k| m.contains_key(*k))

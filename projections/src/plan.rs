@@ -14,7 +14,7 @@ use crate::identity::{
     validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
 };
 use crate::json::{Json, JsonMap};
-use crate::model::{ACTIVE_CAPABILITIES_MAX, ProtocolError, perr};
+use crate::model::{ACTIVE_CAPABILITIES_MAX, ProtocolError, exact_keys, perr};
 use crate::replay::{
     ReplayError, r_bounded, r_digest, r_exact, r_sequence, r_token, r_token_array, vfail,
 };
@@ -109,33 +109,8 @@ fn exact_fields<'a>(
     keys: &[&str],
     name: &str,
 ) -> Result<&'a JsonMap, ProtocolError> {
-    let Some(m) = value.as_obj() else {
-        return perr(format!("{name} must be a JSON object"));
-    };
-    let unknown: Vec<&str> = m
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !keys.contains(k))
-        .collect();
-    if !unknown.is_empty() {
-        return perr(format!(
-            "{name} has unknown field(s): {}",
-            unknown.join(", ")
-        ));
-    }
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !m.contains_key(*k))
-        .collect();
-    missing.sort_unstable();
-    if !missing.is_empty() {
-        return perr(format!(
-            "{name} is missing field(s): {}",
-            missing.join(", ")
-        ));
-    }
-    Ok(m)
+    exact_keys(value, keys)
+        .map_err(|f| ProtocolError::new(f.sentence(name, "a JSON object", "field(s)")))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use crate::json::{Json, JsonError, JsonMap};
-use crate::model::{HostAction, ScopeRef};
+use crate::model::{HostAction, ScopeRef, exact_keys};
 
 pub const STATE_SCHEMA_V3: &str = "ctx.engine-state-v3";
 
@@ -148,33 +148,8 @@ pub(crate) fn exact_fields<'a>(
     fields: &[&str],
     object: &str,
 ) -> Result<&'a JsonMap, StateError> {
-    let Some(m) = v.as_obj() else {
-        return serr(format!("{object} must be a JSON object"));
-    };
-    let unknown: Vec<&str> = m
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !fields.contains(k))
-        .collect();
-    if !unknown.is_empty() {
-        return serr(format!(
-            "{object} has unknown field(s): {}",
-            unknown.join(", ")
-        ));
-    }
-    let mut missing: Vec<&str> = fields
-        .iter()
-        .copied()
-        .filter(|k| !m.contains_key(*k))
-        .collect();
-    if !missing.is_empty() {
-        missing.sort_unstable();
-        return serr(format!(
-            "{object} is missing field(s): {}",
-            missing.join(", ")
-        ));
-    }
-    Ok(m)
+    exact_keys(v, fields)
+        .map_err(|f| StateError::new(f.sentence(object, "a JSON object", "field(s)")))
 }
 
 /// Member `key` of a mapping already checked by [`exact_fields`]; `Null` stands in for the absent

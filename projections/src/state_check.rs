@@ -19,23 +19,6 @@ use crate::state::{
     serr,
 };
 
-/// The 13 keys of a schema-v3 plan row.
-const PLAN_ROW_KEYS: [&str; 13] = [
-    "actionability",
-    "authority",
-    "benefit",
-    "capability_id",
-    "catalog_entry_digest",
-    "catalog_identity",
-    "install_descriptor_digest",
-    "install_plan_digest",
-    "kind",
-    "matching_signals",
-    "name",
-    "normalized_score_ppm",
-    "reason_codes",
-];
-
 const BENEFIT_AUDIT_KEYS: [&str; 9] = [
     "calibration_digest",
     "candidate_pool_count",
@@ -99,7 +82,11 @@ fn authority_type(row: &Json) -> Option<&str> {
 /// The structural shape of a schema-v3 plan row: exact row, benefit and authority key sets. The
 /// values inside are the plan leaf validator's business.
 fn check_plan_row(row: &Json) -> Result<(), StateError> {
-    let m = exact_fields(row, &PLAN_ROW_KEYS, "schema-v3 plan capability")?;
+    let m = exact_fields(
+        row,
+        &crate::plan::PLAN_ROW_V3_KEYS,
+        "schema-v3 plan capability",
+    )?;
     exact_fields(
         m.get("benefit").unwrap_or(&Json::Null),
         &["individual_net_benefit_u", "marginal_net_benefit_u", "tier"],
