@@ -40,8 +40,8 @@ pub use replay::{
     COLLECTION_MAX_ITEMS, CURRENT_WORK_SCHEMA, INGRESS_MAX_BYTES, INGRESS_STRING_MAX_BYTES,
     INGRESS_TOTAL_MAX_ITEMS, JSON_MAX_DEPTH, NORMALIZER_VERSION_DEFAULT, OPAQUE_REF_SCHEMA,
     ObservationRef, Preflight, REDACTED_HOST_FAILURE, REDUCER_V3, REPLAY_MAX_BYTES, REPLAY_SCHEMA,
-    REPLAY_SCHEMA_VERSION, ReplayError, ReplayInput, SURROGATE_MAX_BYTES, Surrogate,
-    SurrogateRole, preflight, validate_surrogate,
+    REPLAY_SCHEMA_VERSION, ReplayError, ReplayInput, SURROGATE_MAX_BYTES, Surrogate, SurrogateRole,
+    preflight, validate_surrogate,
 };
 pub use state::{
     Activation, CapabilityState, CommittedPlan, EffectKind, EngineState, Evidence, Exposure,

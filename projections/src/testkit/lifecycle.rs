@@ -5,12 +5,12 @@
 use std::collections::BTreeSet;
 
 use crate::check::UtcMicros;
-use crate::engine::{
-    Engine, InstallOutcome, ManualClock, ObservationNormalizer, SeamError,
-};
+use crate::engine::{Engine, InstallOutcome, ManualClock, ObservationNormalizer, SeamError};
 use crate::identity::InstallExecutionBinding;
 use crate::json::Json;
-use crate::model::{ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID};
+use crate::model::{
+    ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID,
+};
 use crate::replay::{ObservationRef, Surrogate};
 
 use super::{RowKind, Session, decision, digest, row};
@@ -146,7 +146,11 @@ pub fn run_lifecycle(engine: &Engine, clock: &ManualClock, s: &mut Session) -> u
     let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     let e = d.s.desired("owner-1", &rows, &id_refs);
     let request = d.commit(&e, None);
-    assert_eq!(request[0].kind, ActionKind::RequestConsent, "consent comes first");
+    assert_eq!(
+        request[0].kind,
+        ActionKind::RequestConsent,
+        "consent comes first"
+    );
     let state = d
         .engine
         .snapshot(&d.s.scope)
@@ -175,7 +179,14 @@ pub fn run_lifecycle(engine: &Engine, clock: &ManualClock, s: &mut Session) -> u
         .to_owned();
     let (catalog, policy) = (d.s.catalog.clone(), d.s.policy.clone());
     d.engine
-        .authorize_install(&install, &install_row, &descriptor, &catalog, &policy, &binding())
+        .authorize_install(
+            &install,
+            &install_row,
+            &descriptor,
+            &catalog,
+            &policy,
+            &binding(),
+        )
         .expect("the install claim succeeds");
     let guard = d
         .engine
@@ -209,7 +220,10 @@ pub fn run_lifecycle(engine: &Engine, clock: &ManualClock, s: &mut Session) -> u
             rows.iter()
                 .map(|r| {
                     Json::object([
-                        ("capability_id", r.get("capability_id").cloned().unwrap_or(Json::Null)),
+                        (
+                            "capability_id",
+                            r.get("capability_id").cloned().unwrap_or(Json::Null),
+                        ),
                         (
                             "source_digest",
                             r.get("catalog_entry_digest").cloned().unwrap_or(Json::Null),
@@ -227,7 +241,10 @@ pub fn run_lifecycle(engine: &Engine, clock: &ManualClock, s: &mut Session) -> u
     let mut next = d.commit(&e, None);
     let mut seen = BTreeSet::new();
     while let Some(deactivate) = next.first().cloned() {
-        assert!(seen.insert(deactivate.action_id.clone()), "each deactivation once");
+        assert!(
+            seen.insert(deactivate.action_id.clone()),
+            "each deactivation once"
+        );
         next = d.receipt(&deactivate);
     }
     let _ = d.clock;
