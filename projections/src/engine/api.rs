@@ -1,7 +1,7 @@
 //! The engine coordinator (reference engine-core §8): processes events into engine records,
 //! answers snapshots and replay audits, and keeps the benefit audit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -230,8 +230,8 @@ type StreamLocks = HashMap<(PathBuf, StreamId), Weak<Mutex<()>>>;
 static STREAM_LOCKS: LazyLock<Mutex<StreamLocks>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The guarded data is either `()` or a set that is only inserted into; a panic elsewhere
-    // cannot leave it inconsistent.
+    // The guarded data is either `()` or the lock map, which changes only by whole inserts and
+    // prunes; a panic elsewhere cannot leave it inconsistent.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -244,10 +244,6 @@ pub struct Engine {
     normalizer_version: String,
     planner: Option<Arc<dyn DecisionPlanner>>,
     pub(crate) reduce: ReduceFn,
-    /// The process that opened the engine; outcome authority never crosses into another.
-    pub(crate) pid: u32,
-    /// Effect keys this handle claimed: only it may record their outcomes.
-    pub(crate) claims_made: Mutex<HashSet<(GuardEffect, Vec<u8>)>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -291,8 +287,6 @@ impl Engine {
             normalizer_version: options.normalizer_version,
             planner: options.planner,
             reduce: crate::reducer::reduce,
-            pid: std::process::id(),
-            claims_made: Mutex::new(HashSet::new()),
         })
     }
 
@@ -984,9 +978,11 @@ fn derive_authorities(
             });
         }
         (Some(p), Some(g)) => {
+            // ActionApplied settles an applied outcome; ActionFailed a failed or an
+            // indeterminate one (which settles as failed).
             if g.action_id != p.action.action_id
                 || g.action_content_digest != p.action.content_digest()
-                || g.mode != mode
+                || g.mode.receipt_kind() != event.kind
                 || g.execution_outcome_digest.is_none()
             {
                 return authority("install receipt does not match its execution outcome");

@@ -57,8 +57,14 @@ const PLAN_ROW_KEYS_V3: [&str; 13] = [
 /// The outcome a driver observed for an install.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstallOutcome {
+    /// The authorized material is installed (observed material required).
     Applied,
+    /// The install did not happen (verified material absence: no observed material).
     Failed,
+    /// The effect cannot be verified: the claiming process died mid-effect, or the driver
+    /// reports it cannot tell. No observed material. It is reported as indeterminate until an
+    /// `ActionFailed` receipt settles it as a failed install.
+    Indeterminate,
 }
 
 impl InstallOutcome {
@@ -66,6 +72,17 @@ impl InstallOutcome {
         match self {
             InstallOutcome::Applied => GuardMode::Applied,
             InstallOutcome::Failed => GuardMode::Failed,
+            InstallOutcome::Indeterminate => GuardMode::Indeterminate,
+        }
+    }
+
+    /// The outcome a recorded mode stands for; `None` for `expired`, which is no outcome.
+    fn of_mode(mode: GuardMode) -> Option<InstallOutcome> {
+        match mode {
+            GuardMode::Applied => Some(InstallOutcome::Applied),
+            GuardMode::Failed => Some(InstallOutcome::Failed),
+            GuardMode::Indeterminate => Some(InstallOutcome::Indeterminate),
+            GuardMode::Expired => None,
         }
     }
 
@@ -89,11 +106,11 @@ impl InstallGuard {
         &self.0.action_content_digest
     }
 
+    /// The recorded outcome this guard settles. A guard is only made from a recorded outcome,
+    /// whose validation refuses the mode `expired`; were it ever one, `failed` is the
+    /// conservative answer (nothing is claimed installed).
     pub fn outcome(&self) -> InstallOutcome {
-        match self.0.mode {
-            GuardMode::Failed => InstallOutcome::Failed,
-            _ => InstallOutcome::Applied,
-        }
+        InstallOutcome::of_mode(self.0.mode).unwrap_or(InstallOutcome::Failed)
     }
 
     pub fn execution_outcome_digest(&self) -> &str {
@@ -204,23 +221,6 @@ impl Engine {
             .map_err(StoreError::from)?
     }
 
-    fn remember_claim(&self, effect: GuardEffect, key: Vec<u8>) {
-        self.claims_made
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((effect, key));
-    }
-
-    /// True when this handle, in this process, made the claim.
-    fn made_claim(&self, effect: GuardEffect, key: &[u8]) -> bool {
-        self.pid == std::process::id()
-            && self
-                .claims_made
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .contains(&(effect, key.to_vec()))
-    }
-
     fn now_for_claim(&self) -> Result<UtcMicros, String> {
         self.clock
             .now()
@@ -232,7 +232,16 @@ impl Engine {
     // ------------------------------------------------------------------------------------------
 
     /// Claims a pending schema-v3 install for execution (reference engine-core §8.5 then §7.5
-    /// step 1). On success the durable claim exists and this handle may record its outcome.
+    /// step 1). On success the durable claim exists.
+    ///
+    /// **The caller's contract (physical at-most-once).** Run the physical driver only right
+    /// after *this* call returned `Ok`, in the process that made it, and at most once. Never run
+    /// it for a claim that already exists (`AlreadyClaimed`): that claim's driver may have run,
+    /// or may be running, in a process that since died. Such a claim is recovered by recording
+    /// an outcome without driving anything: the outcome a verifier observed on the host, or
+    /// [`InstallOutcome::Indeterminate`], which then settles as failed. The engine cannot enforce
+    /// this itself, because after a crash the claim's outcome must be recordable by any handle of
+    /// any process (reference engine-core §7.5, crash matrix "after claim").
     pub fn authorize_install(
         &self,
         action: &HostAction,
@@ -314,9 +323,14 @@ impl Engine {
         )
     }
 
-    /// Records what the driver observed for a claimed install (reference engine-core §8.5
-    /// `_record_install_outcome`, §7.5 step 3). Idempotent for an identical outcome. Only the
-    /// engine handle that made the claim, in the process that made it, may record it.
+    /// Records what the driver (or, after a crash, a verifier) observed for a claimed install
+    /// (reference engine-core §8.5 `_record_install_outcome`, §7.5 step 3). Idempotent for an
+    /// identical outcome; a different outcome is a `Conflict`.
+    ///
+    /// Any handle of any process may record the outcome while none exists: this is the
+    /// reference's re-issuable permit, and the journal's `Exact(1)` append on the action's effect
+    /// stream keeps it to one outcome per claim. [`InstallOutcome::Indeterminate`] is the outcome
+    /// of a claim whose effect cannot be verified.
     pub fn record_install_outcome(
         &self,
         action: &HostAction,
@@ -329,9 +343,6 @@ impl Engine {
         let stream =
             engine_stream(&action.scope).map_err(|e| OutcomeError::Invalid(e.to_string()))?;
         let key = effect_key(&stream, &action.action_id);
-        if !self.made_claim(effect, &key) {
-            return Err(OutcomeError::ProcessBoundary { effect });
-        }
         let invalid = |m: &str| Err(OutcomeError::Invalid(m.to_owned()));
         if !is_sha(verification_digest) {
             return invalid("verification digest must be an exact SHA-256 digest");
@@ -353,6 +364,9 @@ impl Engine {
             }
             (InstallOutcome::Failed, Some(_)) => {
                 return invalid("failed outcome requires verified material absence");
+            }
+            (InstallOutcome::Indeterminate, Some(_)) => {
+                return invalid("indeterminate outcome cannot carry an observed material identity");
             }
             _ => {}
         }
@@ -394,17 +408,16 @@ impl Engine {
             outcome_recorded: outcome.is_some(),
             settled: s.settlement.is_some(),
             execution_binding_digest: s.claim.map(|c| c.execution_binding_digest),
-            outcome: outcome.map(|o| match o.outcome {
-                GuardMode::Failed => InstallOutcome::Failed,
-                _ => InstallOutcome::Applied,
-            }),
+            outcome: outcome.and_then(|o| InstallOutcome::of_mode(o.outcome)),
             outcome_digest: outcome.map(|o| o.outcome_digest.clone()),
             observed_at: outcome.map(|o| o.observed_at.clone()),
         })
     }
 
     /// Commits the host's receipt for a claimed install with the guard of its recorded outcome;
-    /// the settlement is written in the receipt's transaction (reference engine-core §8.3).
+    /// the settlement is written in the receipt's transaction (reference engine-core §8.3). An
+    /// applied outcome settles by `ActionApplied`; a failed or indeterminate one by
+    /// `ActionFailed` (an indeterminate outcome settles as failed).
     pub fn process_install_receipt(
         &self,
         event: &EngineEvent,
@@ -419,12 +432,13 @@ impl Engine {
                 "install receipt requires a verified execution outcome".into(),
             ));
         }
-        let kind_matches = matches!(
-            (g.mode, event.kind),
-            (GuardMode::Applied, EventKind::ActionApplied)
-                | (GuardMode::Failed, EventKind::ActionFailed)
-        );
-        if !kind_matches
+        if g.mode == GuardMode::Indeterminate && event.kind == EventKind::ActionApplied {
+            return Err(ProcessError::Authority(format!(
+                "install action '{}' has an indeterminate outcome and settles only as failed",
+                g.action_id
+            )));
+        }
+        if event.kind != g.mode.receipt_kind()
             || event.payload.get_str("action_id") != Some(g.action_id.as_str())
             || event.payload.get_str("action_content_digest")
                 != Some(g.action_content_digest.as_str())
@@ -506,8 +520,10 @@ impl Engine {
     }
 
     /// Records the verifier's observation of a claimed activation (reference engine-core §8.6,
-    /// §7.6). Only an applied outcome exists. The host must then submit its `ActionApplied` with
-    /// `occurred_at` equal to the returned status's `observed_at`.
+    /// §7.6). Only an applied outcome exists. Any handle of any process may record it while none
+    /// exists and before the claim's expiry (the effect stream's `Exact(1)` keeps it to one). The
+    /// host must then submit its `ActionApplied` with `occurred_at` equal to the returned
+    /// status's `observed_at`.
     pub fn record_activation_outcome(
         &self,
         action: &HostAction,
@@ -524,9 +540,6 @@ impl Engine {
         let stream =
             engine_stream(&action.scope).map_err(|e| OutcomeError::Invalid(e.to_string()))?;
         let key = effect_key(&stream, &action.action_id);
-        if !self.made_claim(effect, &key) {
-            return Err(OutcomeError::ProcessBoundary { effect });
-        }
         for (name, value) in [
             ("verification_digest", verification_digest),
             (
@@ -754,10 +767,7 @@ impl Engine {
             action_id: action.action_id.clone(),
         };
         match self.journal.append(append) {
-            Ok(outcome) if !outcome.replayed => {
-                self.remember_claim(effect, key);
-                Ok(())
-            }
+            Ok(outcome) if !outcome.replayed => Ok(()),
             // The journal already holds a claim for this action: the claim was made before.
             Ok(_) | Err(AppendError::WrongRevision { .. } | AppendError::Conflict { .. }) => {
                 Err(already())

@@ -17,7 +17,7 @@ use crate::archive;
 use crate::check::{UtcMicros, cj_digest, is_canonical_timestamp, is_sha, is_token};
 use crate::framework::Projection;
 use crate::json::Json;
-use crate::model::{ActionKind, EngineEvent, EventKind, HostAction};
+use crate::model::{ActionKind, EngineEvent, HostAction};
 use crate::replay::ReplayInput;
 
 use super::codes::{self, EffectRefusal};
@@ -315,9 +315,9 @@ pub struct OutcomeRecord {
     pub action_content_digest: String,
     pub claim_digest: String,
     pub execution_binding_digest: String,
-    /// `applied` or `failed` (install); always `applied` (activation).
+    /// `applied`, `failed` or `indeterminate` (install); always `applied` (activation).
     pub outcome: GuardMode,
-    /// Present exactly when applied.
+    /// Present exactly when applied: failed and indeterminate outcomes observed no material.
     pub observed_material_identity_digest: Option<String>,
     pub verification_digest: String,
     /// Trusted time of the observation, canonical UTC; never before the claim.
@@ -386,7 +386,11 @@ impl OutcomeRecord {
             (GuardEffect::Install, GuardMode::Failed, Some(_)) => {
                 return bad("failed outcome requires verified material absence");
             }
-            _ => return bad("an outcome is applied or (install only) failed"),
+            (GuardEffect::Install, GuardMode::Indeterminate, None) => {}
+            (GuardEffect::Install, GuardMode::Indeterminate, Some(_)) => {
+                return bad("indeterminate outcome cannot carry an observed material identity");
+            }
+            _ => return bad("an outcome is applied or (install only) failed or indeterminate"),
         }
         let observed_at = check_time("observed_at", &self.observed_at)?;
         if self.compute_digest(effect) != self.outcome_digest {
@@ -412,7 +416,11 @@ impl OutcomeRecord {
 pub struct SettlementEntry {
     pub action_content_digest: String,
     pub claim_digest: String,
+    /// The terminal outcome: `applied` or `failed` (never `indeterminate`: an indeterminate
+    /// outcome settles as failed).
     pub outcome: GuardMode,
+    /// True when the recorded outcome was `indeterminate` and this settlement made it `failed`.
+    pub from_indeterminate: bool,
     pub outcome_digest: String,
     pub receipt_event_id: String,
     pub receipt_event_content_digest: String,
@@ -423,6 +431,9 @@ pub struct SettlementEntry {
 
 impl SettlementEntry {
     /// H(CJ(...)) of reference engine-core §2.3: install binds the outcome, activation its digest.
+    /// An install settled from an indeterminate outcome also binds `from_indeterminate: true`; the
+    /// key is absent otherwise, so every settlement of an observed outcome keeps the reference's
+    /// digest.
     pub fn compute_digest(&self, effect: GuardEffect, stream_key: &str, action_id: &str) -> String {
         let mut fields = vec![
             (
@@ -443,7 +454,12 @@ impl SettlementEntry {
             ("stream_key", Json::str(stream_key)),
         ];
         match effect {
-            GuardEffect::Install => fields.push(("outcome", Json::str(self.outcome.as_str()))),
+            GuardEffect::Install => {
+                fields.push(("outcome", Json::str(self.outcome.as_str())));
+                if self.from_indeterminate {
+                    fields.push(("from_indeterminate", Json::Bool(true)));
+                }
+            }
             GuardEffect::Activation => {
                 fields.push(("outcome_digest", Json::str(&self.outcome_digest)));
             }
@@ -535,16 +551,12 @@ pub(crate) fn activation_material_digest(action: &HostAction) -> Option<&str> {
         .and_then(|m| m.get_str("identity_digest"))
 }
 
-/// True when `event` is the receipt `guard` settles: the receipt kind of its mode, naming the
-/// guard's action id, action kind and content digest.
+/// True when `event` is the receipt `guard` settles: the receipt kind of its mode (an
+/// indeterminate outcome's is `ActionFailed`), naming the guard's action id, action kind and
+/// content digest.
 fn receipt_names(event: &EngineEvent, guard: &SettlementGuard) -> bool {
-    let kind = match guard.mode {
-        GuardMode::Applied => EventKind::ActionApplied,
-        GuardMode::Failed => EventKind::ActionFailed,
-        GuardMode::Expired => EventKind::ActionExpired,
-    };
     let p = &event.payload;
-    event.kind == kind
+    event.kind == guard.mode.receipt_kind()
         && p.get_str("action_id") == Some(guard.action_id.as_str())
         && p.get_str("action_kind") == Some(action_kind_of(guard.effect).as_str())
         && p.get_str("action_content_digest") == Some(guard.action_content_digest.as_str())
@@ -891,10 +903,18 @@ impl EffectsProjection {
                 );
             }
         }
+        // An indeterminate outcome is reported as such until this receipt, which settles it as
+        // failed: the entry keeps both facts (DESIGN.md, "Exactly-once effects").
+        let from_indeterminate = outcome.outcome == GuardMode::Indeterminate;
         let mut entry = SettlementEntry {
             action_content_digest: claim.action_content_digest.clone(),
             claim_digest: claim.claim_digest.clone(),
-            outcome: outcome.outcome,
+            outcome: if from_indeterminate {
+                GuardMode::Failed
+            } else {
+                outcome.outcome
+            },
+            from_indeterminate,
             outcome_digest: outcome.outcome_digest.clone(),
             receipt_event_id: record.event_id.to_owned(),
             receipt_event_content_digest: engine_record.source_event_content_digest,
@@ -912,8 +932,9 @@ impl Projection for EffectsProjection {
         ENGINE_EFFECTS_PROJECTION
     }
 
+    /// 2: settlement entries carry `from_indeterminate` (indeterminate install outcomes).
     fn version(&self) -> u32 {
-        1
+        2
     }
 
     fn tables(&self) -> &'static [&'static str] {

@@ -215,10 +215,6 @@ fn claim_expired(effect: GuardEffect, action_id: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutcomeError {
-    /// Only the engine handle that made the claim, in the process that made it, may record its
-    /// outcome (the reference's one-use in-process permit).
-    #[error("{} outcome authority cannot cross a process boundary", effect.as_str())]
-    ProcessBoundary { effect: GuardEffect },
     #[error("{0}")]
     Invalid(String),
     /// No durable claim exists for the action.

@@ -10,7 +10,7 @@ use ctx_journal::{PAYLOAD_MAX_BYTES, RecordView, StreamId, Timestamp};
 use crate::archive::{self, ArchiveError};
 use crate::check::{UtcMicros, is_sha, is_token};
 use crate::json::Json;
-use crate::model::{ScopeRef, Transition};
+use crate::model::{EventKind, ScopeRef, Transition};
 use crate::replay::ReplayInput;
 
 /// Journal record kind of an engine record. The version suffix is the payload layout: a new
@@ -52,9 +52,12 @@ impl GuardEffect {
     }
 }
 
-/// How a receipt settles its action: with a recorded outcome (`applied`, `failed`), or by the
-/// action expiring before anyone claimed it (`expired`, which settles nothing and requires that
-/// no claim exists).
+/// How a receipt settles its action: with a recorded outcome (`applied`, `failed`,
+/// `indeterminate`), or by the action expiring before anyone claimed it (`expired`, which settles
+/// nothing and requires that no claim exists).
+///
+/// The archived value is the variant's position (`Applied` 0, `Failed` 1, `Expired` 2,
+/// `Indeterminate` 3): records are immutable, so a new mode is only ever appended.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
 )]
@@ -62,6 +65,9 @@ pub enum GuardMode {
     Applied,
     Failed,
     Expired,
+    /// Install only: the driver's effect could not be verified (its process died mid-effect, or
+    /// the driver cannot tell). Settled by an `ActionFailed` receipt, as a failed install.
+    Indeterminate,
 }
 
 impl GuardMode {
@@ -70,6 +76,17 @@ impl GuardMode {
             GuardMode::Applied => "applied",
             GuardMode::Failed => "failed",
             GuardMode::Expired => "expired",
+            GuardMode::Indeterminate => "indeterminate",
+        }
+    }
+
+    /// The receipt kind that settles (or, `Expired`, retires) an action with this mode: an
+    /// indeterminate outcome settles only as failed.
+    pub fn receipt_kind(self) -> EventKind {
+        match self {
+            GuardMode::Applied => EventKind::ActionApplied,
+            GuardMode::Failed | GuardMode::Indeterminate => EventKind::ActionFailed,
+            GuardMode::Expired => EventKind::ActionExpired,
         }
     }
 }
@@ -111,8 +128,13 @@ impl SettlementGuard {
                 ));
             }
         }
-        if self.effect == GuardEffect::Activation && self.mode == GuardMode::Failed {
-            return Err("an activation guard cannot settle a failed outcome".into());
+        if self.effect == GuardEffect::Activation
+            && matches!(self.mode, GuardMode::Failed | GuardMode::Indeterminate)
+        {
+            return Err(format!(
+                "an activation guard cannot settle a {} outcome",
+                self.mode.as_str()
+            ));
         }
         Ok(())
     }

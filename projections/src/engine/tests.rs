@@ -293,11 +293,23 @@ fn engine_records_round_trip_and_refuse_bad_fields_without_panicking() {
     let mut wrong = record.clone();
     wrong.settlement_guard.as_mut().unwrap().mode = GuardMode::Expired;
     assert!(field_refused(&wrong, "settlement_guard"));
-    let mut wrong = record.clone();
-    let guard = wrong.settlement_guard.as_mut().unwrap();
-    guard.effect = GuardEffect::Activation;
-    guard.mode = GuardMode::Failed;
-    assert!(field_refused(&wrong, "settlement_guard"));
+    for mode in [GuardMode::Failed, GuardMode::Indeterminate] {
+        let mut wrong = record.clone();
+        let guard = wrong.settlement_guard.as_mut().unwrap();
+        guard.effect = GuardEffect::Activation;
+        guard.mode = mode;
+        assert!(field_refused(&wrong, "settlement_guard"));
+    }
+    let mut indeterminate = record.clone();
+    indeterminate.settlement_guard.as_mut().unwrap().mode = GuardMode::Indeterminate;
+    let bytes_of = indeterminate.encode().unwrap();
+    assert_eq!(EngineRecord::decode(&bytes_of).unwrap(), indeterminate);
+    indeterminate
+        .settlement_guard
+        .as_mut()
+        .unwrap()
+        .execution_outcome_digest = None;
+    assert!(field_refused(&indeterminate, "settlement_guard"));
     // Every truncation and every single-byte corruption is a typed error or a valid record.
     for cut in 0..bytes.len() {
         let _ = EngineRecord::decode(&bytes[..cut]);
@@ -311,6 +323,25 @@ fn engine_records_round_trip_and_refuse_bad_fields_without_panicking() {
         EngineRecord::decode(&[]).unwrap_err(),
         RecordError::Archive(_)
     ));
+}
+
+#[test]
+fn guard_modes_archive_as_their_documented_byte_values() {
+    // spec/engine-store.md §2: records are immutable, so these values never change.
+    for (mode, byte) in [
+        (GuardMode::Applied, 0u8),
+        (GuardMode::Failed, 1),
+        (GuardMode::Expired, 2),
+        (GuardMode::Indeterminate, 3),
+    ] {
+        let bytes = crate::archive::to_bytes(&mode).unwrap();
+        assert_eq!(bytes.first(), Some(&byte), "{mode:?}");
+        assert_eq!(
+            crate::archive::from_bytes::<GuardMode>(&bytes).unwrap(),
+            mode
+        );
+    }
+    assert!(crate::archive::from_bytes::<GuardMode>(&[4]).is_err());
 }
 
 #[test]
@@ -793,7 +824,7 @@ fn the_install_protocol_claims_once_records_once_and_settles_once() {
 }
 
 #[test]
-fn outcomes_without_a_claim_or_from_another_handle_are_typed_errors() {
+fn outcomes_without_a_claim_or_with_wrong_material_or_binding_are_typed_errors() {
     let mut f = fixture();
     let install = f.pending_install();
     let err = f
@@ -801,31 +832,23 @@ fn outcomes_without_a_claim_or_from_another_handle_are_typed_errors() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            OutcomeError::ProcessBoundary {
-                effect: GuardEffect::Install
-            }
+            &err,
+            OutcomeError::ClaimRequired {
+                effect: GuardEffect::Install,
+                action_id
+            } if *action_id == install.action_id
         ),
         "{err}"
     );
     assert_eq!(
         err.to_string(),
-        "install outcome authority cannot cross a process boundary"
+        format!(
+            "install action '{}' has no durable execution claim",
+            install.action_id
+        )
     );
     f.authorize(&install).unwrap();
-    // A second handle on the same journal did not make the claim.
-    let other = Engine::open(f.journal.clone(), options(&f.clock)).unwrap();
     let material = f.material_digest();
-    let err = other
-        .record_install_outcome(
-            &install,
-            &f.binding(),
-            InstallOutcome::Applied,
-            Some(&material),
-            &d("verification"),
-        )
-        .unwrap_err();
-    assert!(matches!(err, OutcomeError::ProcessBoundary { .. }), "{err}");
     // Material and binding checks come before any write.
     let err = f
         .engine
@@ -855,6 +878,21 @@ fn outcomes_without_a_claim_or_from_another_handle_are_typed_errors() {
         err.to_string(),
         "failed outcome requires verified material absence"
     );
+    let err = f
+        .engine
+        .record_install_outcome(
+            &install,
+            &f.binding(),
+            InstallOutcome::Indeterminate,
+            Some(&material),
+            &d("verification"),
+        )
+        .unwrap_err();
+    assert!(matches!(err, OutcomeError::Invalid(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "indeterminate outcome cannot carry an observed material identity"
+    );
     let mut elsewhere = f.binding();
     elsewhere.target_identity_digest = d("elsewhere");
     let err = f
@@ -872,6 +910,229 @@ fn outcomes_without_a_claim_or_from_another_handle_are_typed_errors() {
         "execution outcome binding does not match the claimed driver and target"
     );
     assert_eq!(count(&f.journal, INSTALL_OUTCOMES_TABLE), 0);
+}
+
+#[test]
+fn a_second_handle_in_the_same_process_records_the_outcome_and_settles() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    // Another handle on the same journal did not make the claim, and may record its outcome:
+    // the permit is re-issuable while no outcome exists.
+    let other = Engine::open(f.journal.clone(), options(&f.clock)).unwrap();
+    let material = f.material_digest();
+    let guard = other
+        .record_install_outcome(
+            &install,
+            &f.binding(),
+            InstallOutcome::Applied,
+            Some(&material),
+            &d("verification"),
+        )
+        .unwrap();
+    assert_eq!(guard.outcome(), InstallOutcome::Applied);
+    // The claiming handle sees the same outcome: identical is idempotent, different conflicts.
+    let again = f
+        .outcome(&install, InstallOutcome::Applied, "verification")
+        .unwrap();
+    assert_eq!(
+        again.execution_outcome_digest(),
+        guard.execution_outcome_digest()
+    );
+    let err = f
+        .outcome(&install, InstallOutcome::Failed, "verification")
+        .unwrap_err();
+    assert!(matches!(err, OutcomeError::Conflict(_)), "{err}");
+    assert_eq!(count(&f.journal, INSTALL_OUTCOMES_TABLE), 1);
+    let receipt = f.s.applied(&install);
+    let t = f.engine.process_install_receipt(&receipt, &guard).unwrap();
+    f.s.revision = t.to_revision;
+    assert!(f.engine.install_execution_status(&install).unwrap().settled);
+    assert!(other.install_execution_status(&install).unwrap().settled);
+    check_all(&f.engine);
+}
+
+/// Drops the engine and the journal (what a crashed process leaves behind is its data
+/// directory) and opens a new journal and engine on the same directory.
+fn reopen(f: Fixture) -> Fixture {
+    let Fixture {
+        dir,
+        journal,
+        engine,
+        clock,
+        s,
+        row,
+    } = f;
+    drop(engine);
+    drop(journal);
+    let journal = open_journal(&dir);
+    let engine = Engine::open(journal.clone(), options(&clock)).unwrap();
+    Fixture {
+        dir,
+        journal,
+        engine,
+        clock,
+        s,
+        row,
+    }
+}
+
+#[test]
+fn a_claim_whose_process_died_is_recorded_indeterminate_and_settles_as_failed_once() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    // The claiming process dies mid-effect; a new process opens the same data directory.
+    let mut f = reopen(f);
+    let status = f.engine.install_execution_status(&install).unwrap();
+    assert!(status.claimed && !status.outcome_recorded && !status.settled);
+    // The claim is burnt: the new process cannot claim (and so drive) it again.
+    let err = f.authorize(&install).unwrap_err();
+    assert!(
+        matches!(&err, AuthorizeError::AlreadyClaimed { effect: GuardEffect::Install, action_id } if *action_id == install.action_id),
+        "{err}"
+    );
+    f.clock.advance(1_000_000);
+    let guard = f
+        .outcome(&install, InstallOutcome::Indeterminate, "unverifiable")
+        .unwrap();
+    assert_eq!(guard.outcome(), InstallOutcome::Indeterminate);
+    let status = f.engine.install_execution_status(&install).unwrap();
+    assert!(status.claimed && status.outcome_recorded && !status.settled);
+    assert_eq!(status.outcome, Some(InstallOutcome::Indeterminate));
+    assert_eq!(
+        status.outcome_digest.as_deref(),
+        Some(guard.execution_outcome_digest())
+    );
+    assert_eq!(status.observed_at.as_deref(), Some("2026-12-01T10:00:01Z"));
+    // Recording it again is idempotent.
+    let again = f
+        .outcome(&install, InstallOutcome::Indeterminate, "unverifiable")
+        .unwrap();
+    assert_eq!(
+        again.execution_outcome_digest(),
+        guard.execution_outcome_digest()
+    );
+    assert_eq!(count(&f.journal, INSTALL_OUTCOMES_TABLE), 1);
+
+    let failed = f.s.failed(&install);
+    let t = f.engine.process_install_receipt(&failed, &guard).unwrap();
+    f.s.revision = t.to_revision;
+    let status = f.engine.install_execution_status(&install).unwrap();
+    assert!(status.claimed && status.outcome_recorded && status.settled);
+    assert_eq!(status.outcome, Some(InstallOutcome::Indeterminate));
+    let settlement = f
+        .journal
+        .projection_get(
+            INSTALL_SETTLEMENTS_TABLE,
+            &effect_key(&f.stream(), &install.action_id),
+            |v| crate::archive::from_bytes::<SettlementEntry>(v.unwrap()).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(settlement.outcome, GuardMode::Failed);
+    assert!(settlement.from_indeterminate);
+    assert_eq!(
+        settlement.outcome_digest.as_str(),
+        guard.execution_outcome_digest()
+    );
+    // The identical receipt again is a duplicate; any other receipt is refused.
+    assert_eq!(
+        f.engine.process_install_receipt(&failed, &guard).unwrap(),
+        t
+    );
+    let second = f.s.failed(&install);
+    let err = f
+        .engine
+        .process_install_receipt(&second, &guard)
+        .unwrap_err();
+    assert!(matches!(err, ProcessError::Authority(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "install execution outcome does not match a pending receipt"
+    );
+    assert_eq!(count(&f.journal, INSTALL_SETTLEMENTS_TABLE), 1);
+    // No further outcome, no second claim: the install is no longer pending at the head.
+    let err = f
+        .outcome(&install, InstallOutcome::Indeterminate, "unverifiable")
+        .unwrap_err();
+    assert!(matches!(err, OutcomeError::Settled { .. }), "{err}");
+    let err = f.authorize(&install).unwrap_err();
+    assert!(matches!(err, AuthorizeError::NotPending(_)), "{err}");
+    // The reducer took it as a failed install: the descriptor is blocked, nothing is installed.
+    let state = f.engine.snapshot(&f.s.scope).unwrap().into_state().unwrap();
+    let descriptor_digest = f
+        .descriptor()
+        .get_str("descriptor_digest")
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        state.blocked_install_descriptor_digests,
+        vec![descriptor_digest]
+    );
+    assert!(state.pending_effect_by_action(&install.action_id).is_none());
+    assert!(f.engine.replay_audit(&f.s.scope).unwrap().is_clean());
+    check_all(&f.engine);
+}
+
+#[test]
+fn an_indeterminate_outcome_never_settles_as_applied() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    let guard = f
+        .outcome(&install, InstallOutcome::Indeterminate, "unverifiable")
+        .unwrap();
+    let applied = f.s.applied(&install);
+    let err = f
+        .engine
+        .process_install_receipt(&applied, &guard)
+        .unwrap_err();
+    assert!(matches!(err, ProcessError::Authority(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "install action '{}' has an indeterminate outcome and settles only as failed",
+            install.action_id
+        )
+    );
+    assert_eq!(f.engine.snapshot(&f.s.scope).unwrap().revision(), 4);
+    assert_eq!(count(&f.journal, INSTALL_SETTLEMENTS_TABLE), 0);
+    let status = f.engine.install_execution_status(&install).unwrap();
+    assert!(!status.settled);
+    assert_eq!(status.outcome, Some(InstallOutcome::Indeterminate));
+}
+
+#[test]
+fn a_different_outcome_after_an_indeterminate_one_is_a_conflict() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    f.outcome(&install, InstallOutcome::Indeterminate, "unverifiable")
+        .unwrap();
+    for (outcome, verification) in [
+        (InstallOutcome::Failed, "unverifiable"),
+        (InstallOutcome::Applied, "unverifiable"),
+        (InstallOutcome::Indeterminate, "other-verification"),
+    ] {
+        let err = f.outcome(&install, outcome, verification).unwrap_err();
+        assert!(matches!(err, OutcomeError::Conflict(_)), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "install action '{}' already has a different outcome",
+                install.action_id
+            )
+        );
+    }
+    // A handle of another process finds the same durable outcome.
+    let f = reopen(f);
+    let err = f
+        .outcome(&install, InstallOutcome::Failed, "unverifiable")
+        .unwrap_err();
+    assert!(matches!(err, OutcomeError::Conflict(_)), "{err}");
+    assert_eq!(count(&f.journal, INSTALL_OUTCOMES_TABLE), 1);
+    let status = f.engine.install_execution_status(&install).unwrap();
+    assert_eq!(status.outcome, Some(InstallOutcome::Indeterminate));
 }
 
 #[test]
@@ -1127,7 +1388,46 @@ fn an_activation_receipt_without_its_outcome_is_refused() {
         .engine
         .record_activation_outcome(&activation, &f.binding(), &observed, &d("seen"))
         .unwrap_err();
-    assert!(matches!(err, OutcomeError::ProcessBoundary { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            OutcomeError::ClaimRequired {
+                effect: GuardEffect::Activation,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "activation action '{}' has no durable claim",
+            activation.action_id
+        )
+    );
+    // Claimed by one handle, observed by another (of this or any process) before the expiry.
+    let host = f.s.host_descriptor.clone();
+    f.engine
+        .authorize_activation(&activation, &f.binding(), &host)
+        .unwrap();
+    let other = Engine::open(f.journal.clone(), options(&f.clock)).unwrap();
+    let before = f.clock.now().unwrap();
+    let expiry = UtcMicros::parse(activation.expires_at.as_deref().unwrap()).unwrap();
+    f.clock.set(expiry);
+    let err = other
+        .record_activation_outcome(&activation, &f.binding(), &observed, &d("seen"))
+        .unwrap_err();
+    assert!(matches!(err, OutcomeError::Expired { .. }), "{err}");
+    f.clock.set(before);
+    other
+        .record_activation_outcome(&activation, &f.binding(), &observed, &d("seen"))
+        .unwrap();
+    assert!(
+        f.engine
+            .activation_execution_status(&activation)
+            .unwrap()
+            .outcome_recorded
+    );
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1259,7 +1559,7 @@ fn the_effects_projection_alone_refuses_what_the_protocol_forbids() {
     let receipt = |j: &Journal, id: &str, g: SettlementGuard| {
         let event = match g.mode {
             GuardMode::Applied => &applied,
-            GuardMode::Failed => &failed,
+            GuardMode::Failed | GuardMode::Indeterminate => &failed,
             GuardMode::Expired => &expired,
         };
         receipt_of(j, id, g, event)
@@ -1370,6 +1670,97 @@ fn the_effects_projection_alone_refuses_what_the_protocol_forbids() {
         settlement.compute_digest(GuardEffect::Install, &key, &install.action_id)
     );
     assert!(p2.check(ENGINE_EFFECTS_PROJECTION).unwrap().is_equal());
+
+    // An indeterminate outcome carries no material, and settles once, only by ActionFailed, as
+    // failed.
+    let dir = tempfile::tempdir().unwrap();
+    let j = open_journal(&dir);
+    let p3 = Projections::attach(&j, vec![Arc::new(super::effects::EffectsProjection)]).unwrap();
+    append_one(
+        &j,
+        effect,
+        ExpectedRevision::NoStream,
+        &claim_id,
+        INSTALL_CLAIM_KIND,
+        at(&claimed_at),
+        crate::archive::to_bytes(&claim).unwrap(),
+    )
+    .unwrap();
+    let mut unsure = outcome.clone();
+    unsure.outcome = GuardMode::Indeterminate;
+    unsure.observed_material_identity_digest = None;
+    unsure.outcome_digest = unsure.compute_digest(GuardEffect::Install);
+    assert_ne!(unsure.outcome_digest, {
+        let mut failed = unsure.clone();
+        failed.outcome = GuardMode::Failed;
+        failed.compute_digest(GuardEffect::Install)
+    });
+    let mut carrying = unsure.clone();
+    carrying.observed_material_identity_digest = Some(material.clone());
+    carrying.outcome_digest = carrying.compute_digest(GuardEffect::Install);
+    let outcome_id = outcome_event_id(GuardEffect::Install, &effect);
+    let append_outcome = |o: &OutcomeRecord| {
+        append_one(
+            &j,
+            effect,
+            ExpectedRevision::Exact(1),
+            &outcome_id,
+            INSTALL_OUTCOME_KIND,
+            at(&observed_at),
+            crate::archive::to_bytes(o).unwrap(),
+        )
+    };
+    let err = append_outcome(&carrying).unwrap_err();
+    assert_eq!(code_of(&err), Some(codes::EFFECT_RECORD_INVALID), "{err}");
+    append_outcome(&unsure).unwrap();
+    let unsure_digest = unsure.outcome_digest.as_str();
+    let err = receipt_of(
+        &j,
+        "ev-i1",
+        guard(GuardMode::Indeterminate, Some(unsure_digest)),
+        &applied,
+    )
+    .unwrap_err();
+    assert_eq!(code_of(&err), Some("install-authority-corrupt"), "{err}");
+    let err = receipt(&j, "ev-i2", guard(GuardMode::Failed, Some(unsure_digest))).unwrap_err();
+    assert_eq!(code_of(&err), Some("install-outcome-conflict"), "{err}");
+    receipt(
+        &j,
+        "ev-i3",
+        guard(GuardMode::Indeterminate, Some(unsure_digest)),
+    )
+    .unwrap();
+    let err = receipt(
+        &j,
+        "ev-i4",
+        guard(GuardMode::Indeterminate, Some(unsure_digest)),
+    )
+    .unwrap_err();
+    assert_eq!(code_of(&err), Some("install-claim-settled"), "{err}");
+    let settlement = j
+        .projection_get(
+            INSTALL_SETTLEMENTS_TABLE,
+            &effect_key(&engine, &install.action_id),
+            |v| crate::archive::from_bytes::<SettlementEntry>(v.unwrap()).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(
+        (settlement.outcome, settlement.from_indeterminate),
+        (GuardMode::Failed, true)
+    );
+    assert_eq!(settlement.receipt_event_id, "ev-i3");
+    let digest = settlement.compute_digest(GuardEffect::Install, &key, &install.action_id);
+    assert_eq!(settlement.settlement_digest, digest);
+    // The fact that it came from an indeterminate outcome is bound by the digest.
+    let plain = SettlementEntry {
+        from_indeterminate: false,
+        ..settlement.clone()
+    };
+    assert_ne!(
+        plain.compute_digest(GuardEffect::Install, &key, &install.action_id),
+        digest
+    );
+    assert!(p3.check(ENGINE_EFFECTS_PROJECTION).unwrap().is_equal());
     drop(p);
 }
 
