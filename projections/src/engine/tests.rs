@@ -18,7 +18,7 @@ use crate::identity::InstallExecutionBinding;
 use crate::json::Json;
 use crate::model::{ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_ID};
 use crate::reducer::ReduceError;
-use crate::replay::{ObservationRef, Surrogate};
+use crate::replay::Surrogate;
 use crate::testkit::{self, RowKind, Session};
 
 // ------------------------------------------------------------------------------------------------
@@ -29,21 +29,7 @@ fn d(label: &str) -> String {
     testkit::digest(label)
 }
 
-/// Resolves any observation reference into the approved opaque-reference surrogate.
-struct Opaque;
-
-impl ObservationNormalizer for Opaque {
-    fn normalize(&self, reference: &ObservationRef) -> Result<Surrogate, SeamError> {
-        Ok(Surrogate::new(
-            "ctx.observation.opaque-ref",
-            1,
-            Json::object([
-                ("content_digest", Json::str(&reference.content_digest)),
-                ("provider_id", Json::str(&reference.provider_id)),
-            ]),
-        ))
-    }
-}
+use crate::testkit::lifecycle::OpaqueNormalizer as Opaque;
 
 fn open_journal(dir: &tempfile::TempDir) -> Arc<Journal> {
     Arc::new(Journal::open(dir.path(), &OpenOptions::new()).unwrap())
