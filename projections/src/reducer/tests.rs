@@ -573,3 +573,411 @@ fn a_ready_plan_cannot_replace_a_pending_consent() {
         )
     );
 }
+
+/// Reduces `event` over `state` and asserts the exact refusal message.
+fn refused(
+    state: Option<&EngineState>,
+    event: &EngineEvent,
+    decision: Option<crate::replay::Surrogate>,
+    message: &str,
+) {
+    match reduce(state, &testkit::input(event, decision)) {
+        Err(ReduceError::InvalidEvent(m) | ReduceError::Invalid(m)) => assert_eq!(m, message),
+        other => panic!("expected refusal {message:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn session_rejections_name_their_cause() {
+    let rows = vec![testkit::row(RowKind::Load, "skill", "alpha")];
+    let (mut f, _) = planned(rows.clone());
+    let mut e = f.s.empty(EventKind::TurnEnded);
+    e.host_descriptor_digest = Some(testkit::digest("other-host"));
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "host descriptor changed within a current-work session",
+    );
+    let e = f.s.started("managing");
+    refused(Some(&f.state), &e, None, "session is already started");
+    let mut fresh = Session::new("s9");
+    let mut e = fresh.started("managing");
+    e.payload = Json::object([("host_level", Json::str("superuser"))]);
+    refused(None, &e, None, "unknown host_level 'superuser'");
+    let e = f.s.empty(EventKind::TurnEnded);
+    refused(
+        Some(&f.state),
+        &e,
+        Some(testkit::decision(rows.clone())),
+        "decision is not valid for this event kind",
+    );
+    let e = f.s.intent();
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "planning event is missing its durable decision",
+    );
+    let mut old = testkit::decision(rows);
+    old.schema_version = 1;
+    refused(
+        Some(&f.state),
+        &e,
+        Some(old),
+        "v3 reducer requires capability plan schema version 3",
+    );
+    let mut input = testkit::input(&e, None);
+    input.reducer_version = "ctx-reducer-v1".into();
+    assert_eq!(
+        reduce(Some(&f.state), &input).unwrap_err(),
+        ReduceError::UnsupportedReducerVersion("ctx-reducer-v1".into())
+    );
+}
+
+#[test]
+fn desired_set_rejections_name_their_cause() {
+    let mut s = Session::new("s1");
+    let e = s.started("managing");
+    let (bare, _) = step(&mut s, None, e, None);
+    let rows = vec![
+        testkit::row(RowKind::Load, "skill", "alpha"),
+        testkit::row(RowKind::Load, "skill", "bravo"),
+    ];
+    let e = s.desired("owner-1", &rows, &["skill:alpha"]);
+    refused(
+        Some(&bare),
+        &e,
+        None,
+        "v3 reassessment requires a committed capability plan",
+    );
+
+    let (mut f, _) = planned(rows.clone());
+    let mut e = f.s.desired("owner-1", &rows, &["skill:alpha"]);
+    e.correlation_id = Some("another-plan".into());
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "reassessment plan_id does not match the committed plan",
+    );
+    let mut e = f.s.desired("owner-1", &rows, &["skill:alpha"]);
+    e.catalog_snapshot_digest = Some(testkit::digest("another-catalog"));
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "reassessment catalog snapshot does not match the committed plan",
+    );
+
+    let foreign = testkit::row(RowKind::Load, "skill", "zulu");
+    let e = f.s.desired("owner-1", &[foreign], &["skill:zulu"]);
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "capability 'skill:zulu' was not in the committed plan",
+    );
+
+    let mut e =
+        f.s.desired("owner-1", &rows, &["skill:alpha", "skill:bravo"]);
+    if let Json::Obj(m) = &mut e.payload
+        && let Some(Json::Arr(desired)) = m.get_mut("desired_capabilities")
+    {
+        let first = desired[0].clone();
+        desired[1] = first;
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "duplicate lease_id 'lease-owner-1-skill:alpha'",
+    );
+
+    let mut e = f.s.desired("owner-1", &rows, &["skill:alpha"]);
+    if let Json::Obj(m) = &mut e.payload
+        && let Some(Json::Arr(desired)) = m.get_mut("desired_capabilities")
+        && let Json::Obj(row) = &mut desired[0]
+    {
+        row.insert("source_digest".into(), Json::str(testkit::digest("forged")));
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "desired capability 'skill:alpha' does not match committed identity",
+    );
+
+    let e = f.s.desired("owner-1", &rows, &["skill:alpha"]);
+    f.apply(e);
+    let mut e = f.s.desired("owner-2", &rows, &["skill:alpha"]);
+    if let Json::Obj(m) = &mut e.payload
+        && let Some(Json::Arr(desired)) = m.get_mut("desired_capabilities")
+        && let Json::Obj(row) = &mut desired[0]
+    {
+        row.insert("lease_id".into(), Json::str("lease-owner-1-skill:alpha"));
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "lease_id 'lease-owner-1-skill:alpha' already belongs to 'skill:alpha'",
+    );
+}
+
+#[test]
+fn consent_and_receipt_rejections_name_their_cause() {
+    let rows = vec![testkit::row(RowKind::Install, "skill", "beta")];
+    let (mut f, _) = planned(rows.clone());
+    let e = f.s.desired("owner-1", &rows, &["skill:beta"]);
+    f.apply(e);
+    let install = f.state.pending_consents[0].install_action.clone();
+
+    let mut e = f.s.decide(&install, true, "interactive");
+    if let Json::Obj(m) = &mut e.payload {
+        m.insert("consent_id".into(), Json::str("consent-unknown"));
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "UserDecision references unknown or completed consent",
+    );
+    let mut e = f.s.decide(&install, true, "interactive");
+    if let Json::Obj(m) = &mut e.payload {
+        m.insert(
+            "requested_action_content_digest".into(),
+            Json::str(testkit::digest("x")),
+        );
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "UserDecision does not match the exact requested install",
+    );
+    let mut e = f.s.decide(&install, true, "interactive");
+    if let Json::Obj(m) = &mut e.payload {
+        m.insert(
+            "policy_snapshot_digest".into(),
+            Json::str(testkit::digest("other-policy")),
+        );
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "UserDecision policy snapshot does not match pending install",
+    );
+    let mut e = f.s.decide(&install, true, "interactive");
+    e.scope.exposure_id = "exposure-2".into();
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "UserDecision scope does not match pending consent",
+    );
+    let e = f.s.event(
+        EventKind::InstallConsentExpired,
+        Json::object([
+            ("consent_id", Json::str("consent-unknown")),
+            (
+                "install_expires_at",
+                Json::opt_str(install.expires_at.as_deref()),
+            ),
+            (
+                "policy_snapshot_digest",
+                install
+                    .payload
+                    .get("policy_snapshot_digest")
+                    .cloned()
+                    .unwrap(),
+            ),
+            (
+                "requested_action_content_digest",
+                Json::str(install.content_digest()),
+            ),
+            ("requested_action_id", Json::str(&install.action_id)),
+            ("requested_action_kind", Json::str("InstallCapability")),
+            (
+                "requested_action_precondition_revision",
+                Json::from(install.precondition_revision),
+            ),
+        ]),
+    );
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "InstallConsentExpired references unknown or completed consent",
+    );
+
+    let e = f.s.decide(&install, true, "interactive");
+    f.apply(e);
+    let mut forged = install.clone();
+    forged.action_id = "action-unknown".into();
+    let e = f.s.applied(&forged);
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "receipt references unknown or completed action 'action-unknown'",
+    );
+    let mut e = f.s.applied(&install);
+    if let Json::Obj(m) = &mut e.payload
+        && let Some(Json::Obj(v)) = m.get_mut("verification")
+    {
+        v.insert("host_state".into(), Json::str("active"));
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "receipt verification contradicts the requested physical state",
+    );
+    let mut e = f.s.applied(&install);
+    if let Json::Obj(m) = &mut e.payload
+        && let Some(Json::Obj(v)) = m.get_mut("verification")
+    {
+        v.insert(
+            "installer_digest".into(),
+            Json::str(testkit::digest("other-installer")),
+        );
+    }
+    refused(
+        Some(&f.state),
+        &e,
+        None,
+        "schema-v3 receipt does not byte-match the exact pending action authority",
+    );
+}
+
+#[test]
+fn an_installed_consent_expiry_retires_without_blocking() {
+    let rows = vec![testkit::row(RowKind::Install, "skill", "beta")];
+    let (mut f, _) = planned(rows.clone());
+    let e = f.s.desired("owner-1", &rows, &["skill:beta"]);
+    f.apply(e);
+    let install = f.state.pending_consents[0].install_action.clone();
+    let consent = install.consent_id.clone().unwrap();
+    let e = f.s.event(
+        EventKind::InstallConsentExpired,
+        Json::object([
+            ("consent_id", Json::str(&consent)),
+            (
+                "install_expires_at",
+                Json::opt_str(install.expires_at.as_deref()),
+            ),
+            (
+                "policy_snapshot_digest",
+                install
+                    .payload
+                    .get("policy_snapshot_digest")
+                    .cloned()
+                    .unwrap(),
+            ),
+            (
+                "requested_action_content_digest",
+                Json::str(install.content_digest()),
+            ),
+            ("requested_action_id", Json::str(&install.action_id)),
+            ("requested_action_kind", Json::str("InstallCapability")),
+            (
+                "requested_action_precondition_revision",
+                Json::from(install.precondition_revision),
+            ),
+        ]),
+    );
+    let t = f.apply(e);
+    assert!(t.actions.is_empty());
+    assert_eq!(
+        t.diagnostics,
+        vec![Json::object([
+            ("code", Json::str("install_consent_expired")),
+            ("capability_id", Json::str("skill:beta")),
+            ("consent_id", Json::str(consent)),
+        ])]
+    );
+    assert!(f.state.pending_consents.is_empty());
+    assert!(f.state.blocked_install_descriptor_digests.is_empty());
+}
+
+#[test]
+fn evidence_follows_submissions_and_tool_calls() {
+    let rows = vec![testkit::row(RowKind::Load, "skill", "alpha")];
+    let (mut f, _) = planned(rows.clone());
+    let source = rows[0].get_str("catalog_entry_digest").unwrap().to_owned();
+    let e = f.s.event(
+        EventKind::ProviderSubmissionObserved,
+        Json::object([(
+            "capabilities",
+            Json::Arr(vec![
+                Json::object([
+                    ("capability_id", Json::str("skill:alpha")),
+                    ("source_digest", Json::str(&source)),
+                ]),
+                Json::object([
+                    ("capability_id", Json::str("skill:ghost")),
+                    ("source_digest", Json::str(&source)),
+                ]),
+            ]),
+        )]),
+    );
+    let t = f.apply(e);
+    assert_eq!(
+        t.diagnostics,
+        vec![Json::object([
+            ("code", Json::str("source_digest_mismatch")),
+            ("capability_id", Json::str("skill:ghost")),
+        ])]
+    );
+    let e = f.s.event(
+        EventKind::ToolCallObserved,
+        Json::object([
+            ("capability_id", Json::str("skill:alpha")),
+            ("source_digest", Json::str(&source)),
+            ("outcome", Json::str("failed")),
+        ]),
+    );
+    f.apply(e);
+    let evidence = f.state.evidence_for("exposure-1", "skill:alpha").unwrap();
+    assert_eq!(evidence.exposure, crate::state::Exposure::Submitted);
+    assert_eq!(evidence.invocation, crate::state::Invocation::InvokedFailed);
+}
+
+#[test]
+fn a_host_that_cannot_activate_gets_diagnostics_not_actions() {
+    let mut s = Session::new("s1");
+    let e = s.started("observing");
+    let (state, _) = step(&mut s, None, e, None);
+    let rows = vec![testkit::row(RowKind::Load, "skill", "alpha")];
+    let e = s.intent();
+    let (state, t) = step(
+        &mut s,
+        Some(&state),
+        e,
+        Some(testkit::decision(rows.clone())),
+    );
+    assert_eq!(kinds(&t), vec![ActionKind::PresentBundle]);
+    let e = s.desired("owner-1", &rows, &["skill:alpha"]);
+    let (_, t) = step(&mut s, Some(&state), e, None);
+    assert!(t.actions.is_empty());
+    assert_eq!(
+        t.diagnostics,
+        vec![Json::object([
+            ("code", Json::str("host_activation_unsupported")),
+            ("host_level", Json::str("observing")),
+        ])]
+    );
+}
+
+#[test]
+fn an_abstained_plan_reports_its_code() {
+    let (f, t) = planned(Vec::new());
+    assert!(t.actions.is_empty());
+    assert_eq!(
+        t.diagnostics,
+        vec![Json::object([("code", Json::str("below-net-benefit"))])]
+    );
+    assert_eq!(f.state.committed_plan.as_ref().unwrap().status, "abstained");
+}
