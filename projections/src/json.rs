@@ -258,6 +258,13 @@ impl fmt::Display for Json {
 
 fn write_string(out: &mut String, s: &str, ascii: bool) {
     out.push('"');
+    // Nearly every string the engine hashes is a plain token or digest: copy it in one piece.
+    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\' && (b < 0x80 || !ascii);
+    if s.bytes().all(plain) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -483,5 +490,104 @@ mod tests {
         let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&v).unwrap();
         let back = rkyv::from_bytes::<Json, rkyv::rancor::Error>(&bytes).unwrap();
         assert_eq!(back, v);
+    }
+}
+
+/// A borrowed view of a JSON value, so that canonical encodings and digests of domain values do
+/// not deep-copy the documents they contain. Object keys may be given in any order; encoding
+/// sorts them, as the canonical forms require.
+#[derive(Debug, Clone)]
+pub enum JsonView<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Str(&'a str),
+    /// An existing value, encoded as is.
+    Json(&'a Json),
+    Arr(Vec<JsonView<'a>>),
+    Obj(Vec<(&'static str, JsonView<'a>)>),
+}
+
+impl<'a> JsonView<'a> {
+    pub fn obj(mut fields: Vec<(&'static str, JsonView<'a>)>) -> JsonView<'a> {
+        fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        JsonView::Obj(fields)
+    }
+
+    pub fn opt_str(s: Option<&'a str>) -> JsonView<'a> {
+        s.map_or(JsonView::Null, JsonView::Str)
+    }
+
+    pub fn uint(n: u64) -> JsonView<'a> {
+        JsonView::Int(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+
+    pub fn strs(list: &'a [String]) -> JsonView<'a> {
+        JsonView::Arr(list.iter().map(|s| JsonView::Str(s)).collect())
+    }
+
+    /// An owned copy.
+    pub fn to_json(&self) -> Json {
+        match self {
+            JsonView::Null => Json::Null,
+            JsonView::Bool(b) => Json::Bool(*b),
+            JsonView::Int(i) => Json::Int(*i),
+            JsonView::Str(s) => Json::Str((*s).to_owned()),
+            JsonView::Json(j) => (*j).clone(),
+            JsonView::Arr(a) => Json::Arr(a.iter().map(JsonView::to_json).collect()),
+            JsonView::Obj(m) => Json::Obj(
+                m.iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Engine canonical JSON of the viewed value.
+    pub fn to_cj(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out, false);
+        out
+    }
+
+    fn write(&self, out: &mut String, ascii: bool) {
+        match self {
+            JsonView::Null => out.push_str("null"),
+            JsonView::Bool(true) => out.push_str("true"),
+            JsonView::Bool(false) => out.push_str("false"),
+            JsonView::Int(i) => {
+                let _ = write!(out, "{i}");
+            }
+            JsonView::Str(s) => write_string(out, s, ascii),
+            JsonView::Json(j) => j.write(out, ascii),
+            JsonView::Arr(a) => {
+                out.push('[');
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    v.write(out, ascii);
+                }
+                out.push(']');
+            }
+            JsonView::Obj(m) => {
+                // `obj` sorted the keys; a literal `Obj` must be built sorted (checked here,
+                // on in release, because a wrong order would silently change every digest).
+                assert!(
+                    m.windows(2).all(|w| w[0].0 < w[1].0),
+                    "JsonView object keys must be sorted and unique"
+                );
+                out.push('{');
+                for (i, (k, v)) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_string(out, k, ascii);
+                    out.push(':');
+                    v.write(out, ascii);
+                }
+                out.push('}');
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ pub use framework::{
     AttachReport, CheckReport, DIGEST_DOMAIN, FrameworkError, META_BYTES, META_FORMAT, META_MAGIC,
     META_TABLE, MetaError, Projection, ProjectionMeta, Projections, RebuildCause, RebuildReport,
 };
-pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap};
+pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap, JsonView};
 pub use model::{
     ACTIVE_CAPABILITIES_MAX, ActionKind, CONSENT_EXPIRED_KEYS, Classification,
     EVENT_DIGEST_METADATA, EVENT_TEXT_METADATA, EngineEvent, EventKind, HostAction,

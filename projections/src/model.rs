@@ -4,10 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::check::{
-    TimestampError, cj_digest, is_sha, is_token, is_trimmed, normalize_timestamp, sha256_hex,
-};
-use crate::json::{Json, JsonMap};
+use crate::check::{TimestampError, is_sha, is_token, is_trimmed, normalize_timestamp, sha256_hex};
+use crate::json::{Json, JsonMap, JsonView};
 
 /// The only protocol version.
 pub const PROTOCOL_VERSION: i64 = 1;
@@ -377,19 +375,24 @@ impl ScopeRef {
             && self.parent_exposure_id.as_deref().is_none_or(is_token)
     }
 
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("tenant_id", Json::str(&self.tenant_id)),
-            ("workspace_id", Json::str(&self.workspace_id)),
-            ("repository_id", Json::str(&self.repository_id)),
-            ("session_id", Json::str(&self.session_id)),
-            ("exposure_id", Json::str(&self.exposure_id)),
-            ("host_context_id", Json::str(&self.host_context_id)),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("tenant_id", JsonView::Str(&self.tenant_id)),
+            ("workspace_id", JsonView::Str(&self.workspace_id)),
+            ("repository_id", JsonView::Str(&self.repository_id)),
+            ("session_id", JsonView::Str(&self.session_id)),
+            ("exposure_id", JsonView::Str(&self.exposure_id)),
+            ("host_context_id", JsonView::Str(&self.host_context_id)),
             (
                 "parent_exposure_id",
-                Json::opt_str(self.parent_exposure_id.as_deref()),
+                JsonView::opt_str(self.parent_exposure_id.as_deref()),
             ),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     pub fn from_json(v: &Json) -> Result<ScopeRef, ProtocolError> {
@@ -464,11 +467,19 @@ impl Default for PrivacyLabel {
 }
 
 impl PrivacyLabel {
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("classification", Json::str(self.classification.as_str())),
-            ("retention", Json::str(self.retention.as_str())),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            (
+                "classification",
+                JsonView::Str(self.classification.as_str()),
+            ),
+            ("retention", JsonView::Str(self.retention.as_str())),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     /// Missing keys take the defaults; unknown keys are refused.
@@ -509,12 +520,17 @@ pub enum RandomSeed {
 }
 
 impl RandomSeed {
-    pub fn to_json(&self) -> Json {
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
         match self {
-            RandomSeed::None => Json::Null,
-            RandomSeed::Int(i) => Json::Int(*i),
-            RandomSeed::Str(s) => Json::str(s),
+            RandomSeed::None => JsonView::Null,
+            RandomSeed::Int(i) => JsonView::Int(*i),
+            RandomSeed::Str(s) => JsonView::Str(s),
         }
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     pub fn is_none(&self) -> bool {
@@ -699,17 +715,20 @@ impl EngineEvent {
     }
 
     /// All 19 fields, nulls included.
-    pub fn to_json(&self) -> Json {
-        let opt = |v: &Option<String>| Json::opt_str(v.as_deref());
-        Json::object([
-            ("event_id", Json::str(&self.event_id)),
-            ("kind", Json::str(self.kind.as_str())),
-            ("scope", self.scope.to_json()),
-            ("expected_revision", Json::from(self.expected_revision)),
-            ("occurred_at", Json::str(&self.occurred_at)),
-            ("payload", self.payload.clone()),
-            ("privacy", self.privacy.to_json()),
-            ("protocol_version", Json::Int(PROTOCOL_VERSION)),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        fn opt(v: &Option<String>) -> JsonView<'_> {
+            JsonView::opt_str(v.as_deref())
+        }
+        JsonView::obj(vec![
+            ("event_id", JsonView::Str(&self.event_id)),
+            ("kind", JsonView::Str(self.kind.as_str())),
+            ("scope", self.scope.view()),
+            ("expected_revision", JsonView::uint(self.expected_revision)),
+            ("occurred_at", JsonView::Str(&self.occurred_at)),
+            ("payload", JsonView::Json(&self.payload)),
+            ("privacy", self.privacy.view()),
+            ("protocol_version", JsonView::Int(PROTOCOL_VERSION)),
             ("correlation_id", opt(&self.correlation_id)),
             ("causation_id", opt(&self.causation_id)),
             ("engine_version", opt(&self.engine_version)),
@@ -723,13 +742,17 @@ impl EngineEvent {
             ("semantic_model_digest", opt(&self.semantic_model_digest)),
             ("semantic_index_digest", opt(&self.semantic_index_digest)),
             ("work_signature", opt(&self.work_signature)),
-            ("random_seed", self.random_seed.to_json()),
+            ("random_seed", self.random_seed.view()),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     /// `H(CJ(event))`.
     pub fn content_digest(&self) -> String {
-        cj_digest(&self.to_json())
+        sha256_hex(&self.view().to_cj())
     }
 
     /// `H("ctx-engine-event:1:" + event_id)`.
@@ -1138,19 +1161,22 @@ const ACTION_KEYS: [&str; 17] = [
 
 impl HostAction {
     /// All 17 fields, nulls included.
-    pub fn to_json(&self) -> Json {
-        let opt = |v: &Option<String>| Json::opt_str(v.as_deref());
-        Json::object([
-            ("action_id", Json::str(&self.action_id)),
-            ("kind", Json::str(self.kind.as_str())),
-            ("scope", self.scope.to_json()),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        fn opt(v: &Option<String>) -> JsonView<'_> {
+            JsonView::opt_str(v.as_deref())
+        }
+        JsonView::obj(vec![
+            ("action_id", JsonView::Str(&self.action_id)),
+            ("kind", JsonView::Str(self.kind.as_str())),
+            ("scope", self.scope.view()),
             (
                 "precondition_revision",
-                Json::from(self.precondition_revision),
+                JsonView::uint(self.precondition_revision),
             ),
-            ("payload", self.payload.clone()),
-            ("privacy", self.privacy.to_json()),
-            ("protocol_version", Json::Int(PROTOCOL_VERSION)),
+            ("payload", JsonView::Json(&self.payload)),
+            ("privacy", self.privacy.view()),
+            ("protocol_version", JsonView::Int(PROTOCOL_VERSION)),
             ("entity_id", opt(&self.entity_id)),
             ("source_digest", opt(&self.source_digest)),
             ("plan_id", opt(&self.plan_id)),
@@ -1159,19 +1185,23 @@ impl HostAction {
             ("lease_id", opt(&self.lease_id)),
             ("required_host_feature", opt(&self.required_host_feature)),
             ("expires_at", opt(&self.expires_at)),
-            ("verification", self.verification.clone()),
-            ("rollback", self.rollback.clone()),
+            ("verification", JsonView::Json(&self.verification)),
+            ("rollback", JsonView::Json(&self.rollback)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     /// `H(CJ(action))`.
     pub fn content_digest(&self) -> String {
-        cj_digest(&self.to_json())
+        sha256_hex(&self.view().to_cj())
     }
 
     /// The canonical JSON text of the action.
     pub fn to_cj(&self) -> String {
-        self.to_json().to_cj()
+        self.view().to_cj()
     }
 
     /// Decodes an action mapping: exact key set and field types. The contract rules of the kinds
@@ -1318,19 +1348,27 @@ impl Transition {
         Ok(())
     }
 
-    pub fn to_json(&self) -> Json {
-        Json::object([
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
             (
                 "actions",
-                Json::Arr(self.actions.iter().map(HostAction::to_json).collect()),
+                JsonView::Arr(self.actions.iter().map(HostAction::view).collect()),
             ),
-            ("diagnostics", Json::Arr(self.diagnostics.clone())),
-            ("event_id", Json::str(&self.event_id)),
-            ("from_revision", Json::from(self.from_revision)),
-            ("protocol_version", Json::Int(PROTOCOL_VERSION)),
-            ("scope", self.scope.to_json()),
-            ("to_revision", Json::from(self.to_revision)),
+            (
+                "diagnostics",
+                JsonView::Arr(self.diagnostics.iter().map(JsonView::Json).collect()),
+            ),
+            ("event_id", JsonView::Str(&self.event_id)),
+            ("from_revision", JsonView::uint(self.from_revision)),
+            ("protocol_version", JsonView::Int(PROTOCOL_VERSION)),
+            ("scope", self.scope.view()),
+            ("to_revision", JsonView::uint(self.to_revision)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     pub fn from_json(v: &Json) -> Result<Transition, ProtocolError> {

@@ -2,7 +2,7 @@
 //! output is recomputed bit for bit.
 
 use crate::check::{cj_digest, is_sha, is_token, sha256_hex};
-use crate::json::{Json, JsonError, JsonMap};
+use crate::json::{Json, JsonError, JsonMap, JsonView};
 use crate::model::{
     ActionKind, EVENT_DIGEST_METADATA, EVENT_TEXT_METADATA, EngineEvent, EventKind, RandomSeed,
     ScopeRef, has_exact_keys,
@@ -35,13 +35,18 @@ impl Surrogate {
         }
     }
 
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("schema_id", Json::str(&self.schema_id)),
-            ("schema_version", Json::Int(self.schema_version)),
-            ("value", self.value.clone()),
-            ("value_digest", Json::str(&self.value_digest)),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("schema_id", JsonView::Str(&self.schema_id)),
+            ("schema_version", JsonView::Int(self.schema_version)),
+            ("value", JsonView::Json(&self.value)),
+            ("value_digest", JsonView::Str(&self.value_digest)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 }
 
@@ -59,35 +64,43 @@ pub struct ReplayInput {
 }
 
 impl ReplayInput {
-    pub fn to_json(&self) -> Json {
-        Json::object([
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
             (
                 "decision_surrogate",
                 self.decision_surrogate
                     .as_ref()
-                    .map_or(Json::Null, Surrogate::to_json),
+                    .map_or(JsonView::Null, Surrogate::view),
             ),
-            ("normalizer_version", Json::str(&self.normalizer_version)),
+            (
+                "normalizer_version",
+                JsonView::Str(&self.normalizer_version),
+            ),
             (
                 "observation_surrogate",
                 self.observation_surrogate
                     .as_ref()
-                    .map_or(Json::Null, Surrogate::to_json),
+                    .map_or(JsonView::Null, Surrogate::view),
             ),
-            ("reducer_event", self.reducer_event.to_json()),
-            ("reducer_version", Json::str(&self.reducer_version)),
-            ("schema", Json::str(REPLAY_SCHEMA)),
-            ("schema_version", Json::Int(REPLAY_SCHEMA_VERSION)),
+            ("reducer_event", self.reducer_event.view()),
+            ("reducer_version", JsonView::Str(&self.reducer_version)),
+            ("schema", JsonView::Str(REPLAY_SCHEMA)),
+            ("schema_version", JsonView::Int(REPLAY_SCHEMA_VERSION)),
             (
                 "source_event_content_digest",
-                Json::str(&self.source_event_content_digest),
+                JsonView::Str(&self.source_event_content_digest),
             ),
         ])
     }
 
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
+    }
+
     /// The canonical replay JSON text stored in the engine record.
     pub fn to_cj(&self) -> String {
-        self.to_json().to_cj()
+        self.view().to_cj()
     }
 }
 
@@ -347,7 +360,7 @@ impl Surrogate {
                 "value_digest does not match the structured value".into(),
             ));
         }
-        if self.to_json().to_cj().len() > SURROGATE_MAX_BYTES {
+        if self.view().to_cj().len() > SURROGATE_MAX_BYTES {
             return vfail("structured surrogate exceeds its size limit");
         }
         Ok(())
@@ -919,7 +932,7 @@ pub fn preflight(event: &EngineEvent) -> Result<Preflight, ReplayError> {
     if reducer_event.validate().is_err() {
         return vfail("sanitized reducer event violates the protocol");
     }
-    let source_json = source.to_json().to_cj();
+    let source_json = source.view().to_cj();
     if source_json.len() > INGRESS_MAX_BYTES {
         return vfail("ingress event exceeds its size limit");
     }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::json::{Json, JsonError, JsonMap};
+use crate::json::{Json, JsonError, JsonMap, JsonView};
 use crate::model::{HostAction, ScopeRef, exact_keys};
 
 pub const STATE_SCHEMA_V3: &str = "ctx.engine-state-v3";
@@ -264,12 +264,17 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("exposure_id", Json::str(&self.exposure_id)),
-            ("lease_id", Json::str(&self.lease_id)),
-            ("owner_id", Json::str(&self.owner_id)),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("exposure_id", JsonView::Str(&self.exposure_id)),
+            ("lease_id", JsonView::Str(&self.lease_id)),
+            ("owner_id", JsonView::Str(&self.owner_id)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 }
 
@@ -335,32 +340,40 @@ impl CapabilityState {
         !self.leases.is_empty()
     }
 
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("activation", Json::str(self.activation.as_str())),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("activation", JsonView::Str(self.activation.as_str())),
             (
                 "activation_lease_id",
-                Json::opt_str(self.activation_lease_id.as_deref()),
+                JsonView::opt_str(self.activation_lease_id.as_deref()),
             ),
-            ("catalog_snapshot_id", Json::str(&self.catalog_snapshot_id)),
+            (
+                "catalog_snapshot_id",
+                JsonView::Str(&self.catalog_snapshot_id),
+            ),
             (
                 "current_authorized_material",
-                self.current_authorized_material.clone(),
+                JsonView::Json(&self.current_authorized_material),
             ),
-            ("installation", Json::str(self.installation.as_str())),
+            ("installation", JsonView::Str(self.installation.as_str())),
             (
                 "leases",
-                Json::Arr(self.leases.iter().map(Lease::to_json).collect()),
+                JsonView::Arr(self.leases.iter().map(Lease::view).collect()),
             ),
-            ("material_identity", self.material_identity.clone()),
-            ("plan_id", Json::str(&self.plan_id)),
-            ("rollback_held", Json::Bool(self.rollback_held)),
+            ("material_identity", JsonView::Json(&self.material_identity)),
+            ("plan_id", JsonView::Str(&self.plan_id)),
+            ("rollback_held", JsonView::Bool(self.rollback_held)),
             (
                 "rollback_owner_id",
-                Json::opt_str(self.rollback_owner_id.as_deref()),
+                JsonView::opt_str(self.rollback_owner_id.as_deref()),
             ),
-            ("selection", self.selection.clone()),
+            ("selection", JsonView::Json(&self.selection)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 }
 
@@ -375,14 +388,19 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("capability_id", Json::str(&self.capability_id)),
-            ("exposure", Json::str(self.exposure.as_str())),
-            ("exposure_id", Json::str(&self.exposure_id)),
-            ("invocation", Json::str(self.invocation.as_str())),
-            ("source_digest", Json::str(&self.source_digest)),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("capability_id", JsonView::Str(&self.capability_id)),
+            ("exposure", JsonView::Str(self.exposure.as_str())),
+            ("exposure_id", JsonView::Str(&self.exposure_id)),
+            ("invocation", JsonView::Str(self.invocation.as_str())),
+            ("source_digest", JsonView::Str(&self.source_digest)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 }
 
@@ -396,15 +414,20 @@ pub struct PendingEffect {
 }
 
 impl PendingEffect {
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("action", self.action.to_json()),
-            ("effect", Json::str(self.effect.as_str())),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("action", self.action.view()),
+            ("effect", JsonView::Str(self.effect.as_str())),
             (
                 "rollback_capability_id",
-                Json::opt_str(self.rollback_capability_id.as_deref()),
+                JsonView::opt_str(self.rollback_capability_id.as_deref()),
             ),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     pub fn entity(&self) -> Option<&str> {
@@ -420,11 +443,16 @@ pub struct PendingConsent {
 }
 
 impl PendingConsent {
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("consent_id", Json::str(&self.consent_id)),
-            ("install_action", self.install_action.to_json()),
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("consent_id", JsonView::Str(&self.consent_id)),
+            ("install_action", self.install_action.view()),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 }
 
@@ -444,19 +472,30 @@ pub struct CommittedPlan {
 }
 
 impl CommittedPlan {
-    pub fn to_json(&self) -> Json {
-        Json::object([
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
             (
                 "abstention_code",
-                Json::opt_str(self.abstention_code.as_deref()),
+                JsonView::opt_str(self.abstention_code.as_deref()),
             ),
-            ("benefit_audit", self.benefit_audit.clone()),
-            ("capabilities", Json::Arr(self.capabilities.clone())),
-            ("catalog_snapshot_id", Json::str(&self.catalog_snapshot_id)),
-            ("decision_digest", Json::str(&self.decision_digest)),
-            ("plan_id", Json::str(&self.plan_id)),
-            ("status", Json::str(&self.status)),
+            ("benefit_audit", JsonView::Json(&self.benefit_audit)),
+            (
+                "capabilities",
+                JsonView::Arr(self.capabilities.iter().map(JsonView::Json).collect()),
+            ),
+            (
+                "catalog_snapshot_id",
+                JsonView::Str(&self.catalog_snapshot_id),
+            ),
+            ("decision_digest", JsonView::Str(&self.decision_digest)),
+            ("plan_id", JsonView::Str(&self.plan_id)),
+            ("status", JsonView::Str(&self.status)),
         ])
+    }
+
+    pub fn to_json(&self) -> Json {
+        self.view().to_json()
     }
 
     pub fn row(&self, capability_id: &str) -> Option<&Json> {
@@ -495,10 +534,6 @@ pub struct EngineState {
     pub install_policy_snapshot_digest: Option<String>,
 }
 
-fn strings(v: &[String]) -> Json {
-    Json::Arr(v.iter().map(Json::str).collect())
-}
-
 impl EngineState {
     /// The state after `SessionStarted`: revision 1, nothing else.
     pub fn started(
@@ -528,91 +563,96 @@ impl EngineState {
     }
 
     /// The state mapping with all 18 contract-3 keys.
+    /// A borrowed view of the mapping the reference hashes.
+    pub fn view(&self) -> JsonView<'_> {
+        JsonView::obj(vec![
+            ("revision", JsonView::uint(self.revision)),
+            ("scope", self.scope.view()),
+            ("host_level", JsonView::Str(self.host_level.as_str())),
+            (
+                "host_descriptor_digest",
+                JsonView::Str(&self.host_descriptor_digest),
+            ),
+            (
+                "session_status",
+                JsonView::Str(self.session_status.as_str()),
+            ),
+            (
+                "capabilities",
+                JsonView::Arr(
+                    self.capabilities
+                        .iter()
+                        .map(CapabilityState::view)
+                        .collect(),
+                ),
+            ),
+            (
+                "pending_effects",
+                JsonView::Arr(
+                    self.pending_effects
+                        .iter()
+                        .map(PendingEffect::view)
+                        .collect(),
+                ),
+            ),
+            (
+                "evidence",
+                JsonView::Arr(self.evidence.iter().map(Evidence::view).collect()),
+            ),
+            (
+                "last_manual_bundle",
+                JsonView::strs(&self.last_manual_bundle),
+            ),
+            (
+                "blocked_capability_ids",
+                JsonView::strs(&self.blocked_capability_ids),
+            ),
+            (
+                "blocked_deactivation_ids",
+                JsonView::strs(&self.blocked_deactivation_ids),
+            ),
+            (
+                "rollback_requested_capability_ids",
+                JsonView::strs(&self.rollback_requested_capability_ids),
+            ),
+            (
+                "terminal_cleanup_notified_ids",
+                JsonView::strs(&self.terminal_cleanup_notified_ids),
+            ),
+            ("state_schema", JsonView::Str(STATE_SCHEMA_V3)),
+            (
+                "committed_plan",
+                self.committed_plan
+                    .as_ref()
+                    .map_or(JsonView::Null, CommittedPlan::view),
+            ),
+            (
+                "pending_consents",
+                JsonView::Arr(
+                    self.pending_consents
+                        .iter()
+                        .map(PendingConsent::view)
+                        .collect(),
+                ),
+            ),
+            (
+                "blocked_install_descriptor_digests",
+                JsonView::strs(&self.blocked_install_descriptor_digests),
+            ),
+            (
+                "install_policy_snapshot_digest",
+                JsonView::opt_str(self.install_policy_snapshot_digest.as_deref()),
+            ),
+        ])
+    }
+
     pub fn to_json(&self) -> Json {
-        let mut m = JsonMap::new();
-        m.insert("revision".into(), Json::from(self.revision));
-        m.insert("scope".into(), self.scope.to_json());
-        m.insert("host_level".into(), Json::str(self.host_level.as_str()));
-        m.insert(
-            "host_descriptor_digest".into(),
-            Json::str(&self.host_descriptor_digest),
-        );
-        m.insert(
-            "session_status".into(),
-            Json::str(self.session_status.as_str()),
-        );
-        m.insert(
-            "capabilities".into(),
-            Json::Arr(
-                self.capabilities
-                    .iter()
-                    .map(CapabilityState::to_json)
-                    .collect(),
-            ),
-        );
-        m.insert(
-            "pending_effects".into(),
-            Json::Arr(
-                self.pending_effects
-                    .iter()
-                    .map(PendingEffect::to_json)
-                    .collect(),
-            ),
-        );
-        m.insert(
-            "evidence".into(),
-            Json::Arr(self.evidence.iter().map(Evidence::to_json).collect()),
-        );
-        m.insert(
-            "last_manual_bundle".into(),
-            strings(&self.last_manual_bundle),
-        );
-        m.insert(
-            "blocked_capability_ids".into(),
-            strings(&self.blocked_capability_ids),
-        );
-        m.insert(
-            "blocked_deactivation_ids".into(),
-            strings(&self.blocked_deactivation_ids),
-        );
-        m.insert(
-            "rollback_requested_capability_ids".into(),
-            strings(&self.rollback_requested_capability_ids),
-        );
-        m.insert(
-            "terminal_cleanup_notified_ids".into(),
-            strings(&self.terminal_cleanup_notified_ids),
-        );
-        m.insert("state_schema".into(), Json::str(STATE_SCHEMA_V3));
-        m.insert(
-            "committed_plan".into(),
-            self.committed_plan
-                .as_ref()
-                .map_or(Json::Null, CommittedPlan::to_json),
-        );
-        m.insert(
-            "pending_consents".into(),
-            Json::Arr(
-                self.pending_consents
-                    .iter()
-                    .map(PendingConsent::to_json)
-                    .collect(),
-            ),
-        );
-        m.insert(
-            "blocked_install_descriptor_digests".into(),
-            strings(&self.blocked_install_descriptor_digests),
-        );
-        m.insert(
-            "install_policy_snapshot_digest".into(),
-            Json::opt_str(self.install_policy_snapshot_digest.as_deref()),
-        );
-        Json::Obj(m)
+        self.view().to_json()
     }
 
     /// `H(CJ(state))`.
     pub fn digest(&self) -> String {
-        crate::check::cj_digest(&self.to_json())
+        crate::check::sha256_hex(&self.view().to_cj())
     }
 
     pub fn capability(&self, id: &str) -> Option<&CapabilityState> {
@@ -941,7 +981,7 @@ impl EngineState {
         let state = EngineState::from_json(&v)?;
         // Decoding keeps every value verbatim, so this holds; checked anyway because the stored
         // text is what the state digest is taken over.
-        if state.to_json().to_cj() != text {
+        if state.view().to_cj() != text {
             return serr("state JSON must use canonical encoding");
         }
         Ok(state)
@@ -949,7 +989,7 @@ impl EngineState {
 
     /// The canonical JSON text of the state (`CJ(state)`).
     pub fn to_canonical_text(&self) -> String {
-        self.to_json().to_cj()
+        self.view().to_cj()
     }
 }
 

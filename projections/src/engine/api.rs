@@ -477,7 +477,7 @@ impl Engine {
             reducer_version: input.reducer_version.clone(),
             source_event_content_digest: input.source_event_content_digest.clone(),
             replay_json: input.to_cj(),
-            transition_json: transition.to_json().to_cj(),
+            transition_json: transition.view().to_cj(),
             result_state_digest: next.digest(),
             settlement_guard: authorities.guard.clone(),
         };
@@ -1130,7 +1130,7 @@ fn audit_one(
             "the reducer's output names another revision or event".into(),
         ));
     }
-    if transition.to_json().to_cj() != decoded.record.transition_json {
+    if transition.view().to_cj() != decoded.record.transition_json {
         return Err((
             AuditComponent::Transition,
             "the recomputed transition differs from the stored transition".into(),

@@ -140,7 +140,7 @@ impl Projection for EngineStateProjection {
                 ),
             )
         })?;
-        if transition.to_json().to_cj() != decoded.record.transition_json {
+        if transition.view().to_cj() != decoded.record.transition_json {
             return Err(refuse(
                 codes::ENGINE_REPLAY_DIVERGED,
                 format!(

@@ -362,7 +362,7 @@ pub fn decode_view(view: &RecordView<'_>) -> Result<DecodedRecord, RecordError> 
 pub fn transition_from_canonical_text(text: &str) -> Result<Transition, String> {
     let v = Json::parse(text).map_err(|e| e.to_string())?;
     let t = Transition::from_json(&v).map_err(|e| e.message().to_owned())?;
-    if t.to_json().to_cj() != text {
+    if t.view().to_cj() != text {
         return Err("transition JSON must use canonical encoding".into());
     }
     Ok(t)

@@ -198,9 +198,7 @@ fn finish(step: Step<'_>, from: u64) -> Result<(EngineState, Transition), Reduce
     state.sort_canonical();
     // `validate` refuses more than five active capabilities (E1) with a typed error; a panic
     // here would fail-stop the journal when the reducer runs inside a projection hook.
-    state
-        .validate()
-        .map_err(|e| ReduceError::Invalid(e.to_string()))?;
+    // `validate_persisted` runs every construction invariant first, then the persisted ones.
     state
         .validate_persisted()
         .map_err(|e| ReduceError::Invalid(e.to_string()))?;

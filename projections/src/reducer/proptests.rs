@@ -106,6 +106,9 @@ proptest! {
                 model.installed_by_receipt.insert(cap);
             }
             check_installed(&state, &next, &model)?;
+            // The borrowed view and the owned mapping encode to the same canonical bytes.
+            prop_assert_eq!(next.view().to_cj(), next.to_json().to_cj());
+            prop_assert_eq!(transition.view().to_cj(), transition.to_json().to_cj());
             // The persisted form decodes back to the same state.
             let text = next.to_canonical_text();
             prop_assert_eq!(EngineState::from_canonical_text(&text).unwrap(), next.clone());
