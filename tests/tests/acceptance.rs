@@ -7,5 +7,6 @@
 // Tests may panic on failure: that is how they report it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod engine;
 mod journal;
 mod support;
