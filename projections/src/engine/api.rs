@@ -1002,7 +1002,7 @@ fn derive_authorities(
             return authority("activation execution outcome does not match a pending receipt");
         }
         (None, None) => {}
-        (Some(p), supplied) if mode == GuardMode::Expired && p.effect == EffectKind::Activate => {
+        (Some(p), supplied) if mode == GuardMode::Expired => {
             if supplied.is_some() {
                 return authority("expired activation actions cannot use execution outcomes");
             }

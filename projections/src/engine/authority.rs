@@ -1125,7 +1125,9 @@ fn activation_pending_lineage(
         .filter(|p| p.action.action_id == action.action_id);
     let exact_pending = matches!(
         (pending.next(), pending.next()),
-        (Some(p), None) if p.effect == EffectKind::Activate && p.action.to_cj() == action_json
+        (Some(p), None)
+            if matches!(p.effect, EffectKind::Activate | EffectKind::RollbackActivate)
+                && p.action.to_cj() == action_json
     );
     let capability = state.capability(action.entity_id.as_deref()?)?;
     let payload = object(vec![

@@ -823,7 +823,15 @@ impl EffectsProjection {
         }
         let receipt_record_digest = record.digest.to_hex();
         if guard.mode == GuardMode::Expired {
-            if exists(tx, t.claims, &key)? {
+            // An activation claimed but never observed before its expiry lapses like an unclaimed
+            // one: its authority is lease-bounded, no outcome can be recorded any more, and the
+            // host must be reconciled by a later deactivation (spec/engine-store.md §7). An
+            // install claim never expires: its driver may have run, so it settles through an
+            // outcome (observed or indeterminate).
+            let claimed = exists(tx, t.claims, &key)?;
+            let lapsed_activation =
+                effect == GuardEffect::Activation && claimed && !exists(tx, t.outcomes, &key)?;
+            if claimed && !lapsed_activation {
                 return fail(
                     EffectRefusal::AlreadyClaimed,
                     format!(

@@ -627,6 +627,16 @@ fn fail_receipt(step: &mut Step<'_>, pending: &PendingEffect, session_active: bo
         }
         EffectKind::RollbackActivate => {
             state.rollback_requested_capability_ids.retain(|r| r != &id);
+            // Deviation from the reference (spec/engine.md §7): a rollback that cannot happen
+            // releases the hold. Kept, it would mark a replacement as in progress forever and no
+            // later deactivation could start.
+            if let Some(cap) = state.capability_mut(&id) {
+                cap.rollback_held = false;
+                cap.rollback_owner_id = None;
+            }
+            if state.is_prunable(&id) {
+                state.prune(&id);
+            }
         }
         EffectKind::Prepare | EffectKind::PromptContext => {}
     }
@@ -781,6 +791,18 @@ fn session_ended(step: &mut Step<'_>) {
     }
     state.blocked_deactivation_ids.clear();
     state.rollback_requested_capability_ids.clear();
+    // Deviation from the reference (spec/engine.md §7): capabilities whose only reason to stay
+    // was a rollback hold are retired now, as a deactivation receipt would retire them.
+    let ids: Vec<String> = state
+        .capabilities
+        .iter()
+        .map(|c| c.capability_id().to_owned())
+        .collect();
+    for id in ids {
+        if state.is_prunable(&id) {
+            state.prune(&id);
+        }
+    }
 }
 
 pub(crate) fn insert_sorted(list: &mut Vec<String>, value: &str) {

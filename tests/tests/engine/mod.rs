@@ -3,6 +3,7 @@
 //! scenarios the random histories rarely reach.
 
 mod exactly_once;
+mod liveness;
 mod scenarios;
 
 use std::sync::Arc;
