@@ -36,7 +36,10 @@ fn engine_in(dir: &TempDir) -> (Engine, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(Session::new("clock").now));
     let options = EngineOptions::new(clock.clone())
         .normalizer(Arc::new(OpaqueNormalizer), "ctx-normalizer-structured-v1");
-    (Engine::open(journal, options).expect("open the engine"), clock)
+    (
+        Engine::open(journal, options).expect("open the engine"),
+        clock,
+    )
 }
 
 fn record_sessions(n: usize) -> Recorded {

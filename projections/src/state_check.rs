@@ -19,18 +19,6 @@ use crate::state::{
     serr,
 };
 
-const BENEFIT_AUDIT_KEYS: [&str; 9] = [
-    "calibration_digest",
-    "candidate_pool_count",
-    "policy_digest",
-    "policy_schema_id",
-    "requested_limit",
-    "result_digest",
-    "result_schema_id",
-    "search_evaluation_count",
-    "selection_algorithm_id",
-];
-
 const ABSTENTION_CODES: [&str; 3] = ["below-net-benefit", "limit-zero", "no-feasible-capability"];
 const DEGRADATION_CODES: [&str; 2] = ["catalog-unavailable", "planner-failed"];
 
@@ -177,7 +165,7 @@ fn check_plan(plan: &CommittedPlan) -> Result<(), StateError> {
     if audit {
         exact_fields(
             &plan.benefit_audit,
-            &BENEFIT_AUDIT_KEYS,
+            &crate::plan::BENEFIT_AUDIT_KEYS,
             "schema-v3 benefit audit",
         )?;
     }

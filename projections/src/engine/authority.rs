@@ -37,23 +37,6 @@ use crate::identity::{
     install_authorization_digest, validate_install_plan_descriptor,
 };
 
-/// The 13 keys of a schema-v3 plan row.
-const PLAN_ROW_KEYS_V3: [&str; 13] = [
-    "actionability",
-    "authority",
-    "benefit",
-    "capability_id",
-    "catalog_entry_digest",
-    "catalog_identity",
-    "install_descriptor_digest",
-    "install_plan_digest",
-    "kind",
-    "matching_signals",
-    "name",
-    "normalized_score_ppm",
-    "reason_codes",
-];
-
 /// The outcome a driver observed for an install.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstallOutcome {
@@ -181,7 +164,10 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 
 fn is_v3_row(row: &Json) -> bool {
     row.as_obj().is_some_and(|m| {
-        m.len() == PLAN_ROW_KEYS_V3.len() && PLAN_ROW_KEYS_V3.iter().all(|k| m.contains_key(*k))
+        m.len() == crate::plan::PLAN_ROW_V3_KEYS.len()
+            && crate::plan::PLAN_ROW_V3_KEYS
+                .iter()
+                .all(|k| m.contains_key(*k))
     })
 }
 

@@ -777,34 +777,7 @@ fn consent_and_receipt_rejections_name_their_cause() {
         None,
         "UserDecision scope does not match pending consent",
     );
-    let e = f.s.event(
-        EventKind::InstallConsentExpired,
-        Json::object([
-            ("consent_id", Json::str("consent-unknown")),
-            (
-                "install_expires_at",
-                Json::opt_str(install.expires_at.as_deref()),
-            ),
-            (
-                "policy_snapshot_digest",
-                install
-                    .payload
-                    .get("policy_snapshot_digest")
-                    .cloned()
-                    .unwrap(),
-            ),
-            (
-                "requested_action_content_digest",
-                Json::str(install.content_digest()),
-            ),
-            ("requested_action_id", Json::str(&install.action_id)),
-            ("requested_action_kind", Json::str("InstallCapability")),
-            (
-                "requested_action_precondition_revision",
-                Json::from(install.precondition_revision),
-            ),
-        ]),
-    );
+    let e = consent_expired(&mut f.s, &install, "consent-unknown");
     refused(
         Some(&f.state),
         &e,
@@ -860,34 +833,7 @@ fn an_installed_consent_expiry_retires_without_blocking() {
     f.apply(e);
     let install = f.state.pending_consents[0].install_action.clone();
     let consent = install.consent_id.clone().unwrap();
-    let e = f.s.event(
-        EventKind::InstallConsentExpired,
-        Json::object([
-            ("consent_id", Json::str(&consent)),
-            (
-                "install_expires_at",
-                Json::opt_str(install.expires_at.as_deref()),
-            ),
-            (
-                "policy_snapshot_digest",
-                install
-                    .payload
-                    .get("policy_snapshot_digest")
-                    .cloned()
-                    .unwrap(),
-            ),
-            (
-                "requested_action_content_digest",
-                Json::str(install.content_digest()),
-            ),
-            ("requested_action_id", Json::str(&install.action_id)),
-            ("requested_action_kind", Json::str("InstallCapability")),
-            (
-                "requested_action_precondition_revision",
-                Json::from(install.precondition_revision),
-            ),
-        ]),
-    );
+    let e = consent_expired(&mut f.s, &install, &consent);
     let t = f.apply(e);
     assert!(t.actions.is_empty());
     assert_eq!(
@@ -980,4 +926,36 @@ fn an_abstained_plan_reports_its_code() {
         vec![Json::object([("code", Json::str("below-net-benefit"))])]
     );
     assert_eq!(f.state.committed_plan.as_ref().unwrap().status, "abstained");
+}
+
+/// An `InstallConsentExpired` for `install` naming `consent_id`.
+fn consent_expired(s: &mut Session, install: &HostAction, consent_id: &str) -> EngineEvent {
+    s.event(
+        EventKind::InstallConsentExpired,
+        Json::object([
+            ("consent_id", Json::str(consent_id)),
+            (
+                "install_expires_at",
+                Json::opt_str(install.expires_at.as_deref()),
+            ),
+            (
+                "policy_snapshot_digest",
+                install
+                    .payload
+                    .get("policy_snapshot_digest")
+                    .cloned()
+                    .unwrap(),
+            ),
+            (
+                "requested_action_content_digest",
+                Json::str(install.content_digest()),
+            ),
+            ("requested_action_id", Json::str(&install.action_id)),
+            ("requested_action_kind", Json::str("InstallCapability")),
+            (
+                "requested_action_precondition_revision",
+                Json::from(install.precondition_revision),
+            ),
+        ]),
+    )
 }
