@@ -899,6 +899,7 @@ mod tests {
             shared: Arc::new(Shared {
                 db,
                 mac: j.shared.mac.clone(),
+                keyed: j.shared.keyed.clone(),
                 data_dir: dir.path().to_path_buf(),
                 pid,
                 queue: Mutex::new(Queue::default()),

@@ -20,7 +20,7 @@ use crate::codec::{
 use crate::commit::{Queue, Tables};
 use crate::error::{OpenError, ProjectionError, ReadError, StorageError, VerifyError};
 use crate::hook::{ProjectionHook, table_def};
-use crate::key::{self, KeySource};
+use crate::key::{self, KeySource, KeyedDigestKey};
 use crate::limits::STREAM_CHUNK_REVISIONS;
 use crate::lock::{self, ProcessLock};
 use crate::types::{Digest, Record, StreamHead, StreamId};
@@ -116,6 +116,8 @@ pub(crate) struct Shared {
     // Field order matters for drop: the database closes before the process lock is released.
     pub(crate) db: Database,
     pub(crate) mac: MacKey,
+    /// Sub-key of [`Journal::keyed_digest`]; derived from the installation key at open.
+    pub(crate) keyed: KeyedDigestKey,
     pub(crate) data_dir: PathBuf,
     pub(crate) pid: u32,
     pub(crate) queue: Mutex<Queue>,
@@ -186,10 +188,12 @@ impl Journal {
             .create(&db_path)
             .map_err(StorageError::from)?;
         let mac = MacKey::new(key.bytes());
+        let keyed = KeyedDigestKey::derive(&key);
         let (writer, write_refusal) = initialize(&db, &mac, &db_path)?;
         let shared = Arc::new(Shared {
             db,
             mac,
+            keyed,
             data_dir: dir.clone(),
             pid: std::process::id(),
             queue: Mutex::new(Queue::default()),
@@ -225,6 +229,16 @@ impl Journal {
         }
         hooks.push(hook);
         true
+    }
+
+    /// An installation-keyed digest of `body` under `domain` (spec/journal.md §3, formula K):
+    /// `HMAC-SHA256(K_kd, domain ‖ 0x00 ‖ body)`, where `K_kd` is a sub-key derived from the
+    /// installation key. It lets a caller derive references that are stable on this installation
+    /// and unlinkable across installations without ever seeing the key. The sub-key is separate
+    /// from the record-MAC key, so no choice of domain and body yields a record MAC. Callers
+    /// should use a domain free of NUL bytes so that the domain/body split is unambiguous.
+    pub fn keyed_digest(&self, domain: &[u8], body: &[u8]) -> [u8; 32] {
+        self.shared.keyed.digest(domain, body)
     }
 
     /// True when the open that first loaded this journal in this process created it.

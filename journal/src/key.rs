@@ -5,6 +5,9 @@ use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::Path;
 
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
 use crate::error::OpenError;
 
 pub const KEY_FILE: &str = "installation.key";
@@ -30,6 +33,49 @@ impl std::fmt::Debug for InstallationKey {
 impl InstallationKey {
     pub(crate) fn bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+}
+
+/// Domain of the sub-key derivation: `K_kd = HMAC-SHA256(installation key, this)`.
+const KEYED_DIGEST_KEY_DOMAIN: &[u8] = b"ctx.journal.keyed-digest-key.v1\0";
+
+/// The keyed-digest sub-key (spec/journal.md §3, formula K). Callers choose the domain of a keyed
+/// digest, so a digest under the installation key itself could be asked for the record-MAC domain
+/// and would then forge record MACs (formula M). A sub-key derived under a domain no caller can
+/// reach separates the two uses while keeping the digests installation-keyed.
+#[derive(Clone)]
+pub(crate) struct KeyedDigestKey(Hmac<Sha256>);
+
+impl std::fmt::Debug for KeyedDigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyedDigestKey(<redacted>)")
+    }
+}
+
+fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
+    // HMAC accepts keys of any length, so this branch is unreachable; it is kept as an assertion
+    // because it can only fail through a programming error (as in `codec::MacKey::new`).
+    match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mac) => mac,
+        Err(_) => panic!("HMAC-SHA256 accepts keys of any length"),
+    }
+}
+
+impl KeyedDigestKey {
+    pub(crate) fn derive(key: &InstallationKey) -> KeyedDigestKey {
+        let mut m = hmac_sha256(key.bytes());
+        m.update(KEYED_DIGEST_KEY_DOMAIN);
+        let sub: [u8; 32] = m.finalize().into_bytes().into();
+        KeyedDigestKey(hmac_sha256(&sub))
+    }
+
+    /// `HMAC-SHA256(K_kd, domain ‖ 0x00 ‖ body)`.
+    pub(crate) fn digest(&self, domain: &[u8], body: &[u8]) -> [u8; 32] {
+        let mut m = self.0.clone();
+        m.update(domain);
+        m.update(&[0]);
+        m.update(body);
+        m.finalize().into_bytes().into()
     }
 }
 
@@ -109,4 +155,56 @@ fn check_private(file: &File, path: &Path) -> Result<(), OpenError> {
 #[cfg(not(unix))]
 fn check_private(_file: &File, _path: &Path) -> Result<(), OpenError> {
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use hmac::{Hmac, KeyInit, Mac};
+    use sha2::Sha256;
+
+    use crate::journal::{Journal, OpenOptions};
+
+    fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap();
+        for p in parts {
+            m.update(p);
+        }
+        m.finalize().into_bytes().into()
+    }
+
+    fn open(dir: &std::path::Path, key: [u8; 32]) -> Journal {
+        Journal::open(dir, &OpenOptions::new().key_source(move || Ok(key))).unwrap()
+    }
+
+    #[test]
+    fn keyed_digest_follows_formula_k_and_depends_on_the_installation_key() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let key_a = [7u8; 32];
+        let ja = open(a.path(), key_a);
+        let jb = open(b.path(), [8u8; 32]);
+
+        let sub = hmac(&key_a, &[b"ctx.journal.keyed-digest-key.v1\0"]);
+        let expected = hmac(&sub, &[b"ctx.test-ref-v1", b"\0", b"body"]);
+        assert_eq!(ja.keyed_digest(b"ctx.test-ref-v1", b"body"), expected);
+
+        // Stable on one installation, across handles and reopening.
+        assert_eq!(ja.keyed_digest(b"d", b"x"), ja.keyed_digest(b"d", b"x"));
+        drop(ja);
+        let ja = open(a.path(), [0u8; 32]); // the stored key is used, not the source
+        assert_eq!(ja.keyed_digest(b"ctx.test-ref-v1", b"body"), expected);
+        // Another installation, domain or body gives another digest.
+        assert_ne!(jb.keyed_digest(b"ctx.test-ref-v1", b"body"), expected);
+        assert_ne!(ja.keyed_digest(b"ctx.test-ref-v2", b"body"), expected);
+        assert_ne!(ja.keyed_digest(b"ctx.test-ref-v1", b"bodz"), expected);
+        // The NUL separator keeps the domain/body split apart.
+        assert_ne!(ja.keyed_digest(b"ab", b"c"), ja.keyed_digest(b"a", b"bc"));
+        // It is never the raw-key HMAC, so it cannot stand in for a record MAC (formula M).
+        assert_ne!(
+            ja.keyed_digest(b"ctx.jmac.v1", b"body"),
+            hmac(&key_a, &[b"ctx.jmac.v1\0body"])
+        );
+    }
 }

@@ -48,3 +48,4 @@ pub use state::{
     HostLevel, Installation, Invocation, Lease, PendingConsent, PendingEffect, STATE_KEYS_V3,
     STATE_SCHEMA_V3, SessionStatus, StateError,
 };
+pub mod query_store;
