@@ -9,6 +9,7 @@ mod cli;
 mod data_dir;
 mod demo;
 mod error;
+pub mod planning;
 
 pub use cli::{Command, USAGE, parse_args, run};
 pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, demo_data_dir};
