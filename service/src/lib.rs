@@ -1,10 +1,12 @@
 //! ctx-service: the managed query service and the `ctx` command-line binary.
 //!
-//! Today it holds the command line and the journal demo; the planner, catalog, consent broker and
-//! install actuator arrive in later issues. Dependencies point one way: service → projections →
+//! Today it holds the command line and the journal demo, the capability catalog (format, sample
+//! catalog, retrieval) and the net-benefit planner; the managed query service, consent broker and
+//! install actuator arrive next. Dependencies point one way: service → projections →
 //! journal.
 #![forbid(unsafe_code)]
 
+pub mod catalog;
 mod cli;
 mod data_dir;
 mod demo;

@@ -1,0 +1,168 @@
+//! The catalog loader: reads the catalog file, then every body file it declares, and checks each
+//! body's size and SHA-256 against the declaration.
+//!
+//! Bodies are what a host will load into a model's context or an installer will write into a
+//! host's configuration, so a body that drifted from its catalog digest must stop the load rather
+//! than be served: the digests are what plans and consents are pinned to.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use ctx_projections::check::sha256_hex_bytes;
+
+use super::error::CatalogError;
+use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES};
+use super::snapshot::Catalog;
+
+/// File name of the catalog inside a catalog directory.
+pub const CATALOG_FILE_NAME: &str = "catalog.json";
+
+/// A catalog whose every body file was read and verified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedCatalog {
+    catalog: Catalog,
+    /// Body text by declared relative path.
+    bodies: BTreeMap<String, String>,
+}
+
+impl LoadedCatalog {
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The verified text of a body file, by its declared path.
+    pub fn body_at(&self, path: &str) -> Option<&str> {
+        self.bodies.get(path).map(String::as_str)
+    }
+
+    /// The loadable material of a capability (its `material` body), if it has one.
+    pub fn material_text(&self, capability_id: &str) -> Option<&str> {
+        let entry = self.catalog.entry(capability_id)?;
+        self.body_at(&entry.material.as_ref()?.body.path)
+    }
+
+    /// The material an install of a capability leaves behind (its `install.result` body).
+    pub fn install_result_text(&self, capability_id: &str) -> Option<&str> {
+        let entry = self.catalog.entry(capability_id)?;
+        self.body_at(&entry.install.as_ref()?.result.path)
+    }
+}
+
+/// Loads `<dir>/catalog.json` with bodies resolved against `dir`.
+pub fn load_catalog_dir(dir: &Path) -> Result<LoadedCatalog, CatalogError> {
+    load_catalog(&dir.join(CATALOG_FILE_NAME), dir)
+}
+
+/// Loads a catalog file and verifies every body it declares under `bodies_root`.
+pub fn load_catalog(
+    catalog_file: &Path,
+    bodies_root: &Path,
+) -> Result<LoadedCatalog, CatalogError> {
+    let io = |source| CatalogError::Io {
+        path: catalog_file.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    // Read one byte past the limit so an oversized file is refused without reading it whole.
+    let limit = u64::try_from(CATALOG_TEXT_MAX_BYTES).unwrap_or(u64::MAX);
+    fs::File::open(catalog_file)
+        .map_err(io)?
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > CATALOG_TEXT_MAX_BYTES {
+        return Err(CatalogError::TooLarge {
+            size: bytes.len(),
+            limit: CATALOG_TEXT_MAX_BYTES,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| CatalogError::Json {
+        detail: format!(
+            "the text is not UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ),
+    })?;
+    let catalog = Catalog::parse(&text)?;
+    let mut bodies = BTreeMap::new();
+    for (i, entry) in catalog.entries().iter().enumerate() {
+        for (field, body) in entry.bodies() {
+            let text = read_body(bodies_root, body).map_err(|problem| CatalogError::Body {
+                entry: catalog.entry_ref(i),
+                field: field.to_owned(),
+                path: body.path.clone(),
+                problem,
+            })?;
+            bodies.insert(body.path.clone(), text);
+        }
+    }
+    Ok(LoadedCatalog { catalog, bodies })
+}
+
+/// Reads one declared body, refusing symbolic links on the way (a link could point outside the
+/// catalog directory, and the body's digest would then vouch for a file nobody reviewed).
+fn read_body(root: &Path, body: &BodyRef) -> Result<String, String> {
+    let mut path = PathBuf::from(root);
+    let segments: Vec<&str> = body.path.split('/').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        path.push(segment);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!("does not exist (no {})", path.display()));
+            }
+            Err(e) => return Err(format!("cannot be inspected: {e}")),
+        };
+        if meta.file_type().is_symlink() {
+            return Err(format!(
+                "passes through the symbolic link {}, which the loader refuses",
+                path.display()
+            ));
+        }
+        let last = i + 1 == segments.len();
+        if last && !meta.is_file() {
+            return Err("is not a regular file".to_owned());
+        }
+        if !last && !meta.is_dir() {
+            return Err(format!(
+                "passes through {}, which is not a directory",
+                path.display()
+            ));
+        }
+        if last {
+            let declared = u64::try_from(body.size_bytes).unwrap_or(0);
+            if meta.len() != declared {
+                return Err(format!(
+                    "is {} bytes, but the catalog declares {} bytes",
+                    meta.len(),
+                    body.size_bytes
+                ));
+            }
+        }
+    }
+    let bytes = fs::read(&path).map_err(|e| format!("cannot be read: {e}"))?;
+    if i64::try_from(bytes.len()).ok() != Some(body.size_bytes) {
+        return Err(format!(
+            "is {} bytes, but the catalog declares {} bytes",
+            bytes.len(),
+            body.size_bytes
+        ));
+    }
+    let actual = sha256_hex_bytes(&bytes);
+    if actual != body.sha256 {
+        return Err(format!(
+            "has SHA-256 {actual}, but the catalog declares {}",
+            body.sha256
+        ));
+    }
+    if bytes.contains(&0) {
+        return Err("contains a NUL byte, which material text may not hold".to_owned());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}

@@ -1,0 +1,812 @@
+//! Tests of the catalog format, loader and retrieval over the shipped sample catalog.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
+
+use std::fs;
+use std::path::Path;
+
+use ctx_projections::Json;
+use ctx_projections::identity::{
+    validate_catalog_identity, validate_install_plan_descriptor, validate_material_descriptor,
+};
+
+use super::*;
+
+fn sample() -> LoadedCatalog {
+    load_catalog_dir(&sample_catalog_dir()).expect("the sample catalog loads and verifies")
+}
+
+fn sample_text() -> String {
+    fs::read_to_string(sample_catalog_dir().join(CATALOG_FILE_NAME)).expect("sample readable")
+}
+
+#[test]
+fn sample_catalog_loads_verifies_and_is_realistic() {
+    let loaded = sample();
+    let catalog = loaded.catalog();
+    assert!(catalog.entries().len() >= 40, "at least 40 capabilities");
+    for kind in CapabilityKind::ALL {
+        assert!(
+            catalog.entries().iter().any(|e| e.kind == kind),
+            "the sample has a {kind}"
+        );
+    }
+    let mut loads = 0;
+    let mut installs = 0;
+    for entry in catalog.entries() {
+        if entry.kind == CapabilityKind::Harness {
+            assert!(entry.install.is_none() && entry.material.is_none());
+        }
+        if entry.material.is_some() {
+            loads += 1;
+            let text = loaded.material_text(&entry.id).expect("material body");
+            assert!(text.len() <= 6000 && text.starts_with("---\nname: "));
+        }
+        if entry.install.is_some() {
+            installs += 1;
+            let text = loaded.install_result_text(&entry.id).expect("install body");
+            assert!(!text.is_empty() && text.len() <= 6000);
+        }
+        // Every skill that can be loaded or installed ships its SKILL.md.
+        if entry.kind == CapabilityKind::Skill
+            && (entry.material.is_some() || entry.install.is_some())
+        {
+            let path = format!("skills/{}/SKILL.md", entry.name);
+            assert!(loaded.body_at(&path).is_some(), "{} ships {path}", entry.id);
+        }
+    }
+    assert!(
+        loads >= 10 && installs >= 10,
+        "loads {loads}, installs {installs}"
+    );
+}
+
+#[test]
+fn descriptors_are_valid_engine_documents() {
+    let loaded = sample();
+    let catalog = loaded.catalog();
+    for entry in catalog.entries() {
+        let material = catalog.material_descriptor(&entry.id).expect("descriptor");
+        validate_material_descriptor(material).expect("valid material descriptor");
+        assert_eq!(
+            material.get_str("material_snapshot_digest"),
+            Some(catalog.material_snapshot_digest())
+        );
+        let expected = if entry.material.is_some() {
+            "load"
+        } else {
+            "manual"
+        };
+        assert_eq!(material.get_str("actionability"), Some(expected));
+        match catalog.install_descriptor(&entry.id) {
+            Some(d) => {
+                validate_install_plan_descriptor(d).expect("valid install descriptor");
+                assert_eq!(
+                    d.get_str("provenance_digest"),
+                    Some(catalog.installation_snapshot_digest())
+                );
+                let identity = catalog.material_identity(&entry.id).expect("identity");
+                assert_eq!(
+                    d.get_str("result_material_identity_digest"),
+                    identity.get_str("identity_digest")
+                );
+            }
+            None => assert!(entry.install.is_none()),
+        }
+        validate_catalog_identity(&catalog.catalog_identity(&entry.id).expect("identity"))
+            .expect("valid catalog identity");
+    }
+}
+
+#[test]
+fn digests_depend_on_content_not_layout() {
+    let text = sample_text();
+    let a = Catalog::parse(&text).expect("parses");
+    // Canonical text, reversed entry order and compact layout give the same catalog.
+    let mut doc = Json::parse(&text).expect("json");
+    if let Json::Obj(m) = &mut doc
+        && let Some(Json::Arr(items)) = m.get_mut("capabilities")
+    {
+        items.reverse();
+    }
+    let b = Catalog::parse(&doc.to_cj()).expect("reordered parses");
+    let c = Catalog::parse(&a.to_json().to_cj()).expect("canonical parses");
+    assert_eq!(a, b);
+    assert_eq!(a, c);
+    for d in [
+        a.content_digest(),
+        a.namespace_digest(),
+        a.material_snapshot_digest(),
+        a.installation_snapshot_digest(),
+        a.retrieval_snapshot_digest(),
+    ] {
+        assert!(ctx_projections::check::is_sha(d));
+    }
+    // A label change moves the content and retrieval digests, not the material snapshot.
+    let changed = text.replacen("Idiomatic Rust:", "Idiomatic Rust -", 1);
+    let d = Catalog::parse(&changed).expect("parses");
+    assert_ne!(a.content_digest(), d.content_digest());
+    assert_ne!(a.retrieval_snapshot_digest(), d.retrieval_snapshot_digest());
+    assert_eq!(a.material_snapshot_digest(), d.material_snapshot_digest());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed catalogs
+
+const D1: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+
+/// A small valid catalog: a loadable skill, an installable agent, a harness.
+fn base() -> Json {
+    let text = format!(
+        r#"{{"schema":"ctx.catalog-v1","namespace":"test","capabilities":[
+        {{"id":"skill:demo","kind":"skill","label":"Demo skill","tags":["demo","rust"],
+          "related":["agent:helper"],
+          "material":{{"path":"skills/demo/SKILL.md","sha256":"{D1}","size_bytes":5,"estimated_tokens":2}}}},
+        {{"id":"agent:helper","kind":"agent","label":"Helper agent","tags":["help"],
+          "install":{{"installer_id":"ctx-install-plan-executor-v1","plan_digest":"{D1}",
+            "permission_expansion":false,"credential_requirement":true,
+            "result":{{"path":"agents/helper.md","sha256":"{D1}","size_bytes":10}}}}}},
+        {{"id":"harness:loop","kind":"harness","label":"Loop harness","tags":[]}}]}}"#
+    );
+    Json::parse(&text).expect("base json")
+}
+
+/// Applies `f` to entry `i` of the base catalog.
+fn edit(i: usize, f: impl FnOnce(&mut ctx_projections::JsonMap)) -> String {
+    let mut doc = base();
+    if let Json::Obj(m) = &mut doc
+        && let Some(Json::Arr(items)) = m.get_mut("capabilities")
+        && let Some(Json::Obj(entry)) = items.get_mut(i)
+    {
+        f(entry);
+    }
+    doc.to_cj()
+}
+
+fn set(path: &str, value: Json) -> impl FnOnce(&mut ctx_projections::JsonMap) {
+    let path: Vec<String> = path.split('.').map(str::to_owned).collect();
+    move |m| {
+        let mut cur = m;
+        for key in &path[..path.len() - 1] {
+            let Some(Json::Obj(next)) = cur.get_mut(key) else {
+                panic!("no object at {key}")
+            };
+            cur = next;
+        }
+        let last = &path[path.len() - 1];
+        if value == Json::Str("<remove>".into()) {
+            cur.remove(last);
+        } else {
+            cur.insert(last.clone(), value);
+        }
+    }
+}
+
+fn strs(items: &[&str]) -> Json {
+    Json::Arr(items.iter().map(|s| Json::str(*s)).collect())
+}
+
+#[test]
+fn base_catalog_is_valid() {
+    let c = Catalog::parse(&base().to_cj()).expect("base parses");
+    assert_eq!(c.entries().len(), 3);
+    assert_eq!(c.entries()[0].id, "agent:helper");
+}
+
+#[test]
+fn malformed_entries_name_entry_and_field() {
+    let remove = || Json::str("<remove>");
+    let long_label = Json::str("x".repeat(LABEL_MAX_BYTES + 1));
+    let many_tags: Vec<String> = (0..=TAGS_MAX_PER_ENTRY).map(|i| format!("t{i}")).collect();
+    let many_tags = Json::Arr(many_tags.into_iter().map(Json::Str).collect());
+    // (entry index, id named in the error, field named in the error, catalog text)
+    let cases: Vec<(usize, &str, &str, String)> = vec![
+        (
+            0,
+            "skill:demo",
+            "colour",
+            edit(0, set("colour", Json::str("red"))),
+        ),
+        (0, "skill:demo", "label", edit(0, set("label", remove()))),
+        (0, "skill:demo", "label", edit(0, set("label", long_label))),
+        (
+            0,
+            "skill:demo",
+            "label",
+            edit(0, set("label", Json::str(" padded"))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "kind",
+            edit(0, set("kind", Json::str("plugin"))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "id",
+            edit(0, set("kind", Json::str("agent"))),
+        ),
+        (
+            0,
+            "Skill:Demo",
+            "id",
+            edit(0, set("id", Json::str("Skill:Demo"))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "tags[1]",
+            edit(0, set("tags", strs(&["demo", "Rust"]))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "tags[1]",
+            edit(0, set("tags", strs(&["demo", "demo"]))),
+        ),
+        (0, "skill:demo", "tags", edit(0, set("tags", many_tags))),
+        (
+            0,
+            "skill:demo",
+            "tags",
+            edit(0, set("tags", Json::str("rust"))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.sha256",
+            edit(0, set("material.sha256", Json::str("A".repeat(64)))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.size_bytes",
+            edit(0, set("material.size_bytes", Json::Int(6001))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.size_bytes",
+            edit(0, set("material.size_bytes", Json::Int(0))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.estimated_tokens",
+            edit(0, set("material.estimated_tokens", Json::Int(5))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.path",
+            edit(0, set("material.path", Json::str("../etc/passwd"))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.path",
+            edit(0, set("material.path", Json::str("/abs/SKILL.md"))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "material.extra",
+            edit(0, set("material.extra", Json::Null)),
+        ),
+        (
+            0,
+            "skill:demo",
+            "related[0]",
+            edit(0, set("related", strs(&["agent:nobody"]))),
+        ),
+        (
+            0,
+            "skill:demo",
+            "related[0]",
+            edit(0, set("related", strs(&["skill:demo"]))),
+        ),
+        (
+            1,
+            "agent:helper",
+            "material",
+            edit(1, set("material", Json::Obj(Default::default()))),
+        ),
+        (
+            1,
+            "agent:helper",
+            "install.plan_digest",
+            edit(1, set("install.plan_digest", Json::str("abc"))),
+        ),
+        (
+            1,
+            "agent:helper",
+            "install.permission_expansion",
+            edit(1, set("install.permission_expansion", Json::str("yes"))),
+        ),
+        (
+            1,
+            "agent:helper",
+            "install.installer_id",
+            edit(1, set("install.installer_id", Json::str("Bad Id"))),
+        ),
+        (
+            1,
+            "agent:helper",
+            "install.result.path",
+            edit(
+                1,
+                set("install.result.path", Json::str("skills/demo/SKILL.md")),
+            ),
+        ),
+        (
+            1,
+            "agent:helper",
+            "install.result.sha256",
+            edit(1, set("install.result.sha256", remove())),
+        ),
+        (
+            1,
+            "agent:helper",
+            "install.credential_requirement",
+            edit(1, set("install.credential_requirement", remove())),
+        ),
+        (
+            1,
+            "skill:demo",
+            "id",
+            edit(1, set("id", Json::str("skill:demo")).chain_kind("skill")),
+        ),
+        (
+            2,
+            "harness:loop",
+            "install",
+            edit(2, |m| {
+                let install = base()
+                    .get("capabilities")
+                    .and_then(|c| c.as_arr())
+                    .and_then(|c| c[1].get("install"))
+                    .cloned()
+                    .unwrap_or(Json::Null);
+                m.insert("install".into(), install);
+            }),
+        ),
+        (2, "harness:loop", "(entry)", {
+            let mut doc = base();
+            if let Json::Obj(m) = &mut doc
+                && let Some(Json::Arr(items)) = m.get_mut("capabilities")
+            {
+                items[2] = Json::Arr(vec![]);
+            }
+            doc.to_cj()
+        }),
+    ];
+    for (index, id, field, text) in cases {
+        let err = Catalog::parse(&text).expect_err(&format!("case {field} is refused"));
+        let message = err.to_string();
+        let entry = err
+            .entry()
+            .unwrap_or_else(|| panic!("{message} names an entry"));
+        assert_eq!(entry.index, index, "{message}");
+        if field != "(entry)" {
+            assert_eq!(entry.id.as_deref(), Some(id), "{message}");
+        }
+        assert_eq!(err.field(), Some(field), "{message}");
+        assert!(
+            message.contains(&format!("catalog entry {index}")),
+            "{message}"
+        );
+        assert!(message.contains(&format!("{field:?}")), "{message}");
+    }
+}
+
+/// Lets a case change an entry's id and kind together.
+trait ChainKind {
+    fn chain_kind(self, kind: &'static str) -> Box<dyn FnOnce(&mut ctx_projections::JsonMap)>;
+}
+
+impl<F: FnOnce(&mut ctx_projections::JsonMap) + 'static> ChainKind for F {
+    fn chain_kind(self, kind: &'static str) -> Box<dyn FnOnce(&mut ctx_projections::JsonMap)> {
+        Box::new(move |m| {
+            self(m);
+            m.insert("kind".into(), Json::str(kind));
+            m.remove("install");
+        })
+    }
+}
+
+#[test]
+fn malformed_documents_name_the_top_level_field() {
+    let with_top = |key: &str, value: Json| {
+        let mut doc = base();
+        if let Json::Obj(m) = &mut doc {
+            if value == Json::str("<remove>") {
+                m.remove(key);
+            } else {
+                m.insert(key.to_owned(), value);
+            }
+        }
+        doc.to_cj()
+    };
+    let cases = [
+        ("version", with_top("version", Json::Int(1))),
+        ("schema", with_top("schema", Json::str("ctx.catalog-v2"))),
+        ("schema", with_top("schema", Json::str("<remove>"))),
+        ("namespace", with_top("namespace", Json::str("Not A Token"))),
+        ("capabilities", with_top("capabilities", Json::Arr(vec![]))),
+        (
+            "capabilities",
+            with_top("capabilities", Json::Obj(Default::default())),
+        ),
+        ("(document)", "[]".to_owned()),
+    ];
+    for (field, text) in cases {
+        let err = Catalog::parse(&text).expect_err("refused");
+        assert!(matches!(err, CatalogError::TopLevel { .. }), "{err}");
+        assert_eq!(err.field(), Some(field), "{err}");
+    }
+    let too_many = {
+        let entry = r#"{"id":"skill:x","kind":"skill","label":"x","tags":[]}"#;
+        let list = vec![entry; CATALOG_MAX_ENTRIES + 1].join(",");
+        format!(r#"{{"schema":"ctx.catalog-v1","namespace":"n","capabilities":[{list}]}}"#)
+    };
+    assert_eq!(
+        Catalog::parse(&too_many).expect_err("refused").field(),
+        Some("capabilities")
+    );
+    for bad in ["", "{", "{\"schema\":1,\"schema\":2}", "nul"] {
+        assert!(matches!(
+            Catalog::parse(bad),
+            Err(CatalogError::Json { .. })
+        ));
+    }
+}
+
+#[test]
+fn no_input_panics() {
+    let text = sample_text();
+    // Every prefix at a stride, and byte-flipped variants, are refused or accepted without panic.
+    for end in (0..text.len()).step_by(97) {
+        if text.is_char_boundary(end) {
+            let _ = Catalog::parse(&text[..end]);
+        }
+    }
+    let bytes = base().to_cj().into_bytes();
+    for i in 0..bytes.len() {
+        for replacement in [b'"', b'{', b'0', b'-', b'x', b']'] {
+            let mut mutated = bytes.clone();
+            mutated[i] = replacement;
+            if let Ok(s) = String::from_utf8(mutated) {
+                let _ = Catalog::parse(&s);
+            }
+        }
+    }
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    assert!(Catalog::parse(&deep).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loader
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for entry in fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn loader_refuses_bodies_that_differ_from_the_catalog() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&sample_catalog_dir(), dir.path());
+    load_catalog_dir(dir.path()).expect("copy loads");
+
+    // Same size, different bytes: the digest check names entry, field and path.
+    let body = dir.path().join("skills/rust/SKILL.md");
+    let original = fs::read_to_string(&body).expect("body");
+    fs::write(&body, original.replacen("Idiomatic", "idiomatic", 1)).expect("write");
+    let err = load_catalog_dir(dir.path()).expect_err("tampered body refused");
+    let message = err.to_string();
+    assert!(matches!(err, CatalogError::Body { .. }), "{message}");
+    assert_eq!(
+        err.entry().and_then(|e| e.id.as_deref()),
+        Some("skill:rust")
+    );
+    assert_eq!(err.field(), Some("material.path"));
+    assert!(message.contains("SHA-256"), "{message}");
+
+    // A different size.
+    fs::write(&body, format!("{original}\n")).expect("write");
+    let message = load_catalog_dir(dir.path())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        message.contains("bytes, but the catalog declares"),
+        "{message}"
+    );
+
+    // A missing install result.
+    fs::write(&body, &original).expect("restore");
+    fs::remove_file(dir.path().join("agents/debugger.md")).expect("rm");
+    let err = load_catalog_dir(dir.path()).expect_err("missing body refused");
+    assert_eq!(
+        err.entry().and_then(|e| e.id.as_deref()),
+        Some("agent:debugger")
+    );
+    assert_eq!(err.field(), Some("install.result.path"));
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn loader_refuses_symbolic_links() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_dir(&sample_catalog_dir(), dir.path());
+    let body = dir.path().join("skills/go/SKILL.md");
+    let moved = dir.path().join("elsewhere.md");
+    fs::rename(&body, &moved).expect("move");
+    std::os::unix::fs::symlink(&moved, &body).expect("symlink");
+    let err = load_catalog_dir(dir.path()).expect_err("symlink refused");
+    assert_eq!(err.entry().and_then(|e| e.id.as_deref()), Some("skill:go"));
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+}
+
+#[test]
+fn missing_catalog_file_is_an_io_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert!(matches!(
+        load_catalog_dir(dir.path()),
+        Err(CatalogError::Io { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retrieval
+
+#[test]
+fn rust_and_testing_retrieve_rust_testing_skills_first() {
+    let loaded = sample();
+    let catalog = loaded.catalog();
+    let observation = WorkObservation::new(&["testing"], &["rust"]).expect("observation");
+    let candidates = retrieve(catalog, &observation);
+    let ids: Vec<&str> = candidates
+        .iter()
+        .map(|c| c.capability_id.as_str())
+        .collect();
+    assert_eq!(ids[0], "skill:rust-testing", "{ids:?}");
+    let top3 = &ids[..3];
+    assert!(top3.contains(&"skill:rust"), "{ids:?}");
+    assert!(top3.iter().all(|id| id.starts_with("skill:")), "{ids:?}");
+    let first = &candidates[0];
+    assert_eq!(first.normalized_score_ppm, SCORE_MAX_PPM);
+    assert_eq!(first.actionability, Actionability::Load);
+    assert_eq!(first.matching_signals, vec!["rust", "testing"]);
+    assert_eq!(
+        first.reason_codes,
+        vec![
+            "graph-match",
+            "language-match",
+            "name-match",
+            "signal-match",
+            "tag-match"
+        ]
+    );
+}
+
+#[test]
+fn retrieval_is_deterministic_bounded_and_well_formed() {
+    let loaded = sample();
+    let catalog = loaded.catalog();
+    let observation = WorkObservation::new(
+        &[
+            "testing",
+            "git",
+            "docker",
+            "security",
+            "sql",
+            "github",
+            "debugging",
+        ],
+        &["python", "go"],
+    )
+    .expect("observation");
+    let a = retrieve(catalog, &observation);
+    let b = retrieve(catalog, &observation);
+    assert_eq!(a, b);
+    assert!(!a.is_empty() && a.len() <= CANDIDATE_POOL_DEFAULT_ENTRIES);
+    let small = retrieve_with_limit(catalog, &observation, 6).expect("limit 6");
+    assert_eq!(small.len(), 6);
+    assert_eq!(small[..], a[..6]);
+    assert!(retrieve_with_limit(catalog, &observation, 5).is_err());
+    assert!(retrieve_with_limit(catalog, &observation, 513).is_err());
+    for pair in a.windows(2) {
+        assert!(pair[0].normalized_score_ppm >= pair[1].normalized_score_ppm);
+    }
+    for c in &a {
+        assert_eq!(c.capability_id, format!("{}:{}", c.kind, c.name));
+        assert!(c.normalized_score_ppm <= SCORE_MAX_PPM);
+        assert!(!c.reason_codes.is_empty() && c.reason_codes.is_sorted());
+        assert!(c.matching_signals.is_sorted());
+        assert!(ctx_projections::check::is_sha(&c.source_digest));
+        let install = c.actionability == Actionability::Install;
+        assert_eq!(c.install_descriptor_digest.is_some(), install);
+        assert_eq!(c.install_plan_digest.is_some(), install);
+        let entry = catalog.entry(&c.capability_id).expect("entry");
+        match c.actionability {
+            Actionability::Load => assert!(entry.material.is_some()),
+            Actionability::Install => assert_eq!(
+                c.install_descriptor_digest.as_deref(),
+                catalog
+                    .install_descriptor(&c.capability_id)
+                    .and_then(|d| d.get_str("descriptor_digest"))
+            ),
+            Actionability::Manual => {
+                assert!(entry.material.is_none() && entry.install.is_none());
+            }
+        }
+        assert_eq!(
+            c.to_json().get_str("capability_id"),
+            Some(c.capability_id.as_str())
+        );
+    }
+    let empty = WorkObservation::new::<&str>(&[], &[]).expect("empty");
+    assert!(retrieve(catalog, &empty).is_empty());
+    let unknown = WorkObservation::new(&["zzz-nothing"], &[]).expect("unknown");
+    assert!(retrieve(catalog, &unknown).is_empty());
+}
+
+#[test]
+fn ambiguous_identities_are_removed() {
+    let loaded = sample();
+    let observation = WorkObservation::new(&["git"], &[]).expect("observation");
+    let candidates = retrieve(loaded.catalog(), &observation);
+    assert!(candidates.len() >= 2);
+    let mut conflicting = candidates[1].clone();
+    conflicting.source_digest = "f".repeat(64);
+    let mut pool = candidates.clone();
+    pool.push(conflicting);
+    pool.push(candidates[0].clone());
+    let kept = remove_ambiguous(pool);
+    assert_eq!(kept.len(), candidates.len() - 1);
+    assert!(
+        kept.iter()
+            .all(|c| c.capability_id != candidates[1].capability_id)
+    );
+    assert_eq!(kept[0], candidates[0]);
+}
+
+#[test]
+fn observations_validate_their_lists() {
+    assert!(matches!(
+        WorkObservation::new(&["Rust"], &[]),
+        Err(ObservationError::BadToken {
+            field: "signals",
+            ..
+        })
+    ));
+    assert!(matches!(
+        WorkObservation::new(&["a", "a"], &[]),
+        Err(ObservationError::Duplicate {
+            field: "signals",
+            ..
+        })
+    ));
+    let many: Vec<String> = (0..=SIGNALS_MAX_TOKENS).map(|i| format!("s{i}")).collect();
+    assert!(matches!(
+        WorkObservation::new(&many, &[]),
+        Err(ObservationError::TooMany {
+            field: "signals",
+            ..
+        })
+    ));
+    let o = WorkObservation::new(&["b", "a"], &["rust"]).expect("valid");
+    assert_eq!(o.signals(), ["a", "b"]);
+    assert_eq!(o.requested_limit(), 5);
+    assert!(o.clone().with_requested_limit(6).is_err());
+    assert!(o.clone().with_requested_limit(-1).is_err());
+    assert_eq!(
+        o.clone()
+            .with_requested_limit(0)
+            .expect("0")
+            .requested_limit(),
+        0
+    );
+    let active: Vec<String> = (0..=ACTIVE_MAX_IDS)
+        .map(|i| format!("skill:s{i}"))
+        .collect();
+    assert!(o.clone().with_active(&active).is_err());
+    let o = o
+        .with_baseline(&["skill:rust"])
+        .and_then(|o| o.with_rejected(&["agent:debugger"]))
+        .expect("valid");
+    assert_eq!(o.rejected_capability_ids(), ["agent:debugger"]);
+}
+
+#[test]
+fn public_work_normalizer() {
+    let o = normalize_public_work(&PublicWork {
+        query: "Fix the flaky `HTTPServer` tests in the decoder",
+        task: "Add retries to the tokio client",
+        language: "RS",
+        repo_slug: "https://github.com/acme/Widget-Store.git/",
+        repo_facts: &["uses GitHub Actions"],
+    })
+    .expect("normalized");
+    assert_eq!(o.languages(), ["rust"]);
+    assert_eq!(o.requested_limit(), 5);
+    // Repository name, backtick identifier (compact and split), query and task words, in priority
+    // order, then sorted; generic words and languages dropped; "decoder" mapped to "decoding".
+    for expected in [
+        "widget",
+        "store",
+        "httpserver",
+        "http",
+        "server",
+        "flaky",
+        "decoding",
+    ] {
+        assert!(
+            o.signals().iter().any(|s| s == expected),
+            "{expected} in {:?}",
+            o.signals()
+        );
+    }
+    for dropped in ["fix", "the", "tests", "rust", "decoder"] {
+        assert!(
+            !o.signals().iter().any(|s| s == dropped),
+            "{dropped} dropped"
+        );
+    }
+    assert!(o.signals().len() <= 12);
+
+    let empty = normalize_public_work(&PublicWork {
+        query: "fix the code",
+        language: "klingon",
+        ..PublicWork::default()
+    })
+    .expect("normalized");
+    assert!(empty.signals().is_empty() && empty.languages().is_empty());
+    assert_eq!(empty.requested_limit(), 0);
+
+    // Each later group may add one token past the target: at most 8 + 4.
+    let words: Vec<String> = (0..20).map(|i| format!("alpha{i}")).collect();
+    let text = words.join(" ");
+    let facts: Vec<&str> = vec!["omega1 omega2"];
+    let capped = normalize_public_work(&PublicWork {
+        query: &text,
+        task: &text.replace("alpha", "beta"),
+        repo_facts: &facts,
+        ..PublicWork::default()
+    })
+    .expect("normalized");
+    assert_eq!(capped.signals().len(), 10);
+
+    let too_many: Vec<&str> = vec!["x"; REPO_FACTS_MAX_STRINGS + 1];
+    assert!(
+        normalize_public_work(&PublicWork {
+            repo_facts: &too_many,
+            ..PublicWork::default()
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn canonical_languages() {
+    for (input, expected) in [
+        ("C++", Some("cpp")),
+        (" golang ", Some("go")),
+        ("node", Some("javascript")),
+        ("c#", Some("csharp")),
+        ("TS", Some("typescript")),
+        ("py", Some("python")),
+        ("cobol", None),
+    ] {
+        assert_eq!(canonical_language(input), expected, "{input}");
+    }
+}
