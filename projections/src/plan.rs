@@ -28,10 +28,10 @@ pub const BENEFIT_SELECTION_ALGORITHM_ID: &str = "ctx.greedy-bounded-subset-exch
 /// Largest candidate pool a benefit audit may report.
 pub const MAX_BENEFIT_CANDIDATES: i64 = 512;
 /// Largest number of search evaluations a benefit audit may report.
-pub const MAX_BENEFIT_SEARCH_EVALUATIONS: i64 = 1_000_000;
-pub const MAX_MATCHING_SIGNALS: usize = 32;
-pub const MAX_REASON_CODES: usize = 16;
-pub const MAX_SCORE_PPM: i64 = 1_000_000;
+pub const BENEFIT_SEARCH_MAX_EVALUATIONS: i64 = 1_000_000;
+pub const MATCHING_SIGNALS_MAX_ITEMS: usize = 32;
+pub const REASON_CODES_MAX_ITEMS: usize = 16;
+pub const SCORE_MAX_PPM: i64 = 1_000_000;
 /// Abstention codes of a v3 plan.
 pub const V3_ABSTENTION_CODES: [&str; 3] =
     ["below-net-benefit", "limit-zero", "no-feasible-capability"];
@@ -181,14 +181,14 @@ fn validate_presentation(m: &JsonMap, signals: &[Json], reasons: &[Json]) -> Res
     if !text(m, "catalog_entry_digest").is_some_and(is_sha) {
         return Err("source_digest must be a lowercase SHA-256 digest".into());
     }
-    if !matches!(m.get("normalized_score_ppm"), Some(Json::Int(i)) if (0..=MAX_SCORE_PPM).contains(i))
+    if !matches!(m.get("normalized_score_ppm"), Some(Json::Int(i)) if (0..=SCORE_MAX_PPM).contains(i))
     {
         return Err(format!(
-            "normalized_score_ppm must be an integer from 0 through {MAX_SCORE_PPM}"
+            "normalized_score_ppm must be an integer from 0 through {SCORE_MAX_PPM}"
         ));
     }
-    canonical_tokens(signals, "matching_signals", MAX_MATCHING_SIGNALS)?;
-    if canonical_tokens(reasons, "reason_codes", MAX_REASON_CODES)? == 0 {
+    canonical_tokens(signals, "matching_signals", MATCHING_SIGNALS_MAX_ITEMS)?;
+    if canonical_tokens(reasons, "reason_codes", REASON_CODES_MAX_ITEMS)? == 0 {
         return Err("reason_codes must explain the candidate".into());
     }
     let actionability = text(m, "actionability").unwrap_or_default();
@@ -411,7 +411,7 @@ fn check_audit_fields(m: &JsonMap) -> Result<(), AuditFault> {
     for (key, max) in [
         ("requested_limit", ACTIVE_CAPABILITIES_MAX as i64),
         ("candidate_pool_count", MAX_BENEFIT_CANDIDATES),
-        ("search_evaluation_count", MAX_BENEFIT_SEARCH_EVALUATIONS),
+        ("search_evaluation_count", BENEFIT_SEARCH_MAX_EVALUATIONS),
     ] {
         match m.get(key) {
             Some(Json::Int(i)) if *i < 0 => {
@@ -635,17 +635,17 @@ fn r_presentation(m: &JsonMap, index: usize) -> Result<(), ReplayError> {
     r_bounded(
         field(m, "normalized_score_ppm"),
         &format!("{name}.normalized_score_ppm"),
-        MAX_SCORE_PPM,
+        SCORE_MAX_PPM,
     )?;
     r_token_array(
         field(m, "matching_signals"),
         &format!("{name}.matching_signals"),
-        MAX_MATCHING_SIGNALS,
+        MATCHING_SIGNALS_MAX_ITEMS,
     )?;
     if r_token_array(
         field(m, "reason_codes"),
         &format!("{name}.reason_codes"),
-        MAX_REASON_CODES,
+        REASON_CODES_MAX_ITEMS,
     )? == 0
     {
         return vfail(format!("{name}.reason_codes must not be empty"));

@@ -25,14 +25,9 @@ use super::benefit::{
     NetBenefitPolicy, SEARCH_MAX_EVALUATIONS, SELECTED_MAX_ITEMS, SELECTION_ALGORITHM_ID, Tier,
 };
 
-/// Most matching signals one presentation carries.
-pub const MATCHING_SIGNALS_MAX_ITEMS: usize = 32;
-/// Most reason codes one presentation carries.
-pub const REASON_CODES_MAX_ITEMS: usize = 16;
-/// Largest normalized retrieval score.
-pub const SCORE_MAX_PPM: i64 = 1_000_000;
-/// Degradation codes of a plan that never reached the net-benefit search.
-pub const DEGRADATION_CODES: [&str; 2] = ["catalog-unavailable", "planner-failed"];
+pub use ctx_projections::plan::{
+    DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM,
+};
 /// Every actionability a presentation may declare; schema v3 plans only the first three.
 pub const PRESENTATION_ACTIONABILITY: [&str; 6] = [
     "load",
