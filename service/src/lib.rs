@@ -12,6 +12,7 @@ mod data_dir;
 mod demo;
 mod error;
 pub mod planning;
+pub mod registry;
 
 pub use cli::{Command, USAGE, parse_args, run};
 pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, demo_data_dir};

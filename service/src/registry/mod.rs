@@ -1,0 +1,33 @@
+//! The managed artifact registry (reference managed-service §11, specified in
+//! `spec/registry.md`): an owner-private, content-addressed store of immutable catalog artifacts
+//! and the manifests binding each artifact to the snapshot digests and observation surrogate that
+//! planning replays against.
+//!
+//! The reference stores a SQLite graph; our graph artifact is the catalog of `spec/catalog.md` in
+//! its canonical bytes plus the body files it declares, so an artifact can be audited with a text
+//! editor and its digest is the catalog content digest. Callers never see paths: they hold an
+//! [`ArtifactHandle`], which only the issuing registry instance in the issuing process honours.
+
+mod error;
+mod fsutil;
+mod handle;
+mod manifest;
+mod store;
+mod surrogate;
+#[cfg(test)]
+mod tests;
+
+pub use error::RegistryError;
+pub use handle::{
+    ARTIFACT_OBSERVATION_OPAQUE_PREFIX, ARTIFACT_OBSERVATION_PROVIDER_ID, ArtifactHandle,
+    ArtifactObservationNormalizer, CapturedAuthority,
+};
+pub use manifest::{MANIFEST_SCHEMA, REGISTRY_VERSION};
+pub use store::{
+    ARTIFACTS_DIR, ArtifactRegistry, IngestInputs, MANIFESTS_DIR, PUBLICATION_LOCK_FILE,
+};
+
+/// Largest manifest body accepted or written.
+pub const MANIFEST_MAX_BYTES: usize = 32 * 1024;
+/// Most entries one registry directory scan (or one artifact walk) visits.
+pub const DIRECTORY_ENTRIES_MAX: usize = 8_192;

@@ -1,0 +1,95 @@
+//! Screening of the observation surrogate an artifact binds (reference managed-service §11.4).
+//!
+//! The surrogate is persisted in the manifest and replayed into the journal, so it must be the
+//! exact current-work schema, carry facts the catalog's [`WorkObservation`] accepts, and contain
+//! nothing that looks like a credential: a token pasted into a signal would otherwise be stored
+//! in clear in two durable places.
+
+use ctx_projections::{CURRENT_WORK_SCHEMA, Json, Surrogate, SurrogateRole, validate_surrogate};
+
+use crate::catalog::WorkObservation;
+
+/// Prefixes of well-known secret formats.
+const CREDENTIAL_PREFIXES: [&str; 5] = ["ghp-", "github-pat-", "sk-", "xoxb-", "xoxp-"];
+/// Words (or adjacent word pairs joined by `-`) that mark a token as credential-like.
+const CREDENTIAL_WORDS: [&str; 10] = [
+    "api-key",
+    "apikey",
+    "auth-token",
+    "bearer",
+    "credential",
+    "credentials",
+    "passwd",
+    "password",
+    "private-key",
+    "secret",
+];
+/// A `signals` or `languages` token this long is more likely a key than a word.
+const FREE_TOKEN_MAX_CHARS: usize = 31;
+
+const LIST_FIELDS: [&str; 5] = [
+    "active_capability_ids",
+    "baseline_capability_ids",
+    "languages",
+    "rejected_capability_ids",
+    "signals",
+];
+
+/// Checks `s` is an exact, credential-free current-work observation surrogate; `Err` is a
+/// sentence fragment naming the fault.
+pub(crate) fn check_observation_surrogate(s: &Surrogate) -> Result<(), String> {
+    if s.schema_id != CURRENT_WORK_SCHEMA || s.schema_version != 1 {
+        return Err(format!(
+            "schema {:?} version {} is not the exact current-work schema {CURRENT_WORK_SCHEMA:?} version 1",
+            s.schema_id, s.schema_version
+        ));
+    }
+    validate_surrogate(s, SurrogateRole::Observation).map_err(|e| e.message().to_owned())?;
+    let mut lists: Vec<Vec<&str>> = Vec::with_capacity(LIST_FIELDS.len());
+    for field in LIST_FIELDS {
+        let items = s.value.get(field).and_then(Json::as_arr).unwrap_or(&[]);
+        let mut tokens = Vec::with_capacity(items.len());
+        for item in items {
+            let token = item
+                .as_str()
+                .ok_or_else(|| format!("{field} must be a token array"))?;
+            let free = matches!(field, "signals" | "languages");
+            if is_credential_like(token, free) {
+                return Err(format!("{field} contains credential-like material"));
+            }
+            tokens.push(token);
+        }
+        lists.push(tokens);
+    }
+    let limit = s
+        .value
+        .get("requested_limit")
+        .and_then(Json::as_i64)
+        .unwrap_or(-1);
+    let [active, baseline, languages, rejected, signals] = lists.as_slice() else {
+        return Err("the current-work fields are incomplete".to_owned());
+    };
+    WorkObservation::new(signals, languages)
+        .and_then(|o| o.with_baseline(baseline))
+        .and_then(|o| o.with_active(active))
+        .and_then(|o| o.with_rejected(rejected))
+        .and_then(|o| o.with_requested_limit(limit))
+        .map_err(|e| format!("it holds invalid current-work facts: {e}"))?;
+    Ok(())
+}
+
+fn is_credential_like(token: &str, free: bool) -> bool {
+    let lower = token.to_ascii_lowercase();
+    if CREDENTIAL_PREFIXES.iter().any(|p| lower.starts_with(p)) {
+        return true;
+    }
+    if free && token.chars().count() > FREE_TOKEN_MAX_CHARS {
+        return true;
+    }
+    let normalized = lower.replace(['_', '.', ':'], "-");
+    let parts: Vec<&str> = normalized.split('-').collect();
+    parts.iter().any(|p| CREDENTIAL_WORDS.contains(p))
+        || parts
+            .windows(2)
+            .any(|w| CREDENTIAL_WORDS.contains(&format!("{}-{}", w[0], w[1]).as_str()))
+}
