@@ -2,5 +2,7 @@
 //! net-benefit model and the schema-v3 planning values it produces. Specified in
 //! `spec/planner.md`.
 
+pub mod adapter;
 pub mod benefit;
 pub mod plan_v3;
+pub mod ports;
