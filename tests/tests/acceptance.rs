@@ -9,4 +9,5 @@
 
 mod engine;
 mod journal;
+mod managed;
 mod support;

@@ -98,6 +98,12 @@ impl Drop for PublicationLock {
 }
 
 impl ArtifactRegistry {
+    /// The registry's root directory (absolute), so that owners of other persistence roots can
+    /// refuse aliases of it.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Opens (creating if needed) the registry at the absolute path `root`. The root and its
     /// `artifacts/` and `manifests/` directories must be real directories of mode 0700 owned by
     /// this user; stages left by an interrupted publication are removed.

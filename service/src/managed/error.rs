@@ -1,0 +1,86 @@
+//! The service's typed errors. `Display` is the reference's sentence (managed-service §1–§3), so
+//! hosts and the seed ports can match on it; store and registry errors pass through unchanged
+//! because the reference lets them propagate with their own types (§1.2).
+
+use ctx_journal::OpenError;
+use ctx_projections::engine::{OpenEngineError, ProcessError, SnapshotError};
+use ctx_projections::query_store::QueryStoreError;
+
+use crate::registry::RegistryError;
+
+/// Why the input authority could not resolve a work reference. The host's reason is kept for
+/// `Debug` only: it may name private work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("managed query input authority could not resolve the current work reference")]
+pub struct InputAuthorityError {
+    pub detail: String,
+}
+
+impl InputAuthorityError {
+    pub fn new(detail: impl Into<String>) -> InputAuthorityError {
+        InputAuthorityError {
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Why a managed query service operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// A request, configuration or input value is malformed (the reference's `ValueError` and
+    /// `TypeError` sentences).
+    #[error("{0}")]
+    Invalid(String),
+    /// The service was closed.
+    #[error("managed query service is closed")]
+    Closed,
+    /// The service (or a composition) is used from a process other than the one that opened it.
+    #[error("managed query service cannot be used from a forked process")]
+    ForkedProcess,
+    /// The composition is used from a process other than the one that opened it.
+    #[error("engine composition cannot be used from a forked process")]
+    CompositionForkedProcess,
+    /// A later committed plan replaced the projection of this query.
+    #[error("managed query was superseded by a later committed plan")]
+    Superseded,
+    /// A pending desired choice must be recovered first.
+    #[error("a pending desired choice must be recovered before managed planning")]
+    Busy,
+    /// A planning authority now reports a snapshot other than the artifact's (§3.2 rule 3).
+    #[error("managed planning authority snapshot does not match its artifact")]
+    AuthorityDrift { field: &'static str },
+    /// Durable identity could not be preserved: the store, the journal or the composition
+    /// disagrees with the registered query (the reference's `ManagedQueryServiceError`).
+    #[error("{0}")]
+    Identity(&'static str),
+    /// The committed head cannot be projected as a managed query (the reference's
+    /// `ManagedQueryError`).
+    #[error("{0}")]
+    Projection(String),
+    #[error(transparent)]
+    InputAuthority(#[from] InputAuthorityError),
+    #[error(transparent)]
+    Store(#[from] QueryStoreError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Journal(#[from] OpenError),
+    #[error(transparent)]
+    EngineOpen(#[from] OpenEngineError),
+    #[error(transparent)]
+    Engine(#[from] ProcessError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// A fault that no input explains.
+    #[error("{0}")]
+    Internal(String),
+}
+
+pub(crate) fn invalid<T>(message: impl Into<String>) -> Result<T, ServiceError> {
+    Err(ServiceError::Invalid(message.into()))
+}
+
+pub(crate) fn projection<T>(message: impl Into<String>) -> Result<T, ServiceError> {
+    Err(ServiceError::Projection(message.into()))
+}

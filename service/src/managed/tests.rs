@@ -1,0 +1,427 @@
+//! Tests of the managed query service over the sample catalog, in private temporary directories.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ctx_projections::check::{UtcMicros, sha256_hex};
+use ctx_projections::engine::ManualClock;
+use ctx_projections::query_store::QueryStoreError;
+use ctx_projections::{
+    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, Json, RandomSeed, ScopeRef, Surrogate,
+};
+
+use super::composition::EngineAuditSink;
+use super::*;
+use crate::catalog::{
+    CapabilityCandidate, Catalog, WorkObservation, load_catalog_dir, sample_catalog_dir,
+};
+use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+use crate::planning::benefit::{BenefitCandidate, NetBenefitPolicy};
+use crate::planning::plan_v3::AuthenticatedNetBenefitPlanner;
+use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
+use crate::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
+
+const VERSION: &str = "ctx-managed-service-planner-v3";
+const NOW: &str = "2026-08-03T12:00:00Z";
+
+fn digest(label: &str) -> String {
+    sha256_hex(label)
+}
+
+/// Catalog-metadata facts that count their calls, so a test can prove planning ran once.
+struct CountingFacts {
+    inner: CatalogBenefitFacts,
+    calls: AtomicUsize,
+}
+
+impl BenefitFactsPort for CountingFacts {
+    fn benefit_facts_snapshot_digest(&self) -> &str {
+        self.inner.benefit_facts_snapshot_digest()
+    }
+
+    fn benefit_candidate(
+        &self,
+        presentation: &CapabilityCandidate,
+        observation: &WorkObservation,
+    ) -> Result<BenefitCandidate, PortError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.benefit_candidate(presentation, observation)
+    }
+}
+
+/// Resolves work references from a table the test fills.
+#[derive(Default)]
+struct Inputs {
+    values: Mutex<HashMap<String, Box<dyn Fn() -> ManagedQueryInput + Send>>>,
+}
+
+impl ManagedQueryInputAuthority for Inputs {
+    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError> {
+        let values = self.values.lock().unwrap();
+        values
+            .get(current_work_ref)
+            .map(|make| make())
+            .ok_or_else(|| InputAuthorityError::new("unknown work reference"))
+    }
+}
+
+fn surrogate() -> Surrogate {
+    Surrogate::new(
+        CURRENT_WORK_SCHEMA,
+        1,
+        Json::object([
+            ("active_capability_ids", Json::Arr(vec![])),
+            ("baseline_capability_ids", Json::Arr(vec![])),
+            ("languages", Json::Arr(vec![Json::str("python")])),
+            ("rejected_capability_ids", Json::Arr(vec![])),
+            ("requested_limit", Json::Int(5)),
+            (
+                "signals",
+                Json::Arr(vec![Json::str("lint"), Json::str("testing")]),
+            ),
+        ]),
+    )
+}
+
+fn scope(session: &str) -> ScopeRef {
+    ScopeRef::new(
+        "tenant-1",
+        "workspace-1",
+        "repo-1",
+        session,
+        "exposure-codex",
+        "host-codex",
+        None,
+    )
+    .unwrap()
+}
+
+/// The session start and intent of one managed query bound to `artifact` (the seed's `_events`).
+fn events(artifact: &ArtifactHandle) -> (EngineEvent, EngineEvent) {
+    events_in(artifact, "session-1", "plan-initial")
+}
+
+fn events_in(artifact: &ArtifactHandle, session: &str, plan: &str) -> (EngineEvent, EngineEvent) {
+    let common = |id: &str, kind, revision| {
+        let mut e = EngineEvent::bare(
+            &format!("{id}-{session}"),
+            kind,
+            scope(session),
+            revision,
+            NOW,
+        );
+        e.correlation_id = Some(plan.into());
+        e.engine_version = Some("ctx-engine-v1".into());
+        e.planner_version = Some(artifact.planning_schema_version().into());
+        e.policy_version = Some("policy-v1".into());
+        e.host_descriptor_digest = Some(digest("host-neutral-managing"));
+        e.catalog_snapshot_digest = Some(artifact.planning_environment_digest().into());
+        e.semantic_model_digest = Some(digest("semantic-model-disabled"));
+        e.semantic_index_digest = Some(digest("semantic-index-disabled"));
+        e.work_signature = Some(digest("managed-service-work"));
+        e.random_seed = RandomSeed::Int(0);
+        e
+    };
+    let mut started = common("event-session-started", EventKind::SessionStarted, 0);
+    started.payload = Json::object([("host_level", Json::str("managing"))]);
+    started.causation_id = Some("cause-session".into());
+    let mut intent = common("event-intent-observed", EventKind::IntentObserved, 1);
+    let reference = artifact.observation_reference();
+    intent.payload = Json::object([(
+        "observation_ref",
+        Json::object([
+            ("content_digest", Json::str(&reference.content_digest)),
+            ("opaque_id", Json::str(&reference.opaque_id)),
+            ("provider_id", Json::str(&reference.provider_id)),
+        ]),
+    )]);
+    intent.causation_id = Some(started.event_id.clone());
+    started.validate().unwrap();
+    intent.validate().unwrap();
+    (started, intent)
+}
+
+/// The planning environment: a function of the ports, the policy and the version alone.
+fn environment(ports: &AdapterPorts, policy: &NetBenefitPolicy, catalog: &Catalog) -> String {
+    let planner =
+        AuthenticatedNetBenefitPlanner::new(policy.clone(), EngineAuditSink::default()).unwrap();
+    ReplayDecisionPlannerV3::new(planner, ports.clone(), VERSION, catalog.namespace_digest())
+        .unwrap()
+        .catalog_snapshot_digest()
+        .to_owned()
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    data_dir: PathBuf,
+    registry: Arc<ArtifactRegistry>,
+    catalog: Arc<Catalog>,
+    facts: Arc<CountingFacts>,
+    policy: NetBenefitPolicy,
+    ports: AdapterPorts,
+    inputs: Arc<Inputs>,
+    clock: Arc<ManualClock>,
+    service: ManagedQueryService,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let loaded = load_catalog_dir(&sample_catalog_dir()).unwrap();
+        let catalog = Arc::new(loaded.catalog().clone());
+        let facts = Arc::new(CountingFacts {
+            inner: CatalogBenefitFacts::new(catalog.clone()),
+            calls: AtomicUsize::new(0),
+        });
+        let mut ports = AdapterPorts::from_catalog(catalog.clone());
+        ports.facts = facts.clone();
+        let policy = NetBenefitPolicy::new(&digest("managed-service-calibration"), 100_000);
+        let registry = Arc::new(ArtifactRegistry::open(&dir.path().join("registry")).unwrap());
+        let inputs = Arc::new(Inputs::default());
+        let setup_inputs = IngestInputs {
+            planning_environment_digest: environment(&ports, &policy, &catalog),
+            catalog_namespace_digest: catalog.namespace_digest().to_owned(),
+            catalog_retrieval_digest: catalog.retrieval_snapshot_digest().to_owned(),
+            benefit_facts_snapshot_digest: facts.benefit_facts_snapshot_digest().to_owned(),
+            benefit_policy_snapshot_digest: policy.policy_digest(),
+            material_snapshot_digest: catalog.material_snapshot_digest().to_owned(),
+            installation_snapshot_digest: catalog.installation_snapshot_digest().to_owned(),
+            observation_surrogate: surrogate(),
+            planning_schema_version: VERSION.to_owned(),
+        };
+        let loaded = Arc::new(loaded);
+        for (work, session, plan) in [
+            ("work-one", "session-1", "plan-initial"),
+            ("work-two", "session-2", "plan-second"),
+        ] {
+            let registry = registry.clone();
+            let ingest = setup_inputs.clone();
+            let loaded = loaded.clone();
+            inputs.values.lock().unwrap().insert(
+                work.into(),
+                Box::new(move || {
+                    let artifact = registry.ingest(&loaded, ingest.clone()).unwrap();
+                    let (started, intent) = events_in(&artifact, session, plan);
+                    ManagedQueryInput::new(artifact, started, intent)
+                }),
+            );
+        }
+        let clock = Arc::new(ManualClock::new(UtcMicros::parse(NOW).unwrap()));
+        let data_dir = dir.path().join("data");
+        let service = open_service(&data_dir, &registry, &inputs, &ports, &policy, &clock);
+        Setup {
+            _dir: dir,
+            data_dir,
+            registry,
+            catalog,
+            facts,
+            policy,
+            ports,
+            inputs,
+            clock,
+            service,
+        }
+    }
+
+    fn reopen_service(&self) -> ManagedQueryService {
+        open_service(
+            &self.data_dir,
+            &self.registry,
+            &self.inputs,
+            &self.ports,
+            &self.policy,
+            &self.clock,
+        )
+    }
+
+    fn calls(&self) -> usize {
+        self.facts.calls.load(Ordering::SeqCst)
+    }
+}
+
+fn open_service(
+    data_dir: &std::path::Path,
+    registry: &Arc<ArtifactRegistry>,
+    inputs: &Arc<Inputs>,
+    ports: &AdapterPorts,
+    policy: &NetBenefitPolicy,
+    clock: &Arc<ManualClock>,
+) -> ManagedQueryService {
+    open_managed_query_service(ManagedQueryServiceConfig {
+        data_dir: data_dir.to_path_buf(),
+        registry: registry.clone(),
+        input_authority: inputs.clone(),
+        ports: ports.clone(),
+        net_benefit_policy: policy.clone(),
+        planner_version: VERSION.to_owned(),
+        clock: clock.clone(),
+    })
+    .unwrap()
+}
+
+fn request(label: &str) -> ManagedQueryRequest {
+    ManagedQueryRequest::new(&digest(label), "work-one").unwrap()
+}
+
+#[test]
+fn prepare_plans_a_bounded_ready_result() {
+    let s = Setup::new();
+    let result = s.service.prepare(&request("query-one")).unwrap();
+    assert!(result.query_ref().starts_with("mqr_"));
+    let prepared = result.prepared();
+    assert_eq!(prepared.status(), "ready");
+    assert_eq!(prepared.plan_id(), "plan-initial");
+    assert_eq!(prepared.journal_revision(), 2);
+    assert!(!prepared.selections().is_empty() && prepared.selections().len() <= 5);
+    assert!(prepared.benefit_result_digest().is_some());
+    assert_eq!(prepared.requested_limit(), Some(5));
+    for selection in prepared.selections() {
+        assert!(
+            s.catalog
+                .entries()
+                .iter()
+                .any(|e| e.id == selection.capability_id())
+        );
+    }
+    assert!(result.challenge().is_none());
+    assert!(s.calls() > 0);
+}
+
+#[test]
+fn an_exact_retry_and_a_reopen_plan_only_once() {
+    let s = Setup::new();
+    let first = s.service.prepare(&request("retry")).unwrap();
+    let planned = s.calls();
+    let retried = s.service.prepare(&request("retry")).unwrap();
+    let reopened = s.service.reopen(first.query_ref()).unwrap();
+    assert_eq!(s.calls(), planned);
+    assert_eq!(first.query_ref(), retried.query_ref());
+    assert_eq!(first.query_ref(), reopened.query_ref());
+    assert_eq!(
+        first.prepared().decision_digest(),
+        retried.prepared().decision_digest()
+    );
+    assert_eq!(
+        first.prepared().decision_digest(),
+        reopened.prepared().decision_digest()
+    );
+    assert_eq!(first.actions(), retried.actions());
+    assert_eq!(first.actions(), reopened.actions());
+}
+
+#[test]
+fn reopen_converges_after_the_service_is_dropped_and_reopened() {
+    let s = Setup::new();
+    let first = s.service.prepare(&request("durable")).unwrap();
+    s.service.close();
+    let planned = s.calls();
+    let service = s.reopen_service();
+    let reopened = service.reopen(first.query_ref()).unwrap();
+    assert_eq!(s.calls(), planned);
+    assert_eq!(
+        reopened.prepared().decision_digest(),
+        first.prepared().decision_digest()
+    );
+    assert_eq!(reopened.actions(), first.actions());
+    let unknown = format!("mqr_{}", digest("unknown"));
+    assert!(matches!(
+        service.reopen(&unknown),
+        Err(ServiceError::Store(QueryStoreError::NotFound { .. }))
+    ));
+}
+
+#[test]
+fn a_closed_service_refuses_every_operation() {
+    let s = Setup::new();
+    let first = s.service.prepare(&request("closing")).unwrap();
+    s.service.close();
+    s.service.close();
+    assert!(s.service.is_closed());
+    let closed = |r: Result<ManagedQueryServiceResult, ServiceError>| {
+        r.unwrap_err().to_string() == "managed query service is closed"
+    };
+    assert!(closed(s.service.prepare(&request("closing"))));
+    assert!(closed(s.service.reopen(first.query_ref())));
+}
+
+#[test]
+fn malformed_requests_and_references_are_refused() {
+    let message = |r: Result<ManagedQueryRequest, ServiceError>| r.unwrap_err().to_string();
+    assert_eq!(
+        message(ManagedQueryRequest::new("ABC", "work-one")),
+        "logical_query_id must be a lowercase SHA-256 digest"
+    );
+    assert_eq!(
+        message(ManagedQueryRequest::new(&digest("q"), "")),
+        "current_work_ref must be a bounded opaque token"
+    );
+    assert_eq!(
+        message(ManagedQueryRequest::new(&digest("q"), &"w".repeat(129))),
+        "current_work_ref must be a bounded opaque token"
+    );
+    let s = Setup::new();
+    assert_eq!(
+        s.service.reopen("mqr_nothex").unwrap_err().to_string(),
+        "opaque_query_ref must be an opaque managed-query reference"
+    );
+}
+
+#[test]
+fn a_foreign_handle_is_refused_before_any_journal_write() {
+    let s = Setup::new();
+    let foreign = Arc::new(ArtifactRegistry::open(&s._dir.path().join("foreign")).unwrap());
+    let loaded = load_catalog_dir(&sample_catalog_dir()).unwrap();
+    let ingest = IngestInputs {
+        planning_environment_digest: environment(&s.ports, &s.policy, &s.catalog),
+        catalog_namespace_digest: s.catalog.namespace_digest().to_owned(),
+        catalog_retrieval_digest: s.catalog.retrieval_snapshot_digest().to_owned(),
+        benefit_facts_snapshot_digest: s.facts.benefit_facts_snapshot_digest().to_owned(),
+        benefit_policy_snapshot_digest: s.policy.policy_digest(),
+        material_snapshot_digest: s.catalog.material_snapshot_digest().to_owned(),
+        installation_snapshot_digest: s.catalog.installation_snapshot_digest().to_owned(),
+        observation_surrogate: surrogate(),
+        planning_schema_version: VERSION.to_owned(),
+    };
+    s.inputs.values.lock().unwrap().insert(
+        "foreign-work".into(),
+        Box::new(move || {
+            let artifact = foreign.ingest(&loaded, ingest.clone()).unwrap();
+            let (started, intent) = events(&artifact);
+            ManagedQueryInput::new(artifact, started, intent)
+        }),
+    );
+    let request = ManagedQueryRequest::new(&digest("foreign"), "foreign-work").unwrap();
+    let error = s.service.prepare(&request).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "managed query artifact was not issued by this service registry"
+    );
+    assert!(!s.data_dir.exists(), "no journal may be created");
+    assert_eq!(s.calls(), 0);
+}
+
+/// Journal commits of one prepare of a fresh query on a warm service (the journal and query
+/// store already open): each append is one group commit, and so one fsync, since nothing else
+/// appends concurrently here.
+#[test]
+fn one_fresh_prepare_appends_four_records() {
+    let s = Setup::new();
+    s.service.prepare(&request("warm-up")).unwrap();
+    let journal =
+        ctx_journal::Journal::open(&s.data_dir, &ctx_journal::OpenOptions::new()).unwrap();
+    let before = journal.head_position().unwrap();
+    eprintln!("CTX-FSYNC-PROBE-BEGIN");
+    let second = ManagedQueryRequest::new(&digest("fresh"), "work-two").unwrap();
+    s.service.prepare(&second).unwrap();
+    eprintln!("CTX-FSYNC-PROBE-END");
+    let after = journal.head_position().unwrap();
+    // Registration, session start, planning event, planned mark. The benefit result is a fifth
+    // append for a new observation; this one plans the warm-up's observation again, whose result
+    // (keyed by its digest) is already stored.
+    assert_eq!(after - before, 4);
+}

@@ -1,0 +1,597 @@
+//! The Rust `_setup` of the seed's managed query service tests: a private temp dir, a small
+//! catalog written for the test, a counting benefit-facts port, the registry ingest bound to the
+//! planning-environment digest, the two planning events, an input authority and the service.
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ctx_projections::check::{UtcMicros, sha256_hex, sha256_hex_bytes};
+use ctx_projections::engine::{Clock, ManualClock, engine_stream};
+use ctx_projections::journal::Journal;
+use ctx_projections::query_store::QueryStore;
+use ctx_projections::{
+    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, Json, PrivacyLabel, RandomSeed, ScopeRef,
+    Surrogate,
+};
+use ctx_service::catalog::{CapabilityCandidate, LoadedCatalog, WorkObservation, load_catalog_dir};
+use ctx_service::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+use ctx_service::planning::benefit::{BenefitCandidate, NetBenefitPolicy};
+use ctx_service::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
+use ctx_service::planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
+use ctx_service::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
+use ctx_service::{
+    InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest,
+    ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service,
+};
+
+use crate::support;
+
+pub const NOW: &str = "2026-08-03T12:00:00Z";
+pub const PLANNER_VERSION: &str = "ctx-managed-service-planner-v3";
+pub const INSTALLABLE_SKILL_BODY: &str = "---\nname: installable\ndescription: managed service install fixture\n---\nUse the managed service.\n";
+
+/// The seed's six python capabilities.
+pub const PYTHON_CAPABILITIES: [&str; 6] = [
+    "agent:reviewer",
+    "harness:python-runner",
+    "mcp-server:docs",
+    "skill:lint",
+    "skill:test",
+    "skill:types",
+];
+
+/// `_digest`: lowercase hex SHA-256 of the UTF-8 text.
+pub fn digest(value: &str) -> String {
+    sha256_hex(value)
+}
+
+pub fn scope() -> ScopeRef {
+    ScopeRef {
+        tenant_id: "tenant-1".to_owned(),
+        workspace_id: "workspace-1".to_owned(),
+        repository_id: "repository-1".to_owned(),
+        session_id: "session-1".to_owned(),
+        exposure_id: "exposure-1".to_owned(),
+        host_context_id: "host-neutral".to_owned(),
+        parent_exposure_id: None,
+    }
+}
+
+/// `_surrogate`: the current-work surrogate the artifact binds.
+pub fn surrogate(requested_limit: i64) -> Surrogate {
+    Surrogate::new(
+        CURRENT_WORK_SCHEMA,
+        1,
+        Json::object([
+            ("active_capability_ids", Json::Arr(vec![])),
+            ("baseline_capability_ids", Json::Arr(vec![])),
+            ("languages", Json::Arr(vec![Json::str("python")])),
+            ("rejected_capability_ids", Json::Arr(vec![])),
+            ("requested_limit", Json::Int(requested_limit)),
+            ("signals", Json::Arr(vec![Json::str("python")])),
+        ]),
+    )
+}
+
+// ------------------------------------------------------------------------------------------------
+// Ports
+// ------------------------------------------------------------------------------------------------
+
+/// The default catalog facts port, counting every `benefit_candidate` call (the seed's
+/// `facts.calls`) and able to report a drifted snapshot digest.
+#[derive(Debug)]
+pub struct CountingFacts {
+    inner: CatalogBenefitFacts,
+    drifted_digest: String,
+    drifted: AtomicBool,
+    calls: Mutex<Vec<String>>,
+}
+
+impl CountingFacts {
+    pub fn new(inner: CatalogBenefitFacts) -> CountingFacts {
+        CountingFacts {
+            inner,
+            drifted_digest: digest("drifted-facts"),
+            drifted: AtomicBool::new(false),
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The capability ids asked for so far, in call order.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// From now on the port reports another snapshot digest.
+    pub fn drift(&self) {
+        self.drifted.store(true, Ordering::SeqCst);
+    }
+}
+
+impl BenefitFactsPort for CountingFacts {
+    fn benefit_facts_snapshot_digest(&self) -> &str {
+        if self.drifted.load(Ordering::SeqCst) {
+            &self.drifted_digest
+        } else {
+            self.inner.benefit_facts_snapshot_digest()
+        }
+    }
+
+    fn benefit_candidate(
+        &self,
+        presentation: &CapabilityCandidate,
+        observation: &WorkObservation,
+    ) -> Result<BenefitCandidate, PortError> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(presentation.capability_id.clone());
+        self.inner.benefit_candidate(presentation, observation)
+    }
+}
+
+/// A sink that acknowledges every result: only used to compute the planning-environment digest.
+#[derive(Debug)]
+struct AckSink;
+
+impl BenefitAuditSink for AckSink {
+    fn store(&self, result_json: &Json) -> Result<String, SinkError> {
+        result_json
+            .get_str("result_digest")
+            .map(str::to_owned)
+            .ok_or_else(|| SinkError::Failed("no result digest".to_owned()))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Input authority
+// ------------------------------------------------------------------------------------------------
+
+/// What a work reference resolves to: the artifact (re-issued per resolve through its registry,
+/// since handles are not `Clone`) and the two events.
+#[derive(Debug, Clone)]
+pub struct InputSpec {
+    pub registry: Arc<ArtifactRegistry>,
+    pub manifest_digest: String,
+    pub planning_environment_digest: String,
+    pub session_started: EngineEvent,
+    pub decision_event: EngineEvent,
+}
+
+impl InputSpec {
+    pub fn handle(&self) -> ArtifactHandle {
+        self.registry
+            .reopen(&self.manifest_digest, &self.planning_environment_digest)
+            .unwrap()
+    }
+
+    pub fn input(&self) -> ManagedQueryInput {
+        ManagedQueryInput::new(
+            self.handle(),
+            self.session_started.clone(),
+            self.decision_event.clone(),
+        )
+    }
+
+    /// The same artifact with other events.
+    pub fn with_events(&self, session_started: EngineEvent, decision_event: EngineEvent) -> Self {
+        InputSpec {
+            session_started,
+            decision_event,
+            ..self.clone()
+        }
+    }
+}
+
+/// `_InputAuthority`: a map from opaque work references to inputs, extendable by a test.
+#[derive(Debug, Default)]
+pub struct InputAuthority {
+    values: Mutex<HashMap<String, InputSpec>>,
+}
+
+impl InputAuthority {
+    pub fn insert(&self, work_ref: &str, spec: InputSpec) {
+        self.values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(work_ref.to_owned(), spec);
+    }
+}
+
+impl ManagedQueryInputAuthority for InputAuthority {
+    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError> {
+        let spec = self
+            .values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(current_work_ref)
+            .cloned();
+        match spec {
+            Some(spec) => Ok(spec.input()),
+            None => Err(InputAuthorityError::new(
+                "current-work reference is unavailable",
+            )),
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Catalog
+// ------------------------------------------------------------------------------------------------
+
+/// Writes a `ctx.catalog-v1` catalog of `capabilities` (all tagged `python`) into `dir`. With
+/// `installable`, every capability carries a typed install plan whose result body is
+/// [`INSTALLABLE_SKILL_BODY`]; otherwise every capability is manual, as the seed's material port
+/// describes them.
+fn write_catalog(
+    dir: &Path,
+    capabilities: &[String],
+    installable: bool,
+    permission_expansion: bool,
+    credential_requirement: bool,
+) {
+    fs::create_dir_all(dir).unwrap();
+    let body = INSTALLABLE_SKILL_BODY.as_bytes();
+    let mut entries = Vec::new();
+    for id in capabilities {
+        let (kind, name) = id.split_once(':').unwrap();
+        let mut fields = vec![
+            ("id", Json::str(id.as_str())),
+            ("kind", Json::str(kind)),
+            ("label", Json::str(name)),
+            ("tags", Json::Arr(vec![Json::str("python")])),
+        ];
+        if installable {
+            let path = format!("skills/{name}/SKILL.md");
+            let file = dir.join(&path);
+            fs::create_dir_all(file.parent().unwrap()).unwrap();
+            fs::write(&file, body).unwrap();
+            fields.push((
+                "install",
+                Json::object([
+                    (
+                        "installer_id",
+                        Json::str(format!("ctx-{kind}-installer-v1")),
+                    ),
+                    (
+                        "plan_digest",
+                        Json::str(digest(&format!("install-plan:{id}"))),
+                    ),
+                    ("permission_expansion", Json::Bool(permission_expansion)),
+                    ("credential_requirement", Json::Bool(credential_requirement)),
+                    (
+                        "result",
+                        Json::object([
+                            ("path", Json::str(path)),
+                            ("sha256", Json::str(sha256_hex_bytes(body))),
+                            ("size_bytes", Json::Int(i64::try_from(body.len()).unwrap())),
+                        ]),
+                    ),
+                ]),
+            ));
+        }
+        entries.push(Json::object(fields));
+    }
+    let document = Json::object([
+        ("schema", Json::str("ctx.catalog-v1")),
+        ("namespace", Json::str("ctx.managed-service-test")),
+        ("capabilities", Json::Arr(entries)),
+    ]);
+    fs::write(dir.join("catalog.json"), document.to_string()).unwrap();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Setup
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub requested_limit: i64,
+    pub installable: bool,
+    pub installable_count: usize,
+    pub permission_expansion: bool,
+    pub credential_requirement: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            requested_limit: 5,
+            installable: false,
+            installable_count: 1,
+            permission_expansion: false,
+            credential_requirement: false,
+        }
+    }
+}
+
+/// `_Setup`.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    /// The canonical temp root (0700).
+    pub root: PathBuf,
+    /// The service's data directory (journal, query store, engine).
+    pub data_dir: PathBuf,
+    pub loaded: LoadedCatalog,
+    pub registry: Arc<ArtifactRegistry>,
+    pub artifact: ArtifactHandle,
+    pub facts: Arc<CountingFacts>,
+    pub ports: AdapterPorts,
+    pub policy: NetBenefitPolicy,
+    pub inputs: Arc<InputAuthority>,
+    pub managed_input: InputSpec,
+    pub clock: Arc<ManualClock>,
+    pub service: ManagedQueryService,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn trusted_now() -> UtcMicros {
+    UtcMicros::parse(NOW).unwrap()
+}
+
+/// `_events`: SessionStarted at revision 0 and IntentObserved at 1, bound to the artifact.
+pub fn events(artifact: &ArtifactHandle) -> (EngineEvent, EngineEvent) {
+    let common = |event_id: &str, kind: EventKind, expected_revision: u64| EngineEvent {
+        event_id: event_id.to_owned(),
+        kind,
+        scope: scope(),
+        expected_revision,
+        occurred_at: NOW.to_owned(),
+        payload: Json::object::<&str>([]),
+        privacy: PrivacyLabel::default(),
+        correlation_id: Some("plan-initial".to_owned()),
+        causation_id: None,
+        engine_version: Some("ctx-engine-v1".to_owned()),
+        planner_version: Some(artifact.planning_schema_version().to_owned()),
+        policy_version: Some("policy-v1".to_owned()),
+        host_descriptor_digest: Some(digest("host-neutral-managing")),
+        catalog_snapshot_digest: Some(artifact.planning_environment_digest().to_owned()),
+        semantic_model_digest: Some(digest("semantic-model-disabled")),
+        semantic_index_digest: Some(digest("semantic-index-disabled")),
+        work_signature: Some(digest("managed-service-work")),
+        random_seed: RandomSeed::Int(0),
+    };
+    let mut started = common("event-session-started", EventKind::SessionStarted, 0);
+    started.payload = Json::object([("host_level", Json::str("managing"))]);
+    started.causation_id = Some("cause-session".to_owned());
+    let mut intent = common("event-intent-observed", EventKind::IntentObserved, 1);
+    intent.payload = observation_payload(artifact);
+    intent.causation_id = Some(started.event_id.clone());
+    (started, intent)
+}
+
+/// `{"observation_ref": {provider_id, opaque_id, content_digest}}` of an artifact.
+pub fn observation_payload(artifact: &ArtifactHandle) -> Json {
+    let reference = artifact.observation_reference();
+    Json::object([(
+        "observation_ref",
+        Json::object([
+            (
+                "content_digest",
+                Json::str(reference.content_digest.as_str()),
+            ),
+            ("opaque_id", Json::str(reference.opaque_id.as_str())),
+            ("provider_id", Json::str(reference.provider_id.as_str())),
+        ]),
+    )])
+}
+
+pub fn setup() -> Setup {
+    setup_with(Options::default())
+}
+
+pub fn setup_limit(requested_limit: i64) -> Setup {
+    setup_with(Options {
+        requested_limit,
+        ..Options::default()
+    })
+}
+
+pub fn setup_with(options: Options) -> Setup {
+    let dir = support::tempdir();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let capabilities: Vec<String> = if options.installable {
+        (0..options.installable_count)
+            .map(|i| {
+                if i == 0 {
+                    "skill:installable".to_owned()
+                } else {
+                    format!("skill:installable-{}", i + 1)
+                }
+            })
+            .collect()
+    } else {
+        PYTHON_CAPABILITIES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let catalog_dir = root.join("catalog");
+    write_catalog(
+        &catalog_dir,
+        &capabilities,
+        options.installable,
+        options.permission_expansion,
+        options.credential_requirement,
+    );
+    let loaded = load_catalog_dir(&catalog_dir).unwrap();
+    let catalog = Arc::new(loaded.catalog().clone());
+    let facts = Arc::new(CountingFacts::new(CatalogBenefitFacts::new(
+        catalog.clone(),
+    )));
+    let mut ports = AdapterPorts::from_catalog(catalog.clone());
+    ports.facts = facts.clone();
+    let policy = NetBenefitPolicy::new(&digest("managed-service-calibration"), 1);
+    let identity = ReplayDecisionPlannerV3::new(
+        AuthenticatedNetBenefitPlanner::new(policy.clone(), AckSink).unwrap(),
+        ports.clone(),
+        PLANNER_VERSION,
+        catalog.namespace_digest(),
+    )
+    .unwrap();
+    let planning_environment_digest = identity.catalog_snapshot_digest().to_owned();
+    drop(identity);
+
+    let registry = Arc::new(ArtifactRegistry::open(&root.join("registry")).unwrap());
+    let artifact = registry
+        .ingest(
+            &loaded,
+            IngestInputs {
+                planning_environment_digest: planning_environment_digest.clone(),
+                catalog_namespace_digest: catalog.namespace_digest().to_owned(),
+                catalog_retrieval_digest: catalog.retrieval_snapshot_digest().to_owned(),
+                benefit_facts_snapshot_digest: facts.benefit_facts_snapshot_digest().to_owned(),
+                benefit_policy_snapshot_digest: policy.policy_digest(),
+                material_snapshot_digest: catalog.material_snapshot_digest().to_owned(),
+                installation_snapshot_digest: catalog.installation_snapshot_digest().to_owned(),
+                observation_surrogate: surrogate(options.requested_limit),
+                planning_schema_version: PLANNER_VERSION.to_owned(),
+            },
+        )
+        .unwrap();
+    let (started, intent) = events(&artifact);
+    let managed_input = InputSpec {
+        registry: registry.clone(),
+        manifest_digest: artifact.manifest_digest().to_owned(),
+        planning_environment_digest,
+        session_started: started,
+        decision_event: intent,
+    };
+    let inputs = Arc::new(InputAuthority::default());
+    inputs.insert("work-one", managed_input.clone());
+    let clock = Arc::new(ManualClock::new(trusted_now()));
+    let data_dir = root.join("private");
+    let service = open_managed_query_service(config(
+        &data_dir, &registry, &inputs, &ports, &policy, &clock,
+    ))
+    .unwrap();
+    Setup {
+        dir,
+        root,
+        data_dir,
+        loaded,
+        registry,
+        artifact,
+        facts,
+        ports,
+        policy,
+        inputs,
+        managed_input,
+        clock,
+        service,
+    }
+}
+
+pub fn config(
+    data_dir: &Path,
+    registry: &Arc<ArtifactRegistry>,
+    inputs: &Arc<InputAuthority>,
+    ports: &AdapterPorts,
+    policy: &NetBenefitPolicy,
+    clock: &Arc<ManualClock>,
+) -> ManagedQueryServiceConfig {
+    let clock: Arc<dyn Clock> = clock.clone();
+    ManagedQueryServiceConfig {
+        data_dir: data_dir.to_path_buf(),
+        registry: registry.clone(),
+        input_authority: inputs.clone(),
+        ports: ports.clone(),
+        net_benefit_policy: policy.clone(),
+        planner_version: PLANNER_VERSION.to_owned(),
+        clock,
+    }
+}
+
+impl Setup {
+    /// The service's configuration, for opening a peer service on the same files.
+    pub fn config(&self) -> ManagedQueryServiceConfig {
+        config(
+            &self.data_dir,
+            &self.registry,
+            &self.inputs,
+            &self.ports,
+            &self.policy,
+            &self.clock,
+        )
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.facts.calls()
+    }
+
+    /// A request for `work-one` under the logical id `_digest(label)`.
+    pub fn request(&self, label: &str) -> ManagedQueryRequest {
+        request(label, "work-one")
+    }
+
+    /// The service's journal (a second open of one directory shares the open journal).
+    pub fn journal(&self) -> Arc<Journal> {
+        Arc::new(Journal::open(&self.data_dir, &support::options()).unwrap())
+    }
+
+    /// The query store over the service's journal (the seed's `setup.store`).
+    pub fn store(&self) -> QueryStore {
+        QueryStore::open(self.journal()).unwrap()
+    }
+
+    /// `_register`: registers `logical_query_id` for the setup's input directly in the store.
+    pub fn register(&self, logical_query_id: &str) -> ctx_projections::query_store::QueryRecord {
+        self.store()
+            .register(
+                logical_query_id,
+                &self.managed_input.session_started,
+                &self.managed_input.decision_event,
+                self.artifact.manifest_digest(),
+                self.artifact.planning_environment_digest(),
+            )
+            .unwrap()
+    }
+
+    /// Number of engine records in the setup scope's stream (the seed's `engine_journal` rows).
+    pub fn engine_records(&self) -> u64 {
+        if !self.data_dir.exists() {
+            return 0;
+        }
+        let stream = engine_stream(&scope()).unwrap();
+        self.journal()
+            .stream_head(&stream)
+            .unwrap()
+            .map_or(0, |h| h.revision)
+    }
+
+    /// The journal's global head position (0 when the data directory was never created).
+    pub fn head_position(&self) -> u64 {
+        if !self.data_dir.exists() {
+            return 0;
+        }
+        self.journal().head_position().unwrap()
+    }
+
+    /// Number of registered managed queries (the seed's `managed_queries` rows).
+    pub fn query_count(&self) -> u64 {
+        if !self.data_dir.exists() {
+            return 0;
+        }
+        self.store().query_count().unwrap()
+    }
+}
+
+/// A request for `work_ref` under the logical id `_digest(label)`.
+pub fn request(label: &str, work_ref: &str) -> ManagedQueryRequest {
+    ManagedQueryRequest::new(&digest(label), work_ref).unwrap()
+}
