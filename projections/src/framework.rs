@@ -257,7 +257,12 @@ impl Projections {
             for p in &list {
                 journal.register_hook(Arc::new(Adapter(p.clone())));
             }
-            Ok((reports, true))
+            // Nothing to write when every projection is already at the head: aborting the
+            // transaction spares the fsync a commit would cost on every open.
+            let changed = reports
+                .iter()
+                .any(|(_, r)| !matches!(r, AttachReport::Fresh));
+            Ok((reports, changed))
         })?;
         Ok(Projections {
             journal: journal.clone(),
