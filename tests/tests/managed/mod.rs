@@ -5,6 +5,7 @@
 
 mod fixture;
 mod planning;
+mod task_shift;
 
 /// Compile-time "does not implement" assertions (the `static_assertions` `assert_not_impl_any!`
 /// pattern): if `$ty` implemented the trait, both blanket impls below would apply and the
