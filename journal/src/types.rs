@@ -137,6 +137,22 @@ pub struct NewRecord {
 }
 
 impl NewRecord {
+    /// The digest (spec/journal.md formula D) this record will have when appended at `revision`
+    /// of `stream` after a record of digest `previous` (`Digest::ZERO` for revision 1). D depends on
+    /// neither the position nor the installation key, so a caller can name a record in another
+    /// record of the same atomic batch before the journal assigns it.
+    pub fn digest_at(&self, stream: &StreamId, revision: u64, previous: &Digest) -> Digest {
+        crate::codec::record_digest(
+            stream,
+            revision,
+            &self.event_id,
+            &self.kind,
+            self.occurred_at,
+            previous,
+            &self.payload,
+        )
+    }
+
     pub fn new(
         event_id: impl Into<String>,
         kind: impl Into<String>,

@@ -1037,6 +1037,32 @@ impl QueryStore {
         artifact_manifest_digest: &str,
         planning_environment_digest: &str,
     ) -> Result<QueryRecord, QueryStoreError> {
+        let append = self.registration_append(
+            logical_query_id,
+            session_started,
+            decision_event,
+            artifact_manifest_digest,
+            planning_environment_digest,
+        )?;
+        if let Some(existing) = self.registered(&append)? {
+            return Ok(existing);
+        }
+        let result = self.journal.append(append.clone()).map(drop);
+        self.registration_outcome(&append, result)
+    }
+
+    /// The registration record of a logical query as a journal append (`NoStream` on the query
+    /// stream, event id = the `query_ref`), validated exactly as [`QueryStore::register`] does,
+    /// without appending: for a caller that commits it atomically with other records (the managed
+    /// service's session start). Settle the commit with [`QueryStore::registration_outcome`].
+    pub fn registration_append(
+        &self,
+        logical_query_id: &str,
+        session_started: &EngineEvent,
+        decision_event: &EngineEvent,
+        artifact_manifest_digest: &str,
+        planning_environment_digest: &str,
+    ) -> Result<StreamAppend, QueryStoreError> {
         let registration = validate_registration(
             logical_query_id,
             session_started,
@@ -1047,14 +1073,46 @@ impl QueryStore {
         .map_err(invalid)?;
         let occurred_at = registration.occurred_at().map_err(invalid)?;
         let query_ref = self.query_ref_of(&registration.bytes);
-        let logical = parse_sha(logical_query_id)
-            .ok_or_else(|| invalid("logical_query_id must be a lowercase SHA-256 digest"))?;
+        Ok(StreamAppend::new(
+            query_stream(logical_query_id)?,
+            ExpectedRevision::NoStream,
+            vec![NewRecord::new(
+                query_ref,
+                QUERY_REGISTRATION_KIND,
+                occurred_at,
+                registration.bytes,
+            )],
+        ))
+    }
 
+    /// Decodes a registration append built by [`QueryStore::registration_append`].
+    fn registration_of(
+        &self,
+        append: &StreamAppend,
+    ) -> Result<(Registration, [u8; 32]), QueryStoreError> {
+        let registration = match append.records.as_slice() {
+            [record] if record.kind == QUERY_REGISTRATION_KIND => {
+                decode_registration(&record.payload).map_err(invalid)?
+            }
+            _ => return Err(invalid("the append is not a managed query registration")),
+        };
+        let logical = parse_sha(&registration.logical_query_id)
+            .ok_or_else(|| invalid("logical_query_id must be a lowercase SHA-256 digest"))?;
+        Ok((registration, logical))
+    }
+
+    /// Where a registration append stands before it is committed: the stored record when this
+    /// exact registration is committed, `None` when its logical id is free (after the early
+    /// scope-plan and capacity refusals; the projection enforces both again inside the append),
+    /// `Conflict` when the logical id is registered with other content.
+    pub fn registered(
+        &self,
+        append: &StreamAppend,
+    ) -> Result<Option<QueryRecord>, QueryStoreError> {
+        let (registration, logical) = self.registration_of(append)?;
         if let Some(existing) = self.entry(&logical)? {
-            return self.existing_for(&existing, &registration);
+            return self.existing_for(&existing, &registration).map(Some);
         }
-        // Early refusals for a clear message; the projection enforces both again inside the
-        // append, where no concurrent registration can slip between check and write.
         let scope_plan = scope_plan_key(&registration.decision_event.scope, registration.plan_id());
         if self
             .lookup_logical(QUERY_BY_SCOPE_PLAN_TABLE, &scope_plan)?
@@ -1065,19 +1123,19 @@ impl QueryStore {
         if self.count(COUNT_QUERIES_KEY)? >= MANAGED_QUERIES_MAX {
             return Err(CAPACITY);
         }
-        let stream = query_stream(logical_query_id)?;
-        let append = StreamAppend::new(
-            stream,
-            ExpectedRevision::NoStream,
-            vec![NewRecord::new(
-                query_ref.clone(),
-                QUERY_REGISTRATION_KIND,
-                occurred_at,
-                registration.bytes.clone(),
-            )],
-        );
-        match self.journal.append(append) {
-            Ok(_) => self.load(&query_ref),
+        Ok(None)
+    }
+
+    /// Settles the commit of a registration append (alone or in a larger batch): the stored
+    /// record on success, the typed refusal otherwise.
+    pub fn registration_outcome(
+        &self,
+        append: &StreamAppend,
+        result: Result<(), AppendError>,
+    ) -> Result<QueryRecord, QueryStoreError> {
+        let (registration, logical) = self.registration_of(append)?;
+        match result {
+            Ok(()) => self.load(&self.query_ref_of(&registration.bytes)),
             // Another registration of this logical id won the race: decide against it.
             Err(AppendError::WrongRevision { .. }) => match self.entry(&logical)? {
                 Some(existing) => self.existing_for(&existing, &registration),
@@ -1119,6 +1177,38 @@ impl QueryStore {
         journal_revision: u64,
         journal_record_digest: &str,
     ) -> Result<QueryRecord, QueryStoreError> {
+        let append = self.planned_append(
+            query_ref,
+            plan_id,
+            decision_digest,
+            journal_revision,
+            journal_record_digest,
+        )?;
+        // The same binding already stored: nothing to write (not even an idempotent replay).
+        let record = self.load(query_ref)?;
+        if record.planned.is_some() {
+            return Ok(record);
+        }
+        let result = self.journal.append(append.clone()).map(drop);
+        self.planned_outcome(query_ref, &append, result)
+    }
+
+    /// The completion binding of a registered query as a journal append (`Exact(1)` on its query
+    /// stream, event id `query_ref` + `:planned`), validated exactly as
+    /// [`QueryStore::mark_planned`] does, without appending: for a caller that commits it
+    /// atomically with the planning event it binds. The revision and record digest are those the
+    /// planning event's engine record has (the engine knows both before its append,
+    /// `Engine::process_with`). The same binding already stored yields the identical append (the
+    /// journal replays it as a no-op); another binding is `Conflict`. Settle the commit with
+    /// [`QueryStore::planned_outcome`].
+    pub fn planned_append(
+        &self,
+        query_ref: &str,
+        plan_id: &str,
+        decision_digest: &str,
+        journal_revision: u64,
+        journal_record_digest: &str,
+    ) -> Result<StreamAppend, QueryStoreError> {
         check_query_ref(query_ref)?;
         let binding = PlannedBinding {
             plan_id: plan_id.to_owned(),
@@ -1138,19 +1228,14 @@ impl QueryStore {
                 message: "journal revision does not match the managed decision event",
             });
         }
-        if let Some(existing) = &record.planned {
-            return if *existing == binding {
-                Ok(record)
-            } else {
-                Err(CONFLICT_COMPLETION)
-            };
+        if record.planned.as_ref().is_some_and(|b| *b != binding) {
+            return Err(CONFLICT_COMPLETION);
         }
         let occurred_at = UtcMicros::parse(&record.decision_event.occurred_at)
             .map(|t| Timestamp(t.0))
             .map_err(|_| corruption("managed query persisted registration is invalid", ""))?;
-        let stream = query_stream(&record.logical_query_id)?;
-        let append = StreamAppend::new(
-            stream,
+        Ok(StreamAppend::new(
+            query_stream(&record.logical_query_id)?,
             ExpectedRevision::Exact(1),
             vec![NewRecord::new(
                 planned_event_id(query_ref),
@@ -1158,9 +1243,29 @@ impl QueryStore {
                 occurred_at,
                 planned_payload(query_ref, &binding),
             )],
-        );
-        match self.journal.append(append) {
-            Ok(_) => self.load(query_ref),
+        ))
+    }
+
+    /// Settles the commit of a planned append of `query_ref` (alone or in a larger batch): the
+    /// stored record on success or when the same binding was stored concurrently, the typed
+    /// refusal otherwise.
+    pub fn planned_outcome(
+        &self,
+        query_ref: &str,
+        append: &StreamAppend,
+        result: Result<(), AppendError>,
+    ) -> Result<QueryRecord, QueryStoreError> {
+        let binding = match append.records.as_slice() {
+            [record] if record.kind == QUERY_PLANNED_KIND => {
+                match decode_planned(&record.payload) {
+                    Ok((named, binding)) if named == query_ref => binding,
+                    _ => return Err(invalid("the append is not this query's planned mark")),
+                }
+            }
+            _ => return Err(invalid("the append is not a managed query planned mark")),
+        };
+        match result {
+            Ok(()) => self.load(query_ref),
             // A concurrent mark won: the same binding is an idempotent success.
             Err(AppendError::WrongRevision { .. } | AppendError::Conflict { .. }) => {
                 let now = self.load(query_ref)?;

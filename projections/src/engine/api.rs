@@ -1,6 +1,7 @@
 //! The engine coordinator (reference engine-core §8): processes events into engine records,
 //! answers snapshots and replay audits, and keeps the benefit audit.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -217,6 +218,219 @@ impl AuditReport {
     }
 }
 
+/// What an engine event commits as, shown to the builder of the records committed with it
+/// ([`Engine::process_with`]).
+#[derive(Debug)]
+pub struct PendingCommit<'a> {
+    stream: StreamId,
+    revision: u64,
+    record_digest: Digest,
+    transition: &'a Transition,
+    state: Option<&'a EngineState>,
+    replayed: bool,
+}
+
+impl PendingCommit<'_> {
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+
+    /// The engine record's revision (the event's `expected_revision + 1`).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The journal digest (formula D) the engine record has: computed before the append for a
+    /// new commit, read from the journal for a replayed one.
+    pub fn record_digest(&self) -> Digest {
+        self.record_digest
+    }
+
+    pub fn transition(&self) -> &Transition {
+        self.transition
+    }
+
+    /// The state right after the event: `None` only for a replayed event that is no longer the
+    /// head of its stream.
+    pub fn state(&self) -> Option<&EngineState> {
+        self.state
+    }
+
+    /// True when the event was committed before and only the extra records are appended now.
+    pub fn is_replayed(&self) -> bool {
+        self.replayed
+    }
+
+    /// The snapshot of the stream right after the event (see [`PendingCommit::state`]).
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        self.state.map(|state| Snapshot {
+            revision: self.revision,
+            head_record_digest: Some(self.record_digest),
+            state: Some(state.clone()),
+        })
+    }
+}
+
+/// Why [`Engine::process_with`] failed.
+#[derive(Debug)]
+pub enum ProcessWithError<E> {
+    /// The event itself failed, exactly as [`Engine::process`] would; nothing was written.
+    Process(ProcessError),
+    /// The builder of the extra records refused; nothing was written.
+    Extras(E),
+    /// The journal refused one of the extra records (a conflict, a wrong revision, a projection
+    /// refusal); nothing of this attempt was written.
+    ExtrasAppend(AppendError),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for ProcessWithError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProcessWithError::Process(e) => e.fmt(f),
+            ProcessWithError::Extras(e) => e.fmt(f),
+            ProcessWithError::ExtrasAppend(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for ProcessWithError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ProcessWithError::Process(e) => Some(e),
+            ProcessWithError::Extras(e) => Some(e),
+            ProcessWithError::ExtrasAppend(e) => Some(e),
+        }
+    }
+}
+
+impl<E> From<ProcessError> for ProcessWithError<E> {
+    fn from(e: ProcessError) -> Self {
+        ProcessWithError::Process(e)
+    }
+}
+
+impl<E> From<StoreError> for ProcessWithError<E> {
+    fn from(e: StoreError) -> Self {
+        ProcessWithError::Process(e.into())
+    }
+}
+
+/// The builder of the records committed with an engine event.
+type ExtrasFn<'f, E> = &'f mut dyn FnMut(&PendingCommit<'_>) -> Result<Vec<StreamAppend>, E>;
+
+/// The journal digest (spec/journal.md formula D) a record will have at `revision` of `stream`
+/// after `previous`: the journal computes it at commit; the engine needs it before, so records
+/// committed in the same batch (a query store's completion binding) can name the engine record.
+pub(crate) fn journal_record_digest(
+    stream: &StreamId,
+    revision: u64,
+    record: &NewRecord,
+    previous: &Digest,
+) -> Digest {
+    record.digest_at(stream, revision, previous)
+}
+
+// ------------------------------------------------------------------------------------------------
+// Benefit staging
+// ------------------------------------------------------------------------------------------------
+
+/// Benefit results a planner stores while the engine plans one event on this thread. They are
+/// committed in the event's own append instead of one append each, so a planning event and its
+/// audit are durable together and cost one commit. Keyed by the engine's address: a planner
+/// runs synchronously inside [`Engine::process`] on the calling thread.
+struct StagingFrame {
+    engine: usize,
+    occurred_at: Timestamp,
+    /// (result digest, canonical text), in the order stored, without repeats.
+    results: Vec<(String, String)>,
+}
+
+thread_local! {
+    static BENEFIT_STAGING: RefCell<Vec<StagingFrame>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An open staging frame; dropping it (also on an early return or a panic) discards what it
+/// staged, so a failed planning run stores nothing.
+struct Staging {
+    engine: usize,
+}
+
+impl Staging {
+    fn begin(engine: &Engine, occurred_at: Timestamp) -> Staging {
+        let engine = engine.address();
+        BENEFIT_STAGING.with_borrow_mut(|frames| {
+            frames.push(StagingFrame {
+                engine,
+                occurred_at,
+                results: Vec::new(),
+            });
+        });
+        Staging { engine }
+    }
+
+    /// Closes the frame and returns one `NoStream` append per staged result.
+    fn finish(self) -> Vec<StreamAppend> {
+        let frame = self.pop();
+        let Some(frame) = frame else {
+            return Vec::new();
+        };
+        frame
+            .results
+            .into_iter()
+            .filter_map(|(digest, text)| {
+                let stream = benefit_stream(&digest).ok()?;
+                Some(StreamAppend::new(
+                    stream,
+                    ExpectedRevision::NoStream,
+                    vec![NewRecord::new(
+                        benefit_event_id(&digest),
+                        BENEFIT_RESULT_KIND,
+                        frame.occurred_at,
+                        text.into_bytes(),
+                    )],
+                ))
+            })
+            .collect()
+    }
+
+    fn pop(&self) -> Option<StagingFrame> {
+        BENEFIT_STAGING.with_borrow_mut(|frames| {
+            let at = frames.iter().rposition(|f| f.engine == self.engine)?;
+            Some(frames.remove(at))
+        })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // After `finish` the frame is gone and this finds nothing.
+        let _ = self.pop();
+    }
+}
+
+/// Stages a validated, not yet stored result when `engine` is planning on this thread: `None`
+/// when it is not (the caller appends), else the staging answer.
+fn stage_benefit(
+    engine: &Engine,
+    digest: &str,
+    text: &str,
+) -> Option<Result<String, BenefitAuditError>> {
+    let engine = engine.address();
+    BENEFIT_STAGING.with_borrow_mut(|frames| {
+        let frame = frames.iter_mut().rev().find(|f| f.engine == engine)?;
+        Some(match frame.results.iter().find(|(d, _)| d == digest) {
+            Some((_, staged)) if staged == text => Ok(digest.to_owned()),
+            Some(_) => Err(BenefitAuditError::DigestCollision {
+                result_digest: digest.to_owned(),
+            }),
+            None => {
+                frame.results.push((digest.to_owned(), text.to_owned()));
+                Ok(digest.to_owned())
+            }
+        })
+    })
+}
+
 // ------------------------------------------------------------------------------------------------
 // The engine
 // ------------------------------------------------------------------------------------------------
@@ -292,6 +506,11 @@ impl Engine {
 
     pub fn journal(&self) -> &Arc<Journal> {
         &self.journal
+    }
+
+    /// This engine's identity for benefit staging (see [`StagingFrame`]).
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self).addr()
     }
 
     /// The attached engine projections, for `digest`, `check` and `rebuild` by name
@@ -411,12 +630,48 @@ impl Engine {
         self.process_guarded(event, decision, None)
     }
 
+    /// [`Engine::process`] that commits `extras` in the same atomic journal append as the engine
+    /// record, so an event and the records that depend on it (a query store's registration or
+    /// completion binding) cost one commit and are durable together.
+    ///
+    /// `extras` is called once the engine record is known (its revision, journal digest,
+    /// transition and resulting state) and returns the extra stream appends; they must not touch
+    /// the engine stream or a benefit stream. When the event was committed before (an exact
+    /// duplicate), `extras` is called with the stored record and its parts are appended alone:
+    /// the journal's idempotency makes identical records (same event ids, same content) a no-op
+    /// and different content a conflict, so a retry after a crash converges whichever side of the
+    /// commit the crash hit. Returning no parts appends nothing.
+    pub fn process_with<E>(
+        &self,
+        event: &EngineEvent,
+        decision: Option<Surrogate>,
+        mut extras: impl FnMut(&PendingCommit<'_>) -> Result<Vec<StreamAppend>, E>,
+    ) -> Result<Transition, ProcessWithError<E>> {
+        self.process_inner(event, decision, None, Some(&mut extras))
+    }
+
     pub(crate) fn process_guarded(
         &self,
         event: &EngineEvent,
         decision: Option<Surrogate>,
         supplied: Option<&SettlementGuard>,
     ) -> Result<Transition, ProcessError> {
+        self.process_inner::<std::convert::Infallible>(event, decision, supplied, None)
+            .map_err(|e| match e {
+                ProcessWithError::Process(e) => e,
+                ProcessWithError::Extras(never) => match never {},
+                // Without extras no extra part exists to be refused.
+                ProcessWithError::ExtrasAppend(e) => StoreError::from(e).into(),
+            })
+    }
+
+    fn process_inner<E>(
+        &self,
+        event: &EngineEvent,
+        decision: Option<Surrogate>,
+        supplied: Option<&SettlementGuard>,
+        mut extras: Option<ExtrasFn<'_, E>>,
+    ) -> Result<Transition, ProcessWithError<E>> {
         // 1. Pure validation, before any read (also for duplicates).
         let pre = preflight(event).map_err(replay_refusal)?;
         let stream = engine_stream(&pre.reducer_event.scope)
@@ -425,13 +680,14 @@ impl Engine {
         let digest = pre.source_event_content_digest.clone();
         // 2. Duplicate: the identical event returns its stored transition, with no other check.
         if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
-            return Ok(t);
+            return self.replayed_with(&stream, t, extras);
         }
         let stream_lock = self.stream_lock(&stream);
-        let _held = lock(&stream_lock);
+        let held = lock(&stream_lock);
         // Another thread of this process may have committed it while this one waited.
         if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
-            return Ok(t);
+            drop(held);
+            return self.replayed_with(&stream, t, extras);
         }
         // 3. Head.
         let head = self.head(&stream)?;
@@ -440,8 +696,12 @@ impl Engine {
             return Err(ProcessError::RevisionConflict {
                 expected: pre.reducer_event.expected_revision,
                 actual: revision,
-            });
+            }
+            .into());
         }
+        let previous = head
+            .as_ref()
+            .map_or(Digest::ZERO, |h| Digest::from_bytes(h.head_record_digest));
         let state = head.as_ref().map(|h| &h.state);
         // 5. Authorities the state grants this event; 6. trusted-clock assertions.
         let authorities = derive_authorities(state, &pre.reducer_event, supplied)?;
@@ -451,8 +711,11 @@ impl Engine {
         let occurred_at = UtcMicros::parse(&pre.reducer_event.occurred_at).map_err(|_| {
             ProcessError::Invalid("occurred_at must be an RFC 3339 timestamp".into())
         })?;
+        // Benefit results the planner stores are staged and committed with the event.
+        let staging = Staging::begin(self, Timestamp(occurred_at.0));
         let input = self.prepare(pre, state, decision)?;
-        let (next, transition) = (self.reduce)(state, &input)?;
+        let mut benefits = staging.finish();
+        let (next, transition) = (self.reduce)(state, &input).map_err(ProcessError::from)?;
         let to = revision + 1;
         let diverged = |component, detail: &str| Divergence {
             stream,
@@ -466,10 +729,10 @@ impl Engine {
             || transition.to_revision != to
             || transition.scope != input.reducer_event.scope
         {
-            return Err(diverged(
+            return Err(ProcessError::from(diverged(
                 AuditComponent::ReducerOutput,
                 "the reducer's output names another revision, event or scope",
-            )
+            ))
             .into());
         }
         let record = EngineRecord {
@@ -481,9 +744,9 @@ impl Engine {
             result_state_digest: next.digest(),
             settlement_guard: authorities.guard.clone(),
         };
-        let payload = record
-            .encode()
-            .map_err(|e| diverged(AuditComponent::RecordBinding, &e.to_string()))?;
+        let payload = record.encode().map_err(|e| {
+            ProcessError::from(diverged(AuditComponent::RecordBinding, &e.to_string()))
+        })?;
         record
             .open(&RecordPlace {
                 stream,
@@ -491,7 +754,28 @@ impl Engine {
                 event_id: &event_id,
                 occurred_at: Timestamp(occurred_at.0),
             })
-            .map_err(|e| diverged(AuditComponent::RecordBinding, &e.to_string()))?;
+            .map_err(|e| {
+                ProcessError::from(diverged(AuditComponent::RecordBinding, &e.to_string()))
+            })?;
+        let engine_record = NewRecord::new(
+            event_id.clone(),
+            ENGINE_RECORD_KIND,
+            Timestamp(occurred_at.0),
+            payload,
+        );
+        let record_digest = journal_record_digest(&stream, to, &engine_record, &previous);
+        let extra_parts = match extras.as_mut() {
+            None => Vec::new(),
+            Some(build) => build(&PendingCommit {
+                stream,
+                revision: to,
+                record_digest,
+                transition: &transition,
+                state: Some(&next),
+                replayed: false,
+            })
+            .map_err(ProcessWithError::Extras)?,
+        };
         // 10. The clock again, immediately before the commit.
         self.assert_clock(&authorities)?;
         // 11. Commit; the expected revision is the final arbiter.
@@ -500,30 +784,101 @@ impl Engine {
         } else {
             ExpectedRevision::Exact(revision)
         };
-        let append = StreamAppend::new(
-            stream,
-            expected,
-            vec![NewRecord::new(
-                event_id.clone(),
-                ENGINE_RECORD_KIND,
-                Timestamp(occurred_at.0),
-                payload,
-            )],
-        );
-        let retry = match self.journal.append(append) {
-            Ok(outcome) => return self.committed(&stream, &event_id, &outcome, transition),
-            Err(AppendError::WrongRevision { current, .. }) => Retry::Revision(current),
-            Err(AppendError::Conflict { .. }) => Retry::Collision,
-            Err(AppendError::Hook {
-                code: Some(code),
-                message,
-                ..
-            }) => return Err(hook_refusal(stream, to, code, message, kind)),
-            Err(e) => return Err(StoreError::from(e).into()),
+        let engine_part = StreamAppend::new(stream, expected, vec![engine_record]);
+        let retry = loop {
+            let mut batch = Vec::with_capacity(1 + benefits.len() + extra_parts.len());
+            batch.push(engine_part.clone());
+            batch.extend(benefits.iter().cloned());
+            batch.extend(extra_parts.iter().cloned());
+            let refusal = match self.journal.append_batch(batch) {
+                Ok(outcomes) => {
+                    let Some(outcome) = outcomes.first() else {
+                        return Err(StoreError::Corrupt(
+                            "the journal answered an append without an outcome".into(),
+                        )
+                        .into());
+                    };
+                    if !outcome.replayed && outcome.last_digest() != record_digest {
+                        // The extras already name the predicted digest; a journal that assigns
+                        // another one no longer follows formula D.
+                        return Err(StoreError::Corrupt(format!(
+                            "the journal assigned event {event_id} a record digest other than \
+                             formula D"
+                        ))
+                        .into());
+                    }
+                    return Ok(self.committed(&stream, &event_id, outcome, transition)?);
+                }
+                Err(e) => e,
+            };
+            // Which part the journal refused decides what the refusal means.
+            // A conflict names the stream that holds the event id already, so it (like a hook
+            // refusal) is attributed by the event id of the refused record.
+            let part = match &refusal {
+                AppendError::WrongRevision { stream: s, .. } => Some(*s),
+                AppendError::Conflict { event_id: id, .. }
+                | AppendError::Hook { event_id: id, .. } => {
+                    if *id == event_id {
+                        Some(stream)
+                    } else {
+                        benefits
+                            .iter()
+                            .chain(&extra_parts)
+                            .find(|p| p.records.iter().any(|r| r.event_id == *id))
+                            .map(|p| p.stream)
+                    }
+                }
+                _ => None,
+            };
+            if let Some(at) = benefits.iter().position(|p| Some(p.stream) == part) {
+                // The same result stored meanwhile (by another planning run) is the same result:
+                // drop it from the batch and commit the rest; other bytes are a collision.
+                let text = benefits[at].records.first().map(|r| r.payload.as_slice());
+                let digest = benefits[at]
+                    .records
+                    .first()
+                    .and_then(|r| {
+                        r.event_id
+                            .strip_prefix(super::benefit::BENEFIT_EVENT_PREFIX)
+                    })
+                    .unwrap_or_default()
+                    .to_owned();
+                match self.benefit_entry(&digest) {
+                    Ok(Some(entry)) if Some(entry.bytes.as_slice()) == text => {
+                        benefits.remove(at);
+                        continue;
+                    }
+                    _ => {
+                        return Err(StoreError::Corrupt(format!(
+                            "benefit result {digest} is already bound to different bytes"
+                        ))
+                        .into());
+                    }
+                }
+            }
+            if part.is_some() && part != Some(stream) {
+                drop(held);
+                // An extra refused because the event itself committed meanwhile converges on it.
+                if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
+                    return self.replayed_with(&stream, t, extras);
+                }
+                return Err(ProcessWithError::ExtrasAppend(refusal));
+            }
+            break match refusal {
+                AppendError::WrongRevision { current, .. } => Retry::Revision(current),
+                AppendError::Conflict { .. } => Retry::Collision,
+                AppendError::Hook {
+                    code: Some(code),
+                    message,
+                    ..
+                } => return Err(hook_refusal(stream, to, code, message, kind).into()),
+                e => return Err(StoreError::from(e).into()),
+            };
         };
+        drop(held);
         // A refused append may be a concurrent commit of this very event.
         if let Some(t) = self.cached_transition(&stream, &event_id, &digest)? {
-            return Ok(t);
+            return self.replayed_with(&stream, t, extras);
         }
         Err(match retry {
             Retry::Revision(actual) => ProcessError::RevisionConflict {
@@ -531,7 +886,45 @@ impl Engine {
                 actual,
             },
             Retry::Collision => ProcessError::EventIdCollision { event_id },
+        }
+        .into())
+    }
+
+    /// The duplicate path of [`Engine::process_with`]: the event is committed, so only its extra
+    /// records are appended, alone; identical ones are an idempotent no-op in the journal.
+    fn replayed_with<E>(
+        &self,
+        stream: &StreamId,
+        transition: Transition,
+        extras: Option<ExtrasFn<'_, E>>,
+    ) -> Result<Transition, ProcessWithError<E>> {
+        let Some(build) = extras else {
+            return Ok(transition);
+        };
+        let revision = transition.to_revision;
+        let Some((_, record_digest)) = self.stored_record(stream, revision)? else {
+            return Err(StoreError::Corrupt(format!(
+                "event {} is committed at revision {revision} of stream {stream}, which is missing",
+                transition.event_id
+            ))
+            .into());
+        };
+        let head = self.head(stream)?.filter(|h| h.revision == revision);
+        let parts = build(&PendingCommit {
+            stream: *stream,
+            revision,
+            record_digest,
+            transition: &transition,
+            state: head.as_ref().map(|h| &h.state),
+            replayed: true,
         })
+        .map_err(ProcessWithError::Extras)?;
+        if !parts.is_empty() {
+            self.journal
+                .append_batch(parts)
+                .map_err(ProcessWithError::ExtrasAppend)?;
+        }
+        Ok(transition)
     }
 
     /// The transition to return for a commit: ours, or the stored one when the journal found the
@@ -697,6 +1090,10 @@ impl Engine {
                     result_digest: digest,
                 })
             };
+        }
+        // During planning the result is committed with the planning event (one commit).
+        if let Some(staged) = stage_benefit(self, &digest, &text) {
+            return staged;
         }
         let now = self
             .clock

@@ -17,7 +17,8 @@ mod tests;
 
 pub use api::{
     AuditReport, Clock, ClockError, DecisionPlanner, Engine, EngineOptions, ManualClock,
-    ObservationNormalizer, PlanningContext, SeamError, Snapshot, replay_audit_journal,
+    ObservationNormalizer, PendingCommit, PlanningContext, ProcessWithError, SeamError, Snapshot,
+    replay_audit_journal,
 };
 pub use authority::{
     ActivationExecutionStatus, ActivationGuard, InstallExecutionStatus, InstallGuard,

@@ -1916,3 +1916,196 @@ fn catalog_loaded_material_activates_without_an_install() {
     assert_eq!(count(&f.journal, INSTALL_CLAIMS_TABLE), 0);
     check_all(&f.engine);
 }
+
+// ------------------------------------------------------------------------------------------------
+// process_with: extra records and staged benefit results in the event's own append
+// ------------------------------------------------------------------------------------------------
+
+fn extra_append(event_id: &str, payload: &str) -> StreamAppend {
+    StreamAppend::new(
+        StreamId::derive("test", b"extra").unwrap(),
+        ExpectedRevision::NoStream,
+        vec![NewRecord::new(
+            event_id,
+            "test",
+            Timestamp(0),
+            payload.as_bytes().to_vec(),
+        )],
+    )
+}
+
+#[test]
+fn process_with_commits_extras_in_the_event_append_and_converges_on_retry() {
+    let mut f = fixture();
+    f.start();
+    let ev = f.s.empty(EventKind::TurnEnded);
+    let position = f.journal.head_position().unwrap();
+    let mut predicted = None;
+    let t = f
+        .engine
+        .process_with(&ev, None, |pending| {
+            assert!(!pending.is_replayed());
+            assert_eq!(pending.revision(), 2);
+            predicted = Some((pending.stream(), pending.record_digest()));
+            Ok::<_, String>(vec![extra_append(
+                "extra-1",
+                &pending.record_digest().to_hex(),
+            )])
+        })
+        .unwrap();
+    assert_eq!(t.to_revision, 2);
+    assert_eq!(f.journal.head_position().unwrap(), position + 2);
+    // The digest named before the append is the one the journal assigned (formula D).
+    let (stream, digest) = predicted.unwrap();
+    assert_eq!(
+        f.journal.stream_head(&stream).unwrap().unwrap().digest,
+        digest
+    );
+    // An exact retry replays the event and its identical extras: nothing is written.
+    let again = f
+        .engine
+        .process_with(&ev, None, |pending| {
+            assert!(pending.is_replayed());
+            assert_eq!(pending.record_digest(), digest);
+            Ok::<_, String>(vec![extra_append("extra-1", &digest.to_hex())])
+        })
+        .unwrap();
+    assert_eq!(again, t);
+    assert_eq!(f.journal.head_position().unwrap(), position + 2);
+    // Other extra content under the same event id is a conflict.
+    let err = f
+        .engine
+        .process_with(&ev, None, |_| {
+            Ok::<_, String>(vec![extra_append("extra-1", "other")])
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProcessWithError::ExtrasAppend(AppendError::Conflict { .. })
+        ),
+        "{err}"
+    );
+    check_all(&f.engine);
+}
+
+#[test]
+fn a_refused_extra_or_builder_commits_nothing_of_the_event() {
+    let mut f = fixture();
+    f.start();
+    f.journal.append(extra_append("taken", "first")).unwrap();
+    let ev = f.s.empty(EventKind::TurnEnded);
+    let position = f.journal.head_position().unwrap();
+    let err = f
+        .engine
+        .process_with(&ev, None, |_| {
+            Ok::<_, String>(vec![extra_append("taken", "second")])
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProcessWithError::ExtrasAppend(AppendError::Conflict { .. })
+        ),
+        "{err}"
+    );
+    let err = f
+        .engine
+        .process_with(&ev, None, |_| {
+            Err::<Vec<StreamAppend>, _>("refused".to_owned())
+        })
+        .unwrap_err();
+    assert!(matches!(&err, ProcessWithError::Extras(m) if m == "refused"));
+    assert_eq!(f.journal.head_position().unwrap(), position);
+    assert_eq!(f.engine.snapshot(&f.s.scope).unwrap().revision(), 1);
+    // Without the refused extra the event commits.
+    assert_eq!(f.engine.process(&ev, None).unwrap().to_revision, 2);
+}
+
+/// A planner that stores a benefit result through the engine, as the service's audit sink does.
+struct StoringPlanner {
+    engine: std::sync::OnceLock<std::sync::Weak<Engine>>,
+    row: Json,
+    fail: bool,
+}
+
+impl DecisionPlanner for StoringPlanner {
+    fn plan(
+        &self,
+        _: Option<&Surrogate>,
+        _: Option<&crate::state::EngineState>,
+        _: &PlanningContext<'_>,
+    ) -> Result<Surrogate, SeamError> {
+        let engine = self
+            .engine
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .unwrap();
+        engine.store_benefit_result(&benefit_result(7)).unwrap();
+        // Storing the same result twice in one run stages it once.
+        engine.store_benefit_result(&benefit_result(7)).unwrap();
+        if self.fail {
+            return Err(SeamError("planning failed".into()));
+        }
+        Ok(testkit::decision(vec![self.row.clone()]))
+    }
+}
+
+#[test]
+fn a_benefit_result_stored_while_planning_commits_with_the_planning_event() {
+    for fail in [true, false] {
+        let mut f = fixture();
+        let planner = Arc::new(StoringPlanner {
+            engine: std::sync::OnceLock::new(),
+            row: f.row.clone(),
+            fail,
+        });
+        let engine = Arc::new(
+            Engine::open(
+                f.journal.clone(),
+                options(&f.clock).planner(planner.clone()),
+            )
+            .unwrap(),
+        );
+        planner.engine.set(Arc::downgrade(&engine)).unwrap();
+        let started = f.s.started("managing");
+        f.s.revision = engine.process(&started, None).unwrap().to_revision;
+        let mut intent = f.s.intent();
+        intent.payload = Json::object([(
+            "observation_ref",
+            Json::object([
+                ("content_digest", Json::str(d("observation"))),
+                ("opaque_id", Json::str("work-1")),
+                ("provider_id", Json::str("host-1")),
+            ]),
+        )]);
+        let position = f.journal.head_position().unwrap();
+        let digest = benefit_result(7)
+            .get_str("result_digest")
+            .unwrap()
+            .to_owned();
+        let outcome = engine.process(&intent, None);
+        if fail {
+            // A failed planning run stores nothing, its benefit result included.
+            assert!(outcome.is_err());
+            assert_eq!(f.journal.head_position().unwrap(), position);
+            assert!(matches!(
+                engine.load_benefit_result(&digest).unwrap_err(),
+                BenefitAuditError::NotFound { .. }
+            ));
+        } else {
+            outcome.unwrap();
+            // The engine record and the benefit result: two records of one append.
+            assert_eq!(f.journal.head_position().unwrap(), position + 2);
+            assert_eq!(
+                engine.load_benefit_result(&digest).unwrap(),
+                benefit_result(7)
+            );
+            // Outside planning the result is stored (here: found) directly again.
+            assert_eq!(
+                engine.store_benefit_result(&benefit_result(7)).unwrap(),
+                digest
+            );
+        }
+    }
+}

@@ -6,8 +6,10 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use ctx_journal::{Journal, OpenOptions};
-use ctx_projections::engine::{BenefitAuditError, Clock, Engine, EngineOptions, StoreError};
+use ctx_journal::{AppendError, Journal, OpenOptions, StreamAppend};
+use ctx_projections::engine::{
+    BenefitAuditError, Clock, Engine, EngineOptions, ProcessWithError, StoreError,
+};
 use ctx_projections::{
     EngineEvent, EventKind, Json, NORMALIZER_VERSION_DEFAULT, ScopeRef, Transition,
 };
@@ -227,20 +229,65 @@ impl EngineComposition {
         session_started: &EngineEvent,
         decision_event: &EngineEvent,
     ) -> Result<(PreparedManagedQuery, Transition), ServiceError> {
+        self.advance_managed_query_with(session_started, decision_event, |_, _| Ok(Vec::new()))?
+            // Without extra records the journal has no extra part to refuse.
+            .map_err(|e| ServiceError::Internal(e.to_string()))
+    }
+
+    /// The checks of reference §12.4 that precede any write of an advance.
+    pub(crate) fn check_managed_events(
+        &self,
+        session_started: &EngineEvent,
+        decision_event: &EngineEvent,
+    ) -> Result<(), ServiceError> {
         self.check_process()?;
         self.check_advance(session_started, decision_event)?;
-        let scope = &decision_event.scope;
-        let initial = self.engine.snapshot(scope)?;
+        let initial = self.engine.snapshot(&decision_event.scope)?;
         if initial.revision() <= 1 && decision_event.expected_revision != 1 {
             return projection("an unplanned managed session requires IntentObserved revision one");
         }
+        Ok(())
+    }
+
+    /// Commits the session start together with `extras` (the managed service's query
+    /// registration) in one journal append. When the session start is committed already, the
+    /// extras are appended alone (identical ones are a no-op). The inner `Err` is the journal's
+    /// refusal of an extra record, for its owner to settle.
+    pub(crate) fn start_managed_query(
+        &self,
+        session_started: &EngineEvent,
+        extras: Vec<StreamAppend>,
+    ) -> Result<Result<(), AppendError>, ServiceError> {
+        self.check_process()?;
+        let started = match self.engine.process_with(session_started, None, |_| {
+            Ok::<_, ServiceError>(extras.clone())
+        }) {
+            Ok(t) => t,
+            Err(ProcessWithError::Process(e)) => return Err(e.into()),
+            Err(ProcessWithError::Extras(e)) => return Err(e),
+            Err(ProcessWithError::ExtrasAppend(e)) => return Ok(Err(e)),
+        };
+        check_started(&started, session_started)?;
+        Ok(Ok(()))
+    }
+
+    /// [`EngineComposition::advance_managed_query`] that commits the records `planned` returns
+    /// (the managed service's completion binding) in the planning event's own append. `planned`
+    /// sees the projected plan and the transition before anything is written, and a refusal there
+    /// writes nothing. The inner `Err` is the journal's refusal of an extra record.
+    pub(crate) fn advance_managed_query_with(
+        &self,
+        session_started: &EngineEvent,
+        decision_event: &EngineEvent,
+        mut planned: impl FnMut(
+            &PreparedManagedQuery,
+            &Transition,
+        ) -> Result<Vec<StreamAppend>, ServiceError>,
+    ) -> Result<Result<(PreparedManagedQuery, Transition), AppendError>, ServiceError> {
+        self.check_managed_events(session_started, decision_event)?;
+        let scope = &decision_event.scope;
         let started = self.engine.process(session_started, None)?;
-        if started.event_id != session_started.event_id
-            || started.scope != session_started.scope
-            || (started.from_revision, started.to_revision) != (0, 1)
-        {
-            return projection("managed query lost its exact session-start identity");
-        }
+        check_started(&started, session_started)?;
         let current = self.engine.snapshot(scope)?;
         let Some(state) = current.state().filter(|_| current.revision() >= 1) else {
             return projection("managed query session start is not authoritative");
@@ -267,20 +314,45 @@ impl EngineComposition {
                 );
             }
         }
-        let transition = self.engine.process(decision_event, None)?;
-        if transition.event_id != decision_event.event_id
-            || transition.scope != decision_event.scope
-            || transition.from_revision != decision_event.expected_revision
-            || Some(transition.to_revision) != decision_event.expected_revision.checked_add(1)
-        {
-            return projection("managed query lost its exact planning-event identity");
-        }
+        let plan_id = decision_event.correlation_id.as_deref();
+        let outcome = self.engine.process_with(decision_event, None, |pending| {
+            // The same checks as after the commit, made before it, so a refused plan is not
+            // committed with (or without) its completion binding.
+            let checked = check_planning(pending.transition(), decision_event).and_then(|()| {
+                let Some(snapshot) = pending.snapshot() else {
+                    return Err(ServiceError::Identity(
+                        "managed planning head is not the committed decision",
+                    ));
+                };
+                let prepared = project(&snapshot, scope, plan_id)?;
+                if prepared.planning_environment_digest() != self.planning_environment_digest {
+                    return projection(
+                        "committed managed plan does not match this planning environment",
+                    );
+                }
+                Ok(prepared)
+            });
+            match checked {
+                Ok(prepared) => planned(&prepared, pending.transition()),
+                // A committed event that is no longer the head (or no longer projects) gets no
+                // extra records; the checks after the replay decide, as for a plain process.
+                Err(_) if pending.is_replayed() => Ok(Vec::new()),
+                Err(e) => Err(e),
+            }
+        });
+        let transition = match outcome {
+            Ok(t) => t,
+            Err(ProcessWithError::Process(e)) => return Err(e.into()),
+            Err(ProcessWithError::Extras(e)) => return Err(e),
+            Err(ProcessWithError::ExtrasAppend(e)) => return Ok(Err(e)),
+        };
+        check_planning(&transition, decision_event)?;
         let snapshot = self.engine.snapshot(scope)?;
-        let prepared = project(&snapshot, scope, decision_event.correlation_id.as_deref())?;
+        let prepared = project(&snapshot, scope, plan_id)?;
         if prepared.planning_environment_digest() != self.planning_environment_digest {
             return projection("committed managed plan does not match this planning environment");
         }
-        Ok((prepared, transition))
+        Ok(Ok((prepared, transition)))
     }
 
     /// The event checks of reference §12.4, before anything is processed.
@@ -347,4 +419,30 @@ impl EngineComposition {
         }
         Ok(())
     }
+}
+
+/// The session start must keep its exact identity: revision 0 to 1 of its own scope.
+fn check_started(started: &Transition, session_started: &EngineEvent) -> Result<(), ServiceError> {
+    if started.event_id != session_started.event_id
+        || started.scope != session_started.scope
+        || (started.from_revision, started.to_revision) != (0, 1)
+    {
+        return projection("managed query lost its exact session-start identity");
+    }
+    Ok(())
+}
+
+/// The planning transition must be exactly the decision event's, one revision on.
+fn check_planning(
+    transition: &Transition,
+    decision_event: &EngineEvent,
+) -> Result<(), ServiceError> {
+    if transition.event_id != decision_event.event_id
+        || transition.scope != decision_event.scope
+        || transition.from_revision != decision_event.expected_revision
+        || Some(transition.to_revision) != decision_event.expected_revision.checked_add(1)
+    {
+        return projection("managed query lost its exact planning-event identity");
+    }
+    Ok(())
 }

@@ -186,15 +186,29 @@ impl ManagedQueryService {
             Ok(_) | Err(QueryStoreError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let record = runtime.store.register(
+        let registration = runtime.store.registration_append(
             request.logical_query_id(),
             supplied.session_started(),
             decision,
             supplied.artifact().manifest_digest(),
             supplied.artifact().planning_environment_digest(),
         )?;
+        let composition = self.composition(runtime, &supplied)?;
+        let record = match runtime.store.registered(&registration)? {
+            Some(record) => record,
+            None => {
+                // A fresh query: the registration commits with the session start (one append;
+                // the second is the planning event with its completion binding). A crash after
+                // this append leaves a registered, started, unplanned query that a retry or a
+                // reopen plans.
+                composition.check_managed_events(supplied.session_started(), decision)?;
+                let result = composition
+                    .start_managed_query(supplied.session_started(), vec![registration.clone()])?;
+                runtime.store.registration_outcome(&registration, result)?
+            }
+        };
         check_record(&record, &supplied)?;
-        self.advance(runtime, &record, &supplied)
+        self.advance(runtime, &composition, &record, &supplied)
     }
 
     /// Converges on the stored query `query_ref` (reference §3.3): re-authenticates its artifact
@@ -217,7 +231,8 @@ impl ManagedQueryService {
         );
         self.validate_input(&input)?;
         check_record(&record, &input)?;
-        self.advance(runtime, &record, &input)
+        let composition = self.composition(runtime, &input)?;
+        self.advance(runtime, &composition, &record, &input)
     }
 
     /// The journal and store, opened at the first operation that needs them.
@@ -287,13 +302,13 @@ impl ManagedQueryService {
         Ok(())
     }
 
-    /// The shared tail of prepare and reopen (reference §3.4).
-    fn advance(
+    /// The engine composition of `input`'s artifact on the service's journal. Opening it writes
+    /// nothing: its projections are attached at the head already after the first open.
+    fn composition(
         &self,
         runtime: &Runtime,
-        record: &QueryRecord,
         input: &ManagedQueryInput,
-    ) -> Result<ManagedQueryServiceResult, ServiceError> {
+    ) -> Result<EngineComposition, ServiceError> {
         let config = &self.config;
         let planner = build_planner(
             input.artifact(),
@@ -301,12 +316,25 @@ impl ManagedQueryService {
             config.net_benefit_policy.clone(),
             &config.planner_version,
         )?;
-        let composition = EngineComposition::assemble(
+        EngineComposition::assemble(
             runtime.journal.clone(),
             input.artifact(),
             planner,
             config.clock.clone(),
-        )?;
+        )
+    }
+
+    /// The shared tail of prepare and reopen (reference §3.4). An unplanned query's planning
+    /// event, its benefit result and its completion binding (the planned mark) commit in one
+    /// journal append: the mark names the engine record's revision and journal digest, which
+    /// the engine knows before its append.
+    fn advance(
+        &self,
+        runtime: &Runtime,
+        composition: &EngineComposition,
+        record: &QueryRecord,
+        input: &ManagedQueryInput,
+    ) -> Result<ManagedQueryServiceResult, ServiceError> {
         let decision = input.decision_event();
         if let Some(plan_id) = record.plan_id() {
             let head = composition.reopen_managed_query(&decision.scope, None)?;
@@ -314,8 +342,39 @@ impl ManagedQueryService {
                 return Err(ServiceError::Superseded);
             }
         }
-        let (prepared, transition) =
-            composition.advance_managed_query(input.session_started(), decision)?;
+        let store = &runtime.store;
+        let mut mark = None;
+        let advanced = composition.advance_managed_query_with(
+            input.session_started(),
+            decision,
+            |prepared, transition| {
+                if record.is_planned() {
+                    return Ok(Vec::new());
+                }
+                check_advance(record, decision, prepared, transition)?;
+                let append = store.planned_append(
+                    record.query_ref(),
+                    prepared.plan_id(),
+                    prepared.decision_digest(),
+                    prepared.journal_revision(),
+                    prepared.journal_record_digest(),
+                )?;
+                mark = Some(append.clone());
+                Ok(vec![append])
+            },
+        )?;
+        let (prepared, transition) = match (advanced, mark) {
+            (Ok(advanced), _) => advanced,
+            (Err(refusal), Some(append)) => {
+                // The planning event did not commit either (one append): a refusal is the
+                // store's, and even a concurrent identical mark cannot stand without its event.
+                store.planned_outcome(record.query_ref(), &append, Err(refusal))?;
+                return Err(ServiceError::Identity(
+                    "managed query completion binding was substituted",
+                ));
+            }
+            (Err(refusal), None) => return Err(ServiceError::Internal(refusal.to_string())),
+        };
         check_advance(record, decision, &prepared, &transition)?;
         // Consent challenge publication (reference §3.4 step 5) arrives with the consent broker;
         // no result carries a challenge until then.

@@ -405,9 +405,10 @@ fn a_foreign_handle_is_refused_before_any_journal_write() {
     assert_eq!(s.calls(), 0);
 }
 
-/// Journal commits of one prepare of a fresh query on a warm service (the journal and query
-/// store already open): each append is one group commit, and so one fsync, since nothing else
-/// appends concurrently here.
+/// Journal records of one prepare of a fresh query on a warm service (the journal and query
+/// store already open): four records in two appends (registration + session start; planning
+/// event + planned mark), so two group commits. The fsync count is measured with
+/// `fresh_prepares_between_markers` (spec/service.md §5).
 #[test]
 fn one_fresh_prepare_appends_four_records() {
     let s = Setup::new();
@@ -420,8 +421,117 @@ fn one_fresh_prepare_appends_four_records() {
     s.service.prepare(&second).unwrap();
     eprintln!("CTX-FSYNC-PROBE-END");
     let after = journal.head_position().unwrap();
-    // Registration, session start, planning event, planned mark. The benefit result is a fifth
-    // append for a new observation; this one plans the warm-up's observation again, whose result
-    // (keyed by its digest) is already stored.
+    // Registration, session start, planning event, planned mark. A new observation's benefit
+    // result is a fifth record of the planning append; this one plans the warm-up's observation
+    // again, whose result (keyed by its digest) is already stored.
     assert_eq!(after - before, 4);
+}
+
+/// Eight fresh prepares on a warm service, each between stderr markers, for counting fsyncs:
+/// `strace -f -e trace=fdatasync,write -o /tmp/trace <test binary> fresh_prepares_between_markers
+/// --nocapture` and count the `fdatasync` lines between each `CTX-FSYNC-PREPARE-BEGIN` /
+/// `-END` pair (spec/service.md §5). Each prepare is two journal commits.
+#[test]
+fn fresh_prepares_between_markers() {
+    let s = Setup::new();
+    s.service.prepare(&request("warm-up")).unwrap();
+    let loaded = Arc::new(load_catalog_dir(&sample_catalog_dir()).unwrap());
+    let ingest = IngestInputs {
+        planning_environment_digest: environment(&s.ports, &s.policy, &s.catalog),
+        catalog_namespace_digest: s.catalog.namespace_digest().to_owned(),
+        catalog_retrieval_digest: s.catalog.retrieval_snapshot_digest().to_owned(),
+        benefit_facts_snapshot_digest: s.facts.benefit_facts_snapshot_digest().to_owned(),
+        benefit_policy_snapshot_digest: s.policy.policy_digest(),
+        material_snapshot_digest: s.catalog.material_snapshot_digest().to_owned(),
+        installation_snapshot_digest: s.catalog.installation_snapshot_digest().to_owned(),
+        observation_surrogate: surrogate(),
+        planning_schema_version: VERSION.to_owned(),
+    };
+    for i in 0..8 {
+        let registry = s.registry.clone();
+        let ingest = ingest.clone();
+        let loaded = loaded.clone();
+        s.inputs.values.lock().unwrap().insert(
+            format!("work-m{i}"),
+            Box::new(move || {
+                let artifact = registry.ingest(&loaded, ingest.clone()).unwrap();
+                let (started, intent) =
+                    events_in(&artifact, &format!("session-m{i}"), &format!("plan-m{i}"));
+                ManagedQueryInput::new(artifact, started, intent)
+            }),
+        );
+    }
+    let journal =
+        ctx_journal::Journal::open(&s.data_dir, &ctx_journal::OpenOptions::new()).unwrap();
+    for i in 0..8 {
+        let request =
+            ManagedQueryRequest::new(&digest(&format!("measured-{i}")), &format!("work-m{i}"))
+                .unwrap();
+        let before = journal.head_position().unwrap();
+        eprintln!("CTX-FSYNC-PREPARE-BEGIN {i}");
+        let result = s.service.prepare(&request).unwrap();
+        eprintln!("CTX-FSYNC-PREPARE-END {i}");
+        assert_eq!(journal.head_position().unwrap() - before, 4);
+        assert_eq!(result.prepared().journal_revision(), 2);
+    }
+}
+
+/// Reference §8 crash points with two commits per prepare: a crash after the first append
+/// (registration and session start) leaves a registered, started, unplanned query that a reopen
+/// plans and an exact retry then returns without planning again.
+#[test]
+fn a_crash_after_the_registration_append_is_completed_by_reopen_and_retry() {
+    let s = Setup::new();
+    let input = s.inputs.resolve("work-one").unwrap();
+    let composition = super::composition::open_engine_composition(
+        &s.data_dir,
+        input.artifact(),
+        s.ports.clone(),
+        s.policy.clone(),
+        VERSION,
+        s.clock.clone(),
+    )
+    .unwrap();
+    let store =
+        ctx_projections::query_store::QueryStore::open(composition.engine().journal().clone())
+            .unwrap();
+    let registration = store
+        .registration_append(
+            &digest("crash"),
+            input.session_started(),
+            input.decision_event(),
+            input.artifact().manifest_digest(),
+            input.artifact().planning_environment_digest(),
+        )
+        .unwrap();
+    assert!(store.registered(&registration).unwrap().is_none());
+    let position = store.journal().head_position().unwrap();
+    composition
+        .check_managed_events(input.session_started(), input.decision_event())
+        .unwrap();
+    composition
+        .start_managed_query(input.session_started(), vec![registration.clone()])
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.journal().head_position().unwrap(), position + 2);
+    let record = store.registration_outcome(&registration, Ok(())).unwrap();
+    assert!(!record.is_planned());
+    assert_eq!(s.calls(), 0);
+    drop((composition, store));
+
+    let reopened = s.service.reopen(record.query_ref()).unwrap();
+    assert_eq!(reopened.prepared().journal_revision(), 2);
+    let planned = s.calls();
+    assert!(planned > 0);
+    let retried = s
+        .service
+        .prepare(&ManagedQueryRequest::new(&digest("crash"), "work-one").unwrap())
+        .unwrap();
+    assert_eq!(s.calls(), planned);
+    assert_eq!(retried.query_ref(), record.query_ref());
+    assert_eq!(
+        retried.prepared().decision_digest(),
+        reopened.prepared().decision_digest()
+    );
+    assert_eq!(retried.actions(), reopened.actions());
 }
