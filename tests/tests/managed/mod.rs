@@ -5,6 +5,7 @@
 
 mod fixture;
 mod planning;
+mod process;
 mod task_shift;
 
 /// Compile-time "does not implement" assertions (the `static_assertions` `assert_not_impl_any!`
