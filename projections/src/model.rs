@@ -310,7 +310,7 @@ pub struct ScopeRef {
     pub parent_exposure_id: Option<String>,
 }
 
-const SCOPE_KEYS: [&str; 7] = [
+pub(crate) const SCOPE_KEYS: [&str; 7] = [
     "exposure_id",
     "host_context_id",
     "parent_exposure_id",
@@ -714,8 +714,7 @@ impl EngineEvent {
         Ok(())
     }
 
-    /// All 19 fields, nulls included.
-    /// A borrowed view of the mapping the reference hashes.
+    /// A borrowed view of the mapping the reference hashes: all 19 fields, nulls included.
     pub fn view(&self) -> JsonView<'_> {
         fn opt(v: &Option<String>) -> JsonView<'_> {
             JsonView::opt_str(v.as_deref())
@@ -1139,7 +1138,7 @@ pub struct HostAction {
     pub rollback: Json,
 }
 
-const ACTION_KEYS: [&str; 17] = [
+pub(crate) const ACTION_KEYS: [&str; 17] = [
     "action_id",
     "catalog_snapshot_id",
     "consent_id",
@@ -1160,8 +1159,7 @@ const ACTION_KEYS: [&str; 17] = [
 ];
 
 impl HostAction {
-    /// All 17 fields, nulls included.
-    /// A borrowed view of the mapping the reference hashes.
+    /// A borrowed view of the mapping the reference hashes: all 17 fields, nulls included.
     pub fn view(&self) -> JsonView<'_> {
         fn opt(v: &Option<String>) -> JsonView<'_> {
             JsonView::opt_str(v.as_deref())

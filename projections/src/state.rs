@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use crate::json::{Json, JsonError, JsonMap, JsonView};
-use crate::model::{HostAction, ScopeRef, exact_keys};
+use crate::model::{ACTION_KEYS, HostAction, SCOPE_KEYS, ScopeRef, exact_keys};
 
 pub const STATE_SCHEMA_V3: &str = "ctx.engine-state-v3";
 
@@ -73,36 +73,6 @@ const PLAN_KEYS: [&str; 7] = [
     "decision_digest",
     "plan_id",
     "status",
-];
-
-const SCOPE_KEYS: [&str; 7] = [
-    "exposure_id",
-    "host_context_id",
-    "parent_exposure_id",
-    "repository_id",
-    "session_id",
-    "tenant_id",
-    "workspace_id",
-];
-
-const ACTION_KEYS: [&str; 17] = [
-    "action_id",
-    "catalog_snapshot_id",
-    "consent_id",
-    "entity_id",
-    "expires_at",
-    "kind",
-    "lease_id",
-    "payload",
-    "plan_id",
-    "precondition_revision",
-    "privacy",
-    "protocol_version",
-    "required_host_feature",
-    "rollback",
-    "scope",
-    "source_digest",
-    "verification",
 ];
 
 /// A state value (decoded or built in memory) breaks the projection contract. The message is the

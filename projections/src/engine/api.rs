@@ -318,18 +318,6 @@ impl<E> From<StoreError> for ProcessWithError<E> {
 /// The builder of the records committed with an engine event.
 type ExtrasFn<'f, E> = &'f mut dyn FnMut(&PendingCommit<'_>) -> Result<Vec<StreamAppend>, E>;
 
-/// The journal digest (spec/journal.md formula D) a record will have at `revision` of `stream`
-/// after `previous`: the journal computes it at commit; the engine needs it before, so records
-/// committed in the same batch (a query store's completion binding) can name the engine record.
-pub(crate) fn journal_record_digest(
-    stream: &StreamId,
-    revision: u64,
-    record: &NewRecord,
-    previous: &Digest,
-) -> Digest {
-    record.digest_at(stream, revision, previous)
-}
-
 // ------------------------------------------------------------------------------------------------
 // Benefit staging
 // ------------------------------------------------------------------------------------------------
@@ -763,7 +751,8 @@ impl Engine {
             Timestamp(occurred_at.0),
             payload,
         );
-        let record_digest = journal_record_digest(&stream, to, &engine_record, &previous);
+        // Named before the append so records of the same batch (a planned mark) can carry it.
+        let record_digest = engine_record.digest_at(&stream, to, &previous);
         let extra_parts = match extras.as_mut() {
             None => Vec::new(),
             Some(build) => build(&PendingCommit {
