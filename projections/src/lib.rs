@@ -48,4 +48,5 @@ pub use state::{
     HostLevel, Installation, Invocation, Lease, PendingConsent, PendingEffect, STATE_KEYS_V3,
     STATE_SCHEMA_V3, SessionStatus, StateError,
 };
+pub mod consent_store;
 pub mod query_store;

@@ -162,6 +162,21 @@ impl EngineOptions {
 // Results
 // ------------------------------------------------------------------------------------------------
 
+/// One engine record as a service reads it back: its place, its journal digest, the reducer
+/// event it committed and the transition it produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournaledEvent {
+    pub revision: u64,
+    /// The journal record digest (64 lowercase hex).
+    pub record_digest: String,
+    /// H(CJ(host's source event)), the digest duplicate detection compares.
+    pub source_event_content_digest: String,
+    /// The canonical JSON of the transition as stored.
+    pub transition_json: String,
+    pub reducer_event: EngineEvent,
+    pub transition: Transition,
+}
+
 /// The committed state of one engine stream. Revision 0 means no event was committed: no state
 /// and no head digest.
 #[derive(Debug)]
@@ -556,6 +571,30 @@ impl Engine {
                 "engine record at revision {revision} of stream {stream}: {e}"
             ))
         })
+    }
+
+    /// The engine record at `revision` of `scope`'s stream, decoded and verified (digest, MAC,
+    /// chain, binding to its place); `None` when the stream is shorter. Services use it to check
+    /// that a revision holds exactly the event they built (reference managed-service §4.5, §4.9).
+    pub fn journaled_event(
+        &self,
+        scope: &ScopeRef,
+        revision: u64,
+    ) -> Result<Option<JournaledEvent>, StoreError> {
+        let stream = engine_stream(scope).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if revision == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .stored_record(&stream, revision)?
+            .map(|(decoded, digest)| JournaledEvent {
+                revision,
+                record_digest: digest.to_hex(),
+                source_event_content_digest: decoded.record.source_event_content_digest,
+                transition_json: decoded.record.transition_json,
+                reducer_event: decoded.replay.reducer_event,
+                transition: decoded.transition,
+            }))
     }
 
     /// The stored transition of `event_id` when it was committed with exactly this content;

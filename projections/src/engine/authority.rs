@@ -400,6 +400,28 @@ impl Engine {
         })
     }
 
+    /// The settlement guard of an install's recorded outcome, when one is recorded: what a
+    /// process that recovers after a crash between outcome and receipt settles with (reference
+    /// consent-and-skill-cas §6.3 step 6). `None` while no outcome exists.
+    pub fn recorded_install_guard(
+        &self,
+        action: &HostAction,
+    ) -> Result<Option<InstallGuard>, StatusError> {
+        if !is_v3_install(action) {
+            return Err(StatusError::Invalid(
+                "execution status requires an exact schema-v3 install action".into(),
+            ));
+        }
+        let stream =
+            engine_stream(&action.scope).map_err(|e| StatusError::Invalid(e.to_string()))?;
+        let s = self.effect_state(
+            GuardEffect::Install,
+            &effect_key(&stream, &action.action_id),
+        )?;
+        Ok(s.outcome
+            .map(|o| InstallGuard(o.guard(GuardEffect::Install))))
+    }
+
     /// Commits the host's receipt for a claimed install with the guard of its recorded outcome;
     /// the settlement is written in the receipt's transaction (reference engine-core §8.3). An
     /// applied outcome settles by `ActionApplied`; a failed or indeterminate one by

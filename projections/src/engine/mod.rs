@@ -16,9 +16,9 @@ mod record;
 mod tests;
 
 pub use api::{
-    AuditReport, Clock, ClockError, DecisionPlanner, Engine, EngineOptions, ManualClock,
-    ObservationNormalizer, PendingCommit, PlanningContext, ProcessWithError, SeamError, Snapshot,
-    replay_audit_journal,
+    AuditReport, Clock, ClockError, DecisionPlanner, Engine, EngineOptions, JournaledEvent,
+    ManualClock, ObservationNormalizer, PendingCommit, PlanningContext, ProcessWithError,
+    SeamError, Snapshot, replay_audit_journal,
 };
 pub use authority::{
     ActivationExecutionStatus, ActivationGuard, InstallExecutionStatus, InstallGuard,

@@ -3,9 +3,13 @@
 //! because the reference lets them propagate with their own types (§1.2).
 
 use ctx_journal::OpenError;
-use ctx_projections::engine::{OpenEngineError, ProcessError, SnapshotError};
+use ctx_projections::consent_store::ConsentStoreError;
+use ctx_projections::engine::{
+    AuthorizeError, OpenEngineError, ProcessError, SnapshotError, StoreError,
+};
 use ctx_projections::query_store::QueryStoreError;
 
+use crate::policy::PolicyStoreError;
 use crate::registry::RegistryError;
 
 /// Why the input authority could not resolve a work reference. The host's reason is kept for
@@ -44,9 +48,43 @@ pub enum ServiceError {
     /// A later committed plan replaced the projection of this query.
     #[error("managed query was superseded by a later committed plan")]
     Superseded,
-    /// A pending desired choice must be recovered first.
-    #[error("a pending desired choice must be recovered before managed planning")]
-    Busy,
+    /// Another desired choice owns the stream's one reservation, or the stream has an
+    /// unresolved lifecycle effect (the reference's `ManagedDesiredSetBusyError`).
+    #[error("{0}")]
+    Busy(&'static str),
+    /// A logical desired choice is bound to different exact content, or its reserved revision
+    /// was taken by another event (the reference's `ManagedDesiredSetConflictError`).
+    #[error("{0}")]
+    DesiredConflict(&'static str),
+    /// Another durable desired choice superseded this one (the reference's
+    /// `ManagedDesiredSetSupersededError`, a kind of superseded error).
+    #[error("{0}")]
+    DesiredSuperseded(&'static str),
+    /// The plan or the pending consent changed during publication or an automatic decision
+    /// (the reference's `ManagedQueryHeadDriftError`).
+    #[error("{0}")]
+    HeadDrift(&'static str),
+    /// The service was configured without a physical install actuator.
+    #[error("composition has no physical installation actuator")]
+    NoActuator,
+    /// Install execution refused or failed (the install-execution module's sentences).
+    #[error("{0}")]
+    Execution(String),
+    /// The engine refused an install or activation claim.
+    #[error(transparent)]
+    Authorize(#[from] AuthorizeError),
+    /// Consent routing refused a request (the policy module's sentence).
+    #[error("{0}")]
+    Routing(String),
+    /// The install policy store refused or failed.
+    #[error(transparent)]
+    Policy(#[from] PolicyStoreError),
+    /// The consent broker store refused or failed.
+    #[error(transparent)]
+    Consent(#[from] ConsentStoreError),
+    /// A named fail point fired (tests only: feature `failpoints`).
+    #[error("fail point {name} fired: {detail}")]
+    FailPoint { name: &'static str, detail: String },
     /// A planning authority now reports a snapshot other than the artifact's (§3.2 rule 3).
     #[error("managed planning authority snapshot does not match its artifact")]
     AuthorityDrift { field: &'static str },
@@ -72,6 +110,8 @@ pub enum ServiceError {
     Engine(#[from] ProcessError),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    EngineStore(#[from] StoreError),
     /// A fault that no input explains.
     #[error("{0}")]
     Internal(String),

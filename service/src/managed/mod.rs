@@ -9,18 +9,50 @@
 //! from its duplicate index without calling the planner.
 
 mod composition;
+mod consent;
+mod desired;
 mod error;
+mod reconcile;
 mod request;
+mod resolution;
 mod result;
 mod service;
 #[cfg(test)]
 mod tests;
 
 pub use composition::{EngineComposition, JOURNAL_LOCK_WAIT, open_engine_composition};
+pub use desired::{
+    DESIRED_CAPABILITIES_MAX, DesiredResultParts, ManagedDesiredSetRequest,
+    ManagedDesiredSetResult, reason as desired_reason, status as desired_status,
+};
 pub use error::{InputAuthorityError, ServiceError};
+pub use reconcile::{lease_id, owner_id};
 pub use request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
+pub use resolution::{
+    ManagedConsentResolutionResult, ResolvedChallenge, outcome as resolution_outcome,
+};
 pub use result::{
     ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedCapabilitySelection,
     ManagedConsentChallengeProjection, ManagedQueryServiceResult, PreparedManagedQuery,
 };
-pub use service::{ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service};
+pub use service::{
+    ConsentBrokerConfig, ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service,
+};
+
+/// Fail points of the managed service (feature `failpoints`), named after the seam they sit on.
+/// Configure them with the `fail` crate: `return` simulates a crash at that point.
+pub mod failpoints {
+    /// After the desired reservation, before the engine commits its event.
+    pub const DESIRED_BEFORE_COMMIT: &str = "desired-before-commit";
+    /// The engine commits the desired event but the store mark is skipped (a crash between).
+    pub const DESIRED_BEFORE_MARK: &str = "desired-before-mark";
+    /// After the store mark, before the result is built.
+    pub const DESIRED_BEFORE_RESULT: &str = "desired-before-result";
+    /// After the automatic install's execution binding is resolved, before its grant.
+    pub const AUTO_AFTER_BINDING: &str = "auto-after-binding";
+    /// After the automatic grant (or on resuming a pending install), before execution.
+    pub const AUTO_BEFORE_EXECUTE: &str = "auto-before-execute";
+    /// After execution returned (the receipt is committed), before the result.
+    pub const AUTO_AFTER_EXECUTE: &str = "auto-after-execute";
+    pub use crate::install::failpoints::{AFTER_CLAIM, AFTER_OUTCOME, AFTER_RECEIPT};
+}

@@ -158,8 +158,8 @@ impl ManagedActionSummary {
     }
 }
 
-/// The authority-free identity of one pending human decision. Published by the consent broker,
-/// which arrives in a later issue; until then no result carries one.
+/// The authority-free identity of one pending human decision, copied from the broker's challenge
+/// (reference §1.8). Equal when all five fields are equal.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ManagedConsentChallengeProjection {
     audience: String,
@@ -170,6 +170,19 @@ pub struct ManagedConsentChallengeProjection {
 }
 
 impl ManagedConsentChallengeProjection {
+    /// The five identity fields of a broker challenge, verbatim.
+    pub(crate) fn of(
+        challenge: &ctx_projections::consent_store::InstallConsentChallenge,
+    ) -> ManagedConsentChallengeProjection {
+        ManagedConsentChallengeProjection {
+            audience: challenge.audience().to_owned(),
+            capability_id: challenge.capability_id().to_owned(),
+            challenge_digest: challenge.challenge_digest().to_owned(),
+            expires_at: challenge.expires_at().to_owned(),
+            kind: challenge.kind().to_owned(),
+        }
+    }
+
     pub fn audience(&self) -> &str {
         &self.audience
     }

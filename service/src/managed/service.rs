@@ -1,23 +1,29 @@
 //! `ManagedQueryService` (managed-service §2, §3): prepare and reopen over the query store and
 //! the engine of one data directory.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ctx_journal::Journal;
+use ctx_projections::consent_store::ConsentStore;
 use ctx_projections::engine::Clock;
 use ctx_projections::query_store::{QueryRecord, QueryStore, QueryStoreError, is_query_ref};
 use ctx_projections::{EngineEvent, EventKind, Json, Transition};
 
 use super::composition::{EngineComposition, build_planner, check_captured, open_journal};
+use super::consent::{ConsentContext, publish_current_consent};
 use super::error::{ServiceError, invalid};
 use super::request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
 use super::result::{
     ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedQueryServiceResult, PreparedManagedQuery,
 };
+use crate::install::InstallActuators;
 use crate::planning::adapter::AdapterPorts;
 use crate::planning::benefit::NetBenefitPolicy;
+use crate::policy::InstallPolicyStore;
 use crate::registry::ArtifactRegistry;
+use crate::skill_cas::SkillCasRuntimeConfig;
 
 /// What a service is opened with. Every authority is captured for the service's lifetime.
 pub struct ManagedQueryServiceConfig {
@@ -31,6 +37,23 @@ pub struct ManagedQueryServiceConfig {
     pub planner_version: String,
     /// The trusted UTC clock.
     pub clock: Arc<dyn Clock>,
+    /// Absolute root of the install policy store; `None` means nothing is persisted and the
+    /// safe default (ask each time) applies.
+    pub policy_store_root: Option<PathBuf>,
+    /// The skill content-addressed store actuator; `None` refuses physical installs ("no
+    /// physical installation actuator").
+    pub skill_cas: Option<Arc<SkillCasRuntimeConfig>>,
+    /// The consent broker's identity; `None` refuses interactive consent publication.
+    pub consent: Option<ConsentBrokerConfig>,
+}
+
+/// The identity a consent broker binds its challenges to (reference consent-and-skill-cas §3.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsentBrokerConfig {
+    /// The audience signed assertions must target (a token).
+    pub audience: String,
+    pub workspace_identity_digest: String,
+    pub release_root_digest: String,
 }
 
 impl std::fmt::Debug for ManagedQueryServiceConfig {
@@ -43,13 +66,14 @@ impl std::fmt::Debug for ManagedQueryServiceConfig {
     }
 }
 
-/// The journal and query store a service opened at its first operation.
-struct Runtime {
-    journal: Arc<Journal>,
-    store: QueryStore,
+/// The journal and stores a service opened at its first operation.
+pub(crate) struct Runtime {
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) store: QueryStore,
+    pub(crate) consent: Option<ConsentStore>,
 }
 
-struct State {
+pub(crate) struct State {
     closed: bool,
     runtime: Option<Runtime>,
 }
@@ -58,9 +82,28 @@ struct State {
 /// one at a time under an in-process mutex, and the journal's process lock excludes other
 /// processes.
 pub struct ManagedQueryService {
-    config: ManagedQueryServiceConfig,
+    pub(crate) config: ManagedQueryServiceConfig,
+    pub(crate) actuators: InstallActuators,
+    pub(crate) policy_store: Option<InstallPolicyStore>,
+    lifecycle: Arc<Mutex<()>>,
     pid: u32,
     state: Mutex<State>,
+}
+
+/// One lifecycle lock per data directory in this process: every service handle on the same
+/// directory runs its operations one at a time (reference §2.3 step 5, the lifecycle file lock;
+/// other processes are excluded by the journal's process lock).
+fn lifecycle_lock(data_dir: &std::path::Path) -> Arc<Mutex<()>> {
+    static LOCKS: Mutex<BTreeMap<PathBuf, Arc<Mutex<()>>>> = Mutex::new(BTreeMap::new());
+    let key = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    LOCKS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(key)
+        .or_default()
+        .clone()
 }
 
 impl std::fmt::Debug for ManagedQueryService {
@@ -101,7 +144,37 @@ pub fn open_managed_query_service(
         .net_benefit_policy
         .validate()
         .map_err(|e| ServiceError::Invalid(format!("net_benefit_policy is invalid: {e}")))?;
+    let policy_store = match &config.policy_store_root {
+        None => None,
+        Some(policy_root) => {
+            if !policy_root.is_absolute() {
+                return invalid("policy_store_root must be an absolute Path or None");
+            }
+            if policy_root.starts_with(&config.data_dir)
+                || config.data_dir.starts_with(policy_root)
+                || policy_root.starts_with(root)
+                || root.starts_with(policy_root)
+            {
+                return invalid(
+                    "data_dir, the registry root and the policy root: persistence paths must be \
+                     distinct",
+                );
+            }
+            Some(InstallPolicyStore::new(policy_root)?)
+        }
+    };
+    if config.consent.as_ref().is_some_and(|c| {
+        !ctx_projections::check::is_token(&c.audience)
+            || !ctx_projections::check::is_sha(&c.workspace_identity_digest)
+            || !ctx_projections::check::is_sha(&c.release_root_digest)
+    }) {
+        return invalid("consent_broker must name a token audience and two SHA-256 digests");
+    }
+    let lifecycle = lifecycle_lock(&config.data_dir);
     Ok(ManagedQueryService {
+        actuators: InstallActuators::new(config.skill_cas.clone()),
+        policy_store,
+        lifecycle,
         config,
         pid: std::process::id(),
         state: Mutex::new(State {
@@ -126,8 +199,15 @@ impl ManagedQueryService {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The data directory's lifecycle lock, taken after the service's own operation lock.
+    pub(crate) fn lifecycle(&self) -> MutexGuard<'_, ()> {
+        self.lifecycle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Takes the operation lock of an open service.
-    fn begin(&self) -> Result<MutexGuard<'_, State>, ServiceError> {
+    pub(crate) fn begin(&self) -> Result<MutexGuard<'_, State>, ServiceError> {
         self.check_process()?;
         let state = self.lock();
         if state.closed {
@@ -159,21 +239,30 @@ impl ManagedQueryService {
         request: &ManagedQueryRequest,
     ) -> Result<ManagedQueryServiceResult, ServiceError> {
         let mut state = self.begin()?;
+        let _lifecycle = self.lifecycle();
         let supplied = self
             .config
             .input_authority
             .resolve(request.current_work_ref())?;
         self.validate_input(&supplied)?;
-        // The pending desired-set gate (reference §3.1 step 3) belongs to desired-set
-        // reconciliation and is added with `set_desired`; until then no desired set can be
-        // pending.
         let decision = supplied.decision_event();
+        let runtime = self.runtime(&mut state)?;
+        // A pending desired choice on this stream (any query, any host alias) must be recovered
+        // before a replacement plan may register (reference §3.1 step 3).
+        match runtime.store.load_pending_desired_set(&decision.scope) {
+            Ok(_) => {
+                return Err(ServiceError::Busy(
+                    "a pending desired choice must be recovered before managed planning",
+                ));
+            }
+            Err(QueryStoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
         let Some(plan_id) = decision.correlation_id.as_deref() else {
             return Err(ServiceError::Identity(
                 "managed decision has no plan identity",
             ));
         };
-        let runtime = self.runtime(&mut state)?;
         match runtime
             .store
             .planned_for_scope_plan(&decision.scope, plan_id)
@@ -215,6 +304,7 @@ impl ManagedQueryService {
     /// and replays its committed events; plans only if planning never committed.
     pub fn reopen(&self, query_ref: &str) -> Result<ManagedQueryServiceResult, ServiceError> {
         let mut state = self.begin()?;
+        let _lifecycle = self.lifecycle();
         if !is_query_ref(query_ref) {
             return invalid("opaque_query_ref must be an opaque managed-query reference");
         }
@@ -236,11 +326,19 @@ impl ManagedQueryService {
     }
 
     /// The journal and store, opened at the first operation that needs them.
-    fn runtime<'a>(&self, state: &'a mut State) -> Result<&'a Runtime, ServiceError> {
+    pub(crate) fn runtime<'a>(&self, state: &'a mut State) -> Result<&'a Runtime, ServiceError> {
         if state.runtime.is_none() {
             let journal = open_journal(&self.config.data_dir)?;
             let store = QueryStore::open(journal.clone())?;
-            state.runtime = Some(Runtime { journal, store });
+            let consent = match &self.config.consent {
+                Some(c) => Some(ConsentStore::open(journal.clone(), &c.audience)?),
+                None => None,
+            };
+            state.runtime = Some(Runtime {
+                journal,
+                store,
+                consent,
+            });
         }
         state
             .runtime
@@ -250,7 +348,7 @@ impl ManagedQueryService {
 
     /// Input validation shared by prepare and reopen (reference §3.2). Runs before anything is
     /// opened or written.
-    fn validate_input(&self, input: &ManagedQueryInput) -> Result<(), ServiceError> {
+    pub(crate) fn validate_input(&self, input: &ManagedQueryInput) -> Result<(), ServiceError> {
         let artifact = input.artifact();
         self.config.registry.verify_handle(artifact)?;
         check_captured(
@@ -304,7 +402,7 @@ impl ManagedQueryService {
 
     /// The engine composition of `input`'s artifact on the service's journal. Opening it writes
     /// nothing: its projections are attached at the head already after the first open.
-    fn composition(
+    pub(crate) fn composition(
         &self,
         runtime: &Runtime,
         input: &ManagedQueryInput,
@@ -376,8 +474,17 @@ impl ManagedQueryService {
             (Err(refusal), None) => return Err(ServiceError::Internal(refusal.to_string())),
         };
         check_advance(record, decision, &prepared, &transition)?;
-        // Consent challenge publication (reference §3.4 step 5) arrives with the consent broker;
-        // no result carries a challenge until then.
+        // The current consent challenge is published before the mark (reference §3.4 step 5).
+        let snapshot = composition.engine().snapshot(&decision.scope)?;
+        let challenge = publish_current_consent(
+            &ConsentContext {
+                service: self,
+                engine: composition.engine(),
+                consent_store: runtime.consent.as_ref(),
+            },
+            &snapshot,
+            prepared.plan_id(),
+        )?;
         let (plan_id, decision_digest, revision, record_digest) = if record.is_planned() {
             match (
                 record.plan_id(),
@@ -425,7 +532,7 @@ impl ManagedQueryService {
             .iter()
             .map(ManagedActionSummary::of)
             .collect();
-        ManagedQueryServiceResult::new(record.query_ref().to_owned(), prepared, actions, None)
+        ManagedQueryServiceResult::new(record.query_ref().to_owned(), prepared, actions, challenge)
     }
 }
 

@@ -260,6 +260,9 @@ fn open_service(
         net_benefit_policy: policy.clone(),
         planner_version: VERSION.to_owned(),
         clock: clock.clone(),
+        policy_store_root: None,
+        skill_cas: None,
+        consent: None,
     })
     .unwrap()
 }

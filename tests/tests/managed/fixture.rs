@@ -6,26 +6,30 @@ use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ctx_projections::check::{UtcMicros, sha256_hex, sha256_hex_bytes};
+use ctx_projections::consent_store::ConsentStore;
 use ctx_projections::engine::{Clock, ManualClock, engine_stream};
 use ctx_projections::journal::Journal;
 use ctx_projections::query_store::QueryStore;
 use ctx_projections::{
-    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, Json, PrivacyLabel, RandomSeed, ScopeRef,
-    Surrogate,
+    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, PrivacyLabel, RandomSeed,
+    ScopeRef, Surrogate,
 };
 use ctx_service::catalog::{CapabilityCandidate, LoadedCatalog, WorkObservation, load_catalog_dir};
 use ctx_service::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
 use ctx_service::planning::benefit::{BenefitCandidate, NetBenefitPolicy};
 use ctx_service::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
 use ctx_service::planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
+use ctx_service::policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore};
 use ctx_service::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
+use ctx_service::skill_cas::{BodySourceError, SkillBodySource, SkillCasRuntimeConfig};
 use ctx_service::{
-    InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest,
-    ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service,
+    ConsentBrokerConfig, InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority,
+    ManagedQueryRequest, ManagedQueryService, ManagedQueryServiceConfig,
+    open_managed_query_service,
 };
 
 use crate::support;
@@ -298,6 +302,11 @@ pub struct Options {
     pub installable_count: usize,
     pub permission_expansion: bool,
     pub credential_requirement: bool,
+    /// The trusted clock's start (the seed's `trusted_now`).
+    pub trusted_now: UtcMicros,
+    /// The test holds [`support::FailPoints`] (the exclusive side of the fail-point lock), so the
+    /// setup must not take the shared side.
+    pub failpoints: bool,
 }
 
 impl Default for Options {
@@ -308,12 +317,59 @@ impl Default for Options {
             installable_count: 1,
             permission_expansion: false,
             credential_requirement: false,
+            trusted_now: trusted_now(),
+            failpoints: false,
         }
+    }
+}
+
+/// The seed's `_BodySource`: serves [`INSTALLABLE_SKILL_BODY`], counts loads and can fail the
+/// next `n` loads.
+#[derive(Debug, Default)]
+pub struct BodySource {
+    load_calls: AtomicU64,
+    fail_loads_remaining: AtomicU64,
+}
+
+impl BodySource {
+    pub fn load_calls(&self) -> u64 {
+        self.load_calls.load(Ordering::SeqCst)
+    }
+
+    pub fn fail_next_loads(&self, n: u64) {
+        self.fail_loads_remaining.store(n, Ordering::SeqCst);
+    }
+}
+
+impl SkillBodySource for BodySource {
+    fn load(&self, _action: &HostAction, _material: &Json) -> Result<String, BodySourceError> {
+        self.load_calls.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .fail_loads_remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(BodySourceError::new("simulated body source failure"));
+        }
+        Ok(INSTALLABLE_SKILL_BODY.to_owned())
+    }
+}
+
+pub const CONSENT_AUDIENCE: &str = "ctx-managed-query";
+
+pub fn consent_config() -> ConsentBrokerConfig {
+    ConsentBrokerConfig {
+        audience: CONSENT_AUDIENCE.to_owned(),
+        workspace_identity_digest: digest("managed-service-workspace"),
+        release_root_digest: digest("managed-service-release-root"),
     }
 }
 
 /// `_Setup`.
 pub struct Setup {
+    /// Fail points are process-global: every service test holds the shared side of the lock
+    /// unless it configures fail points itself.
+    _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
     pub dir: tempfile::TempDir,
     /// The canonical temp root (0700).
     pub root: PathBuf,
@@ -328,6 +384,12 @@ pub struct Setup {
     pub inputs: Arc<InputAuthority>,
     pub managed_input: InputSpec,
     pub clock: Arc<ManualClock>,
+    /// The install policy root (the seed's `policy_root`) and a store handle on it.
+    pub policy_root: PathBuf,
+    pub policy_store: InstallPolicyStore,
+    pub body_source: Arc<BodySource>,
+    pub skill_root: PathBuf,
+    pub skill_runtime: Arc<SkillCasRuntimeConfig>,
     pub service: ManagedQueryService,
 }
 
@@ -402,6 +464,7 @@ pub fn setup_limit(requested_limit: i64) -> Setup {
 }
 
 pub fn setup_with(options: Options) -> Setup {
+    let shared = (!options.failpoints).then(support::shared);
     let dir = support::tempdir();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
     let root = dir.path().canonicalize().unwrap();
@@ -474,13 +537,22 @@ pub fn setup_with(options: Options) -> Setup {
     };
     let inputs = Arc::new(InputAuthority::default());
     inputs.insert("work-one", managed_input.clone());
-    let clock = Arc::new(ManualClock::new(trusted_now()));
+    let clock = Arc::new(ManualClock::new(options.trusted_now));
     let data_dir = root.join("private");
-    let service = open_managed_query_service(config(
-        &data_dir, &registry, &inputs, &ports, &policy, &clock,
-    ))
-    .unwrap();
+    let policy_root = root.join("install-policy");
+    let policy_store = InstallPolicyStore::new(&policy_root).unwrap();
+    let skill_root = root.join("skills");
+    fs::create_dir(&skill_root).unwrap();
+    fs::set_permissions(&skill_root, fs::Permissions::from_mode(0o700)).unwrap();
+    let body_source = Arc::new(BodySource::default());
+    let skill_runtime = Arc::new(skill_runtime(&skill_root, &body_source));
+    let mut service_config = config(&data_dir, &registry, &inputs, &ports, &policy, &clock);
+    service_config.policy_store_root = Some(policy_root.clone());
+    service_config.skill_cas = Some(skill_runtime.clone());
+    service_config.consent = Some(consent_config());
+    let service = open_managed_query_service(service_config).unwrap();
     Setup {
+        _shared: shared,
         dir,
         root,
         data_dir,
@@ -493,8 +565,25 @@ pub fn setup_with(options: Options) -> Setup {
         inputs,
         managed_input,
         clock,
+        policy_root,
+        policy_store,
+        body_source,
+        skill_root,
+        skill_runtime,
         service,
     }
+}
+
+/// The seed's `SkillCasRuntimeConfig` of a skill root.
+pub fn skill_runtime(root: &Path, body_source: &Arc<BodySource>) -> SkillCasRuntimeConfig {
+    let source: Arc<dyn SkillBodySource> = body_source.clone();
+    SkillCasRuntimeConfig::new(
+        root,
+        source,
+        "ctx-skill-installer-v1",
+        &digest("managed-service-host"),
+    )
+    .unwrap()
 }
 
 pub fn config(
@@ -514,11 +603,15 @@ pub fn config(
         net_benefit_policy: policy.clone(),
         planner_version: PLANNER_VERSION.to_owned(),
         clock,
+        policy_store_root: None,
+        skill_cas: None,
+        consent: None,
     }
 }
 
 impl Setup {
-    /// The service's configuration, for opening a peer service on the same files.
+    /// The service's configuration without policy, actuator or broker (the seed's bare
+    /// `open_managed_query_service` of the planning tests).
     pub fn config(&self) -> ManagedQueryServiceConfig {
         config(
             &self.data_dir,
@@ -528,6 +621,114 @@ impl Setup {
             &self.policy,
             &self.clock,
         )
+    }
+
+    /// The full configuration of the setup's service (`_open_peer_service`).
+    pub fn full_config(&self) -> ManagedQueryServiceConfig {
+        let mut c = self.config();
+        c.policy_store_root = Some(self.policy_root.clone());
+        c.skill_cas = Some(self.skill_runtime.clone());
+        c.consent = Some(consent_config());
+        c
+    }
+
+    /// `_open_peer_service`: a second service handle on the same files.
+    pub fn peer(&self) -> ManagedQueryService {
+        open_managed_query_service(self.full_config()).unwrap()
+    }
+
+    /// `persist_install_policy(policy, setup.policy_root)`.
+    pub fn persist_policy(&self, policy: &InstallConsentPolicy) {
+        self.policy_store.persist(policy).unwrap();
+    }
+
+    /// `persist_install_policy(InstallConsentPolicy(skill_mode="preapproved-auto"), ...)`.
+    pub fn preapprove_skills(&self) {
+        let mut policy = InstallConsentPolicy::safe_default();
+        policy.skill_mode = InstallConsentMode::PreapprovedAuto;
+        self.persist_policy(&policy);
+    }
+
+    /// `persist_install_policy(InstallConsentPolicy.safe_default(), ...)`.
+    pub fn ask_each_time(&self) {
+        self.persist_policy(&InstallConsentPolicy::safe_default());
+    }
+
+    /// Number of desired sets (the seed's `managed_desired_sets` rows).
+    pub fn desired_count(&self) -> u64 {
+        self.store().desired_set_count().unwrap()
+    }
+
+    /// Number of committed desired sets (`journal_revision IS NOT NULL`).
+    pub fn committed_desired_count(&self) -> u64 {
+        self.store().committed_desired_set_count().unwrap()
+    }
+
+    /// Entries of an effects projection table (install claims, outcomes, settlements).
+    pub fn effect_entries(&self, table: &'static str) -> u64 {
+        if !self.data_dir.exists() {
+            return 0;
+        }
+        let mut n = 0;
+        self.journal()
+            .projection_scan(table, |_, _| {
+                n += 1;
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        n
+    }
+
+    pub fn install_claims(&self) -> u64 {
+        self.effect_entries(ctx_projections::engine::INSTALL_CLAIMS_TABLE)
+    }
+
+    pub fn install_outcomes(&self) -> u64 {
+        self.effect_entries(ctx_projections::engine::INSTALL_OUTCOMES_TABLE)
+    }
+
+    pub fn install_settlements(&self) -> u64 {
+        self.effect_entries(ctx_projections::engine::INSTALL_SETTLEMENTS_TABLE)
+    }
+
+    /// Number of consent challenges (the seed's `consent_challenges` rows).
+    pub fn consent_challenges(&self) -> u64 {
+        if !self.data_dir.exists() {
+            return 0;
+        }
+        ConsentStore::open(self.journal(), CONSENT_AUDIENCE)
+            .unwrap()
+            .challenge_count()
+            .unwrap()
+    }
+
+    /// The engine records of the setup scope's stream, in revision order, decoded.
+    pub fn engine_events(&self) -> Vec<ctx_projections::engine::JournaledEvent> {
+        let stream = engine_stream(&scope()).unwrap();
+        let journal = self.journal();
+        let head = journal
+            .stream_head(&stream)
+            .unwrap()
+            .map_or(0, |h| h.revision);
+        let composition_free = ctx_projections::engine::Engine::open(
+            journal,
+            ctx_projections::engine::EngineOptions::new(self.clock.clone()),
+        )
+        .unwrap();
+        (1..=head)
+            .map(|r| {
+                composition_free
+                    .journaled_event(&scope(), r)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    /// The file the skill CAS publishes for the installable body.
+    pub fn installed_skill_path(&self) -> PathBuf {
+        self.skill_root
+            .join(sha256_hex_bytes(INSTALLABLE_SKILL_BODY.as_bytes()))
     }
 
     pub fn calls(&self) -> Vec<String> {

@@ -3,6 +3,7 @@
 //! references and the service lifecycle. Function names are the seed's; parametrized cases carry
 //! the case as a suffix.
 
+mod desired;
 mod fixture;
 mod planning;
 mod process;

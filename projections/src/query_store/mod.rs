@@ -4,16 +4,22 @@
 //! Each managed query has its own journal stream `StreamId::derive("ctx.query", logical_query_id)`:
 //! revision 1 is the registration (kind [`QUERY_REGISTRATION_KIND`], appended with `NoStream`,
 //! event id = the `query_ref`), revision 2 the planned mark (kind [`QUERY_PLANNED_KIND`], appended
-//! with `Exact(1)`). Payloads are canonical ASCII JSON. The journal authenticates every record
-//! (digest and installation-keyed MAC), so a record altered on disk is refused when read back
-//! ("authentication failed"); the `query_ref` is an installation-keyed digest of the canonical
-//! registration ([`Journal::keyed_digest`]), re-derived and compared on every read.
+//! with `Exact(1)`), and from revision 3 on its desired sets, as a strict chain of pairs: a
+//! reservation (kind [`DESIRED_RESERVATION_KIND`], event id = the `desired_set_ref`) and its
+//! commit (kind [`DESIRED_COMMITTED_KIND`], event id = the `desired_set_ref` + `:committed`), each
+//! appended with `Exact(head)` (module `desired`). Payloads are canonical ASCII JSON. The journal
+//! authenticates every record (digest and installation-keyed MAC), so a record altered on disk is
+//! refused when read back ("authentication failed"); the `query_ref` and `desired_set_ref` are
+//! installation-keyed digests of the canonical registrations ([`Journal::keyed_digest`]),
+//! re-derived and compared on every read.
 //!
 //! The `query.store` projection indexes those records (by logical id, by reference, by decision
-//! scope and plan) and enforces, inside the append transaction, what must hold across streams:
-//! one managed query per (decision scope, plan id) and the capacity bounds. Reads never trust the
-//! index alone: every record returned is re-read from the journal, re-validated and compared with
-//! its index entry.
+//! scope and plan; desired sets by reference, by choice, by engine stream and revision) and
+//! enforces, inside the append transaction, what must hold across streams: one managed query per
+//! (decision scope, plan id), at most one pending desired set per engine stream, desired revisions
+//! that follow the stream's committed ones, per-query causation chains, and the capacity bounds.
+//! Reads never trust the index alone: every record returned is re-read from the journal,
+//! re-validated and compared with its index entry.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -30,6 +36,13 @@ use crate::framework::{FrameworkError, Projection, Projections};
 use crate::json::{Json, JsonError, JsonMap};
 use crate::model::{EngineEvent, EventKind, RandomSeed, ScopeRef};
 
+mod desired;
+
+pub use desired::{
+    DesiredCommitEntry, DesiredEntry, DesiredStreamEntry, desired_choice_key,
+    desired_stream_revision_key, is_desired_set_ref,
+};
+
 // ------------------------------------------------------------------------------------------------
 // Names, formulas and limits
 // ------------------------------------------------------------------------------------------------
@@ -38,9 +51,9 @@ use crate::model::{EngineEvent, EventKind, RandomSeed, ScopeRef};
 pub const QUERY_REGISTRATION_KIND: &str = "ctx.query-registration.v1";
 /// Journal record kind of a planned mark (revision 2 of a query stream).
 pub const QUERY_PLANNED_KIND: &str = "ctx.query-planned.v1";
-/// Journal record kind of a desired-set reservation (record type only; folded by the next issue).
+/// Journal record kind of a desired-set reservation (a query stream's revision 3, 5, 7, …).
 pub const DESIRED_RESERVATION_KIND: &str = "ctx.desired-reservation.v1";
-/// Journal record kind of a desired-set commit (record type only; folded by the next issue).
+/// Journal record kind of a desired-set commit (right after its reservation).
 pub const DESIRED_COMMITTED_KIND: &str = "ctx.desired-committed.v1";
 /// Stream namespace of managed queries; the key is the logical query id (64 hex characters).
 pub const QUERY_STREAM_NAMESPACE: &str = "ctx.query";
@@ -54,6 +67,16 @@ pub const QUERY_REF_DOMAIN: &[u8] = b"ctx.managed-query-ref-v1";
 pub const QUERY_REF_PREFIX: &str = "mqr_";
 /// Suffix of the planned record's event id (`query_ref` + this).
 pub const QUERY_PLANNED_EVENT_SUFFIX: &str = ":planned";
+/// Schema of the desired registration (the reservation record's payload).
+pub const DESIRED_REGISTRATION_SCHEMA: &str = "ctx.managed-desired-set-registration-v1";
+/// Schema of the desired commit binding (the commit record's payload).
+pub const DESIRED_COMMITTED_SCHEMA: &str = "ctx.managed-desired-set-committed-v1";
+/// Keyed-digest domain of `desired_set_ref` (reference §10.3).
+pub const DESIRED_SET_REF_DOMAIN: &[u8] = b"ctx.managed-desired-set-ref-v1";
+/// Prefix of an opaque desired-set reference; 64 lowercase hex characters follow.
+pub const DESIRED_SET_REF_PREFIX: &str = "mds_";
+/// Suffix of the commit record's event id (`desired_set_ref` + this).
+pub const DESIRED_COMMITTED_EVENT_SUFFIX: &str = ":committed";
 /// The session payload a managed query must start with.
 pub const MANAGED_HOST_LEVEL: &str = "managing";
 /// Provider id of the artifact observation a managed decision must be bound to.
@@ -67,10 +90,24 @@ pub const QUERY_BY_LOGICAL_ID_TABLE: &str = "proj.query.by_logical_id";
 pub const QUERY_BY_REF_TABLE: &str = "proj.query.by_ref";
 /// Scope-plan key (32 bytes, [`scope_plan_key`]) → logical query id (32 bytes).
 pub const QUERY_BY_SCOPE_PLAN_TABLE: &str = "proj.query.by_scope_plan";
-/// Counter name (bytes) → u64 LE: [`COUNT_QUERIES_KEY`], [`COUNT_DESIRED_SETS_KEY`].
+/// `desired_set_ref` digest (32 bytes) → rkyv [`DesiredEntry`].
+pub const DESIRED_BY_REF_TABLE: &str = "proj.query.desired_by_ref";
+/// `query_ref` digest ‖ logical choice id (64 bytes) → `desired_set_ref` digest (32 bytes).
+pub const DESIRED_BY_CHOICE_TABLE: &str = "proj.query.desired_by_choice";
+/// Engine stream id ‖ expected revision u64 BE (40 bytes) → `desired_set_ref` digest (32 bytes).
+pub const DESIRED_BY_STREAM_REVISION_TABLE: &str = "proj.query.desired_by_stream_revision";
+/// `query_ref` digest (32 bytes) → the query's latest `desired_set_ref` digest (32 bytes).
+pub const DESIRED_LATEST_TABLE: &str = "proj.query.desired_latest";
+/// Engine stream id (32 bytes) → rkyv [`DesiredStreamEntry`].
+pub const DESIRED_STREAMS_TABLE: &str = "proj.query.desired_streams";
+/// Counter name (bytes) → u64 LE: [`COUNT_QUERIES_KEY`], [`COUNT_DESIRED_SETS_KEY`],
+/// [`COUNT_DESIRED_COMMITTED_KEY`].
 pub const QUERY_COUNTS_TABLE: &str = "proj.query.counts";
 pub const COUNT_QUERIES_KEY: &[u8] = b"queries";
+/// Desired sets reserved (committed or not): the capacity count.
 pub const COUNT_DESIRED_SETS_KEY: &[u8] = b"desired_sets";
+/// Desired sets committed.
+pub const COUNT_DESIRED_COMMITTED_KEY: &[u8] = b"desired_sets_committed";
 
 /// Most managed queries one journal holds (reference §0.3).
 pub const MANAGED_QUERIES_MAX: u64 = 4_096;
@@ -80,10 +117,17 @@ pub const DESIRED_SETS_MAX: u64 = 16_384;
 pub const QUERY_EVENT_JSON_MAX_BYTES: usize = 16 * 1024;
 /// Longest canonical registration (reference §0.3).
 pub const QUERY_REGISTRATION_MAX_BYTES: usize = 36 * 1024;
+/// Most capability ids in one desired set (reference §0.3).
+pub const DESIRED_CAPABILITIES_MAX: usize = 5;
+/// Longest canonical JSON of one desired-set event (reference §0.3).
+pub const DESIRED_EVENT_JSON_MAX_BYTES: usize = 24 * 1024;
+/// Longest JSON of one desired set's capability ids (reference §0.3).
+pub const DESIRED_CAPABILITY_IDS_JSON_MAX_BYTES: usize = 1024;
 /// Largest revision the store accepts: below SQLite's and the journal's integer bound (2^63 − 1).
 const REVISION_BOUND: u64 = (1 << 63) - 1;
 
 const SCOPE_PLAN_DOMAIN: &[u8] = b"ctx.query.scope-plan.v1\0";
+const ENVELOPE_DOMAIN: &[u8] = b"ctx.query.decision-envelope.v1\0";
 
 /// Refusal codes of the projection (carried by `AppendError::Hook`).
 pub mod codes {
@@ -93,6 +137,16 @@ pub mod codes {
     pub const QUERY_CAPACITY: &str = "query-capacity";
     /// The store holds [`super::DESIRED_SETS_MAX`] desired sets.
     pub const DESIRED_CAPACITY: &str = "desired-capacity";
+    /// The query already binds this logical choice id to another desired set.
+    pub const DESIRED_CHOICE_BOUND: &str = "desired-choice-bound";
+    /// A desired set on this engine stream already reserved this expected revision.
+    pub const DESIRED_REVISION_RESERVED: &str = "desired-revision-reserved";
+    /// A desired set on this engine stream is reserved and not committed.
+    pub const DESIRED_STREAM_PENDING: &str = "desired-stream-pending";
+    /// The event's causation is not the query's previous desired event (or its decision event).
+    pub const DESIRED_CAUSATION: &str = "desired-causation";
+    /// The expected revision is not above the stream's latest committed desired set.
+    pub const DESIRED_REVISION_STALE: &str = "desired-revision-stale";
     /// A query record that does not validate or is out of place.
     pub const QUERY_RECORD_INVALID: &str = "query-record-invalid";
 }
@@ -258,8 +312,9 @@ impl QueryRecord {
     }
 }
 
-/// A desired-set record (reference §10.12). Record type only in this slice: the reservation and
-/// commit operations and their folding come with desired-set reconciliation.
+/// A desired-set record (reference §10.12): a reservation and, once committed, its commit binding.
+/// Store-issued only: no public constructor, no `Clone`, no serialization; equal when every field
+/// is equal.
 #[derive(PartialEq)]
 pub struct DesiredSetRecord {
     query_ref: String,
@@ -358,6 +413,10 @@ pub struct QueryEntry {
     /// The decision event's `correlation_id`: the only plan id a planned mark may carry.
     pub decision_plan_id: String,
     pub decision_expected_revision: u64,
+    /// The decision event's id: the causation of the query's first desired set.
+    pub decision_event_id: String,
+    /// [`envelope_digest`] of the decision event: what every desired-set event must repeat.
+    pub decision_envelope: [u8; 32],
     pub planned: Option<PlannedEntry>,
 }
 
@@ -379,6 +438,33 @@ pub fn scope_plan_key(scope: &ScopeRef, plan_id: &str) -> [u8; 32] {
     h.update(scope.to_json().to_cja().as_bytes());
     h.update([0u8]);
     h.update(plan_id.as_bytes());
+    h.finalize().into()
+}
+
+/// SHA-256("ctx.query.decision-envelope.v1\0" ‖ CJA({catalog_snapshot_digest, engine_version,
+/// host_descriptor_digest, planner_version, policy_version, privacy, random_seed,
+/// semantic_index_digest, semantic_model_digest, work_signature})): the replay envelope a
+/// desired-set event must copy from its parent's decision event (reference §10.10).
+pub fn envelope_digest(event: &EngineEvent) -> [u8; 32] {
+    let opt = |v: &Option<String>| Json::opt_str(v.as_deref());
+    let envelope = Json::object([
+        (
+            "catalog_snapshot_digest",
+            opt(&event.catalog_snapshot_digest),
+        ),
+        ("engine_version", opt(&event.engine_version)),
+        ("host_descriptor_digest", opt(&event.host_descriptor_digest)),
+        ("planner_version", opt(&event.planner_version)),
+        ("policy_version", opt(&event.policy_version)),
+        ("privacy", event.privacy.to_json()),
+        ("random_seed", event.random_seed.to_json()),
+        ("semantic_index_digest", opt(&event.semantic_index_digest)),
+        ("semantic_model_digest", opt(&event.semantic_model_digest)),
+        ("work_signature", opt(&event.work_signature)),
+    ]);
+    let mut h = Sha256::new();
+    h.update(ENVELOPE_DOMAIN);
+    h.update(envelope.to_cja().as_bytes());
     h.finalize().into()
 }
 
@@ -854,6 +940,8 @@ impl QueryStoreProjection {
             scope_plan,
             decision_plan_id: registration.plan_id().to_owned(),
             decision_expected_revision: registration.decision_event.expected_revision,
+            decision_event_id: registration.decision_event.event_id.clone(),
+            decision_envelope: envelope_digest(&registration.decision_event),
             planned: None,
         };
         tx.insert(
@@ -926,24 +1014,6 @@ impl QueryStoreProjection {
         )?;
         Ok(())
     }
-
-    /// Desired-set records are only counted in this slice, so the capacity bound holds from the
-    /// first reservation on; their validation and index come with desired-set reconciliation.
-    fn apply_desired_reservation(&self, tx: &HookTxn<'_>) -> Result<(), HookError> {
-        let count = count_in(tx, COUNT_DESIRED_SETS_KEY)?;
-        if count >= DESIRED_SETS_MAX {
-            return Err(refuse(
-                codes::DESIRED_CAPACITY,
-                "managed desired-set store reached its bounded capacity",
-            ));
-        }
-        tx.insert(
-            QUERY_COUNTS_TABLE,
-            COUNT_DESIRED_SETS_KEY,
-            &(count + 1).to_le_bytes(),
-        )?;
-        Ok(())
-    }
 }
 
 impl Projection for QueryStoreProjection {
@@ -952,7 +1022,9 @@ impl Projection for QueryStoreProjection {
     }
 
     fn version(&self) -> u32 {
-        1
+        // 2: desired-set reservations and commits are validated and indexed; query entries carry
+        // the decision event id and envelope.
+        2
     }
 
     fn tables(&self) -> &'static [&'static str] {
@@ -961,6 +1033,11 @@ impl Projection for QueryStoreProjection {
             QUERY_BY_REF_TABLE,
             QUERY_BY_SCOPE_PLAN_TABLE,
             QUERY_COUNTS_TABLE,
+            DESIRED_BY_REF_TABLE,
+            DESIRED_BY_CHOICE_TABLE,
+            DESIRED_BY_STREAM_REVISION_TABLE,
+            DESIRED_LATEST_TABLE,
+            DESIRED_STREAMS_TABLE,
         ]
     }
 
@@ -968,7 +1045,8 @@ impl Projection for QueryStoreProjection {
         match record.kind {
             QUERY_REGISTRATION_KIND => self.apply_registration(tx, record),
             QUERY_PLANNED_KIND => self.apply_planned(tx, record),
-            DESIRED_RESERVATION_KIND => self.apply_desired_reservation(tx),
+            DESIRED_RESERVATION_KIND => desired::apply_reservation(tx, record),
+            DESIRED_COMMITTED_KIND => desired::apply_commit(tx, record),
             _ => Ok(()),
         }
     }
@@ -1396,11 +1474,12 @@ impl QueryStore {
 
     /// Reads the query's records from the journal (authenticated there: digest, MAC, chain),
     /// re-validates them, re-derives the reference and compares the index entry with them.
+    /// Revisions 1 and 2 only: the desired sets that follow are read by their own lookups.
     fn load_entry(&self, entry: &QueryEntry) -> Result<QueryRecord, QueryStoreError> {
         let stream = StreamId::from_bytes(entry.stream);
         let mut records: Vec<Record> = Vec::with_capacity(2);
         self.journal
-            .visit_stream(&stream, 1, 3, |view| {
+            .visit_stream(&stream, 1, 2, |view| {
                 records.push(view.to_record());
                 ControlFlow::Continue(())
             })
@@ -1465,6 +1544,8 @@ impl QueryStore {
             scope_plan: scope_plan_key(&registration.decision_event.scope, registration.plan_id()),
             decision_plan_id: registration.plan_id().to_owned(),
             decision_expected_revision: registration.decision_event.expected_revision,
+            decision_event_id: registration.decision_event.event_id.clone(),
+            decision_envelope: envelope_digest(&registration.decision_event),
             planned: planned.as_ref().map(|(b, position)| PlannedEntry {
                 plan_id: b.plan_id.clone(),
                 decision_digest: parse_sha(&b.decision_digest).unwrap_or([0; 32]),
@@ -1503,14 +1584,22 @@ fn check_query_ref(query_ref: &str) -> Result<(), QueryStoreError> {
 
 fn append_error(e: AppendError) -> QueryStoreError {
     match e {
-        AppendError::Hook { code, .. } if code == Some(codes::QUERY_SCOPE_PLAN_BOUND) => {
-            CONFLICT_SCOPE_PLAN
-        }
-        AppendError::Hook { code, .. } if code == Some(codes::QUERY_CAPACITY) => CAPACITY,
-        AppendError::Hook { .. } => corruption("managed query record was refused", e.to_string()),
+        AppendError::Hook { code, .. } => match code.and_then(hook_refusal) {
+            Some(refusal) => refusal,
+            None => corruption("managed query record was refused", e.to_string()),
+        },
         AppendError::Input(i) => invalid(i.to_string()),
         AppendError::Read(r) => read_error(r),
         other => unavailable(other),
+    }
+}
+
+/// The typed error of a projection refusal code, `None` for a code that only says "invalid".
+fn hook_refusal(code: &str) -> Option<QueryStoreError> {
+    match code {
+        codes::QUERY_SCOPE_PLAN_BOUND => Some(CONFLICT_SCOPE_PLAN),
+        codes::QUERY_CAPACITY => Some(CAPACITY),
+        other => desired::refusal(other),
     }
 }
 
@@ -1525,28 +1614,28 @@ mod tests {
     use super::*;
     use crate::check::sha256_hex;
 
-    fn d(label: &str) -> String {
+    pub(super) fn d(label: &str) -> String {
         sha256_hex(&format!("query-store-test:{label}"))
     }
 
-    fn open_journal(dir: &Path, key: u8) -> Arc<Journal> {
+    pub(super) fn open_journal(dir: &Path, key: u8) -> Arc<Journal> {
         Arc::new(Journal::open(dir, &OpenOptions::new().key_source(move || Ok([key; 32]))).unwrap())
     }
 
-    fn open(dir: &Path, key: u8) -> QueryStore {
+    pub(super) fn open(dir: &Path, key: u8) -> QueryStore {
         QueryStore::open(open_journal(dir, key)).unwrap()
     }
 
     /// A valid registration: session start and initial intent of `session`, bound to `manifest`.
-    struct Fixture {
-        logical: String,
-        started: EngineEvent,
-        decision: EngineEvent,
-        manifest: String,
-        environment: String,
+    pub(super) struct Fixture {
+        pub(super) logical: String,
+        pub(super) started: EngineEvent,
+        pub(super) decision: EngineEvent,
+        pub(super) manifest: String,
+        pub(super) environment: String,
     }
 
-    fn fixture(logical: &str, session: &str, plan: &str) -> Fixture {
+    pub(super) fn fixture(logical: &str, session: &str, plan: &str) -> Fixture {
         let manifest = d("manifest");
         let environment = d("environment");
         let scope = ScopeRef::new(
@@ -1609,7 +1698,10 @@ mod tests {
         }
     }
 
-    fn register(store: &QueryStore, f: &Fixture) -> Result<QueryRecord, QueryStoreError> {
+    pub(super) fn register(
+        store: &QueryStore,
+        f: &Fixture,
+    ) -> Result<QueryRecord, QueryStoreError> {
         store.register(
             &f.logical,
             &f.started,
@@ -1619,7 +1711,7 @@ mod tests {
         )
     }
 
-    fn mark(
+    pub(super) fn mark(
         store: &QueryStore,
         r: &QueryRecord,
         decision: &str,
@@ -1922,7 +2014,7 @@ mod tests {
 
     /// Flips one byte of every copy of `needle` in the closed journal's redb file: a raw edit of
     /// the stored record, as an attacker with file access would make.
-    fn tamper_file(dir: &Path, needle: &[u8], replacement: &[u8]) -> usize {
+    pub(super) fn tamper_file(dir: &Path, needle: &[u8], replacement: &[u8]) -> usize {
         let path = dir.join(files::DATABASE_FILE);
         let mut bytes = std::fs::read(&path).unwrap();
         let mut hits = 0;

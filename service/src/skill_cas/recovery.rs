@@ -1,0 +1,276 @@
+//! The recovery algorithm (reference §5.6), shared by `apply_once` and `reconcile`. It runs under
+//! the content lock on the pinned directory and brings one content address to a verified state:
+//! `exact` (the final name holds the material, no stages remain), `absent` (nothing there, no
+//! stages remain) or `conflict` (something the store will not touch).
+//!
+//! Publication is: stage file → hard-link stage to the final name (never replacing) → unlink the
+//! stage. Each step is identity-checked, and every durable step is followed by a directory fsync,
+//! so a crash at any point leaves a state the next recovery (in any process) finishes.
+
+use std::collections::BTreeMap;
+
+use super::error::SkillCasError;
+use super::fsops::{
+    Expected, FileId, Inspection, PUBLISHED_PAIR, Published, SINGLE_LINK, STAGE_LIMIT,
+    STAGE_SUFFIX, TOLERATED_LINKS, fsync_dir, inspect, list_stages, publish, unlink_if_identity,
+};
+use super::root::PinnedDir;
+
+/// Prefix of every stage name; the content digest and a `-` follow.
+pub const STAGE_PREFIX: &str = ".ctx-skill-";
+/// Suffix of the content lock file name.
+pub const LOCK_SUFFIX: &str = ".lock";
+
+/// The verified state of a content address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CasState {
+    Exact,
+    Absent,
+    Conflict,
+}
+
+/// The names of one content address (reference §5.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContentAddress {
+    content_sha256: String,
+    content_bytes: u64,
+}
+
+impl ContentAddress {
+    /// `content_sha256` must already be a validated digest (it becomes a file name).
+    pub(crate) fn new(content_sha256: &str, content_bytes: u64) -> ContentAddress {
+        ContentAddress {
+            content_sha256: content_sha256.to_owned(),
+            content_bytes,
+        }
+    }
+
+    pub(crate) fn content_sha256(&self) -> &str {
+        &self.content_sha256
+    }
+
+    pub(crate) fn content_bytes(&self) -> u64 {
+        self.content_bytes
+    }
+
+    /// `<content_sha256>`, directly in the root.
+    pub(crate) fn final_name(&self) -> &str {
+        &self.content_sha256
+    }
+
+    /// `.ctx-skill-<content_sha256>-`: the stage namespace shared by every action of this content.
+    pub(crate) fn stage_prefix(&self) -> String {
+        format!("{STAGE_PREFIX}{}-", self.content_sha256)
+    }
+
+    /// `.ctx-skill-<content_sha256>-<action_content_digest>.pending`.
+    pub(crate) fn stage_name(&self, action_content_digest: &str) -> String {
+        format!(
+            "{}{action_content_digest}{STAGE_SUFFIX}",
+            self.stage_prefix()
+        )
+    }
+
+    /// `<content_sha256>.lock`.
+    pub(crate) fn lock_name(&self) -> String {
+        format!("{}{LOCK_SUFFIX}", self.content_sha256)
+    }
+
+    pub(crate) fn expected(&self) -> Expected<'_> {
+        Expected {
+            sha256: &self.content_sha256,
+            bytes: self.content_bytes,
+        }
+    }
+}
+
+/// Runs recovery once (with the single collision retry of "repair absent final").
+pub(crate) fn recover(
+    dir: &PinnedDir,
+    address: &ContentAddress,
+) -> Result<CasState, SkillCasError> {
+    recover_pass(dir, address, false)
+}
+
+fn recover_pass(
+    dir: &PinnedDir,
+    address: &ContentAddress,
+    retry: bool,
+) -> Result<CasState, SkillCasError> {
+    let expected = address.expected();
+    let names = list_stages(dir, &address.stage_prefix(), STAGE_SUFFIX, STAGE_LIMIT)?;
+    let final_state = inspect(dir, address.final_name(), expected, &TOLERATED_LINKS, false)?;
+    let mut stages = Vec::with_capacity(names.len());
+    for name in names {
+        let state = inspect(dir, &name, expected, &TOLERATED_LINKS, false)?;
+        stages.push((name, state));
+    }
+    match final_state {
+        Inspection::Exact { id, nlink } => repair_exact_final(dir, address, id, nlink, &stages),
+        Inspection::Absent => repair_absent_final(dir, address, &stages, retry),
+        Inspection::Conflict { .. } => Ok(CasState::Conflict),
+    }
+}
+
+/// A conflict stage that is not safely removable blocks every repair.
+fn has_blocking_stage(stages: &[(String, Inspection)]) -> bool {
+    stages.iter().any(|(_, state)| {
+        matches!(
+            state,
+            Inspection::Conflict {
+                removable: false,
+                ..
+            }
+        )
+    })
+}
+
+/// Exact stages grouped by file: `(names in the group, link counts the members reported)`.
+fn exact_groups(stages: &[(String, Inspection)]) -> BTreeMap<FileId, (u64, Vec<u64>)> {
+    let mut groups: BTreeMap<FileId, (u64, Vec<u64>)> = BTreeMap::new();
+    for (_, state) in stages {
+        if let Inspection::Exact { id, nlink } = state {
+            let group = groups.entry(*id).or_default();
+            group.0 += 1;
+            group.1.push(*nlink);
+        }
+    }
+    groups
+}
+
+/// Removes one stage during repair: an exact stage (any tolerated link count) or a safely
+/// removable conflict. Anything else is a conflict (`Ok(false)`).
+fn remove_stage(dir: &PinnedDir, name: &str, state: &Inspection) -> Result<bool, SkillCasError> {
+    match state {
+        Inspection::Exact { id, .. } => unlink_if_identity(dir, name, *id, &TOLERATED_LINKS)?,
+        Inspection::Conflict {
+            id,
+            removable: true,
+            ..
+        } => unlink_if_identity(dir, name, *id, &SINGLE_LINK)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The final name is exact: accept stage aliases of it, remove every stage, verify.
+fn repair_exact_final(
+    dir: &PinnedDir,
+    address: &ContentAddress,
+    final_id: FileId,
+    final_nlink: u64,
+    stages: &[(String, Inspection)],
+) -> Result<CasState, SkillCasError> {
+    if has_blocking_stage(stages) {
+        return Ok(CasState::Conflict);
+    }
+    let groups = exact_groups(stages);
+    let aliases = groups.get(&final_id).map_or(0, |(count, _)| *count);
+    if final_nlink != 1 + aliases {
+        // A hard link outside the stage namespace names the final file.
+        return Ok(CasState::Conflict);
+    }
+    for (id, (count, links)) in &groups {
+        let want = if *id == final_id { 1 + count } else { *count };
+        if links.iter().any(|n| *n != want) {
+            return Ok(CasState::Conflict);
+        }
+    }
+    for (name, state) in stages {
+        if !remove_stage(dir, name, state)? {
+            return Ok(CasState::Conflict);
+        }
+    }
+    verify_exact_final(dir, address)
+}
+
+/// The final name is absent: publish the smallest exact stage (if any), remove the others,
+/// verify.
+fn repair_absent_final(
+    dir: &PinnedDir,
+    address: &ContentAddress,
+    stages: &[(String, Inspection)],
+    retry: bool,
+) -> Result<CasState, SkillCasError> {
+    if has_blocking_stage(stages) {
+        return Ok(CasState::Conflict);
+    }
+    for (count, links) in exact_groups(stages).values() {
+        if links.iter().any(|n| n != count) {
+            return Ok(CasState::Conflict);
+        }
+    }
+    let expected = address.expected();
+    // Stage names are sorted, so the first exact one is the lexicographically smallest.
+    let chosen = stages
+        .iter()
+        .find(|(_, state)| state.exact_id().is_some())
+        .map(|(name, _)| name.as_str());
+    let mut chosen_id = None;
+    if let Some(name) = chosen {
+        match inspect(dir, name, expected, &TOLERATED_LINKS, true)?.exact_id() {
+            Some(id) => chosen_id = Some(id),
+            None => return Ok(CasState::Conflict),
+        }
+        fsync_dir(dir)?;
+    }
+    for (name, state) in stages {
+        if Some(name.as_str()) != chosen && !remove_stage(dir, name, state)? {
+            return Ok(CasState::Conflict);
+        }
+    }
+    let (Some(name), Some(id)) = (chosen, chosen_id) else {
+        return verify_absent(dir, address);
+    };
+    if inspect(dir, name, expected, &SINGLE_LINK, false)?.exact_id() != Some(id) {
+        return Ok(CasState::Conflict);
+    }
+    match publish(dir, name, address.final_name(), id)? {
+        Published::Created => {}
+        Published::NotCreated if retry => return Ok(CasState::Conflict),
+        Published::NotCreated => return recover_pass(dir, address, true),
+    }
+    unlink_if_identity(dir, name, id, &PUBLISHED_PAIR)?;
+    verify_exact_final(dir, address)
+}
+
+/// The final name is exact with one link, durable, the root is still the pinned one, and no
+/// stage remains.
+fn verify_exact_final(
+    dir: &PinnedDir,
+    address: &ContentAddress,
+) -> Result<CasState, SkillCasError> {
+    let expected = address.expected();
+    let durable = inspect(dir, address.final_name(), expected, &SINGLE_LINK, true)?;
+    if durable.exact_id().is_none() {
+        return Ok(CasState::Conflict);
+    }
+    fsync_dir(dir)?;
+    dir.revalidate()?;
+    let again = inspect(dir, address.final_name(), expected, &SINGLE_LINK, false)?;
+    let stages = list_stages(dir, &address.stage_prefix(), STAGE_SUFFIX, STAGE_LIMIT)?;
+    if again.exact_id().is_some() && stages.is_empty() {
+        Ok(CasState::Exact)
+    } else {
+        Ok(CasState::Conflict)
+    }
+}
+
+/// Nothing is at the final name and no stage remains, durably, in the pinned root.
+fn verify_absent(dir: &PinnedDir, address: &ContentAddress) -> Result<CasState, SkillCasError> {
+    fsync_dir(dir)?;
+    dir.revalidate()?;
+    let state = inspect(
+        dir,
+        address.final_name(),
+        address.expected(),
+        &TOLERATED_LINKS,
+        false,
+    )?;
+    let stages = list_stages(dir, &address.stage_prefix(), STAGE_SUFFIX, STAGE_LIMIT)?;
+    if state == Inspection::Absent && stages.is_empty() {
+        Ok(CasState::Absent)
+    } else {
+        Ok(CasState::Conflict)
+    }
+}
