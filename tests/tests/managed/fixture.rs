@@ -370,7 +370,8 @@ pub struct Setup {
     /// Fail points are process-global: every service test holds the shared side of the lock
     /// unless it configures fail points itself.
     _shared: Option<std::sync::RwLockReadGuard<'static, ()>>,
-    pub dir: tempfile::TempDir,
+    /// The temp dir that owns `root` (none when the caller owns the root: [`setup_at`]).
+    pub dir: Option<tempfile::TempDir>,
     /// The canonical temp root (0700).
     pub root: PathBuf,
     /// The service's data directory (journal, query store, engine).
@@ -464,10 +465,18 @@ pub fn setup_limit(requested_limit: i64) -> Setup {
 }
 
 pub fn setup_with(options: Options) -> Setup {
-    let shared = (!options.failpoints).then(support::shared);
     let dir = support::tempdir();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let mut setup = setup_at(dir.path(), options);
+    setup.dir = Some(dir);
+    setup
+}
+
+/// [`setup_with`] on a root the caller owns. Deterministic: setting up twice on one root (as a
+/// crash test's child and its parent do) yields the same catalog, artifact and configuration.
+pub fn setup_at(root: &Path, options: Options) -> Setup {
+    let shared = (!options.failpoints).then(support::shared);
+    fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
+    let root = root.canonicalize().unwrap();
     let capabilities: Vec<String> = if options.installable {
         (0..options.installable_count)
             .map(|i| {
@@ -542,7 +551,7 @@ pub fn setup_with(options: Options) -> Setup {
     let policy_root = root.join("install-policy");
     let policy_store = InstallPolicyStore::new(&policy_root).unwrap();
     let skill_root = root.join("skills");
-    fs::create_dir(&skill_root).unwrap();
+    fs::create_dir_all(&skill_root).unwrap();
     fs::set_permissions(&skill_root, fs::Permissions::from_mode(0o700)).unwrap();
     let body_source = Arc::new(BodySource::default());
     let skill_runtime = Arc::new(skill_runtime(&skill_root, &body_source));
@@ -553,7 +562,7 @@ pub fn setup_with(options: Options) -> Setup {
     let service = open_managed_query_service(service_config).unwrap();
     Setup {
         _shared: shared,
-        dir,
+        dir: None,
         root,
         data_dir,
         loaded,

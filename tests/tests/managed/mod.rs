@@ -3,8 +3,10 @@
 //! references and the service lifecycle. Function names are the seed's; parametrized cases carry
 //! the case as a suffix.
 
+mod crash;
 mod desired;
 mod fixture;
+mod install;
 mod planning;
 mod process;
 mod task_shift;

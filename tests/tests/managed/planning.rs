@@ -633,10 +633,7 @@ fn test_service_public_surface_and_result_do_not_leak_authority_or_content() {
 
     let repr = format!("{result:?}");
     assert!(!repr.contains(&*setup.root.to_string_lossy()), "{repr}");
-    assert!(
-        !repr.contains(&*setup.dir.path().to_string_lossy()),
-        "{repr}"
-    );
+    assert!(!repr.contains(&*setup.root.to_string_lossy()), "{repr}");
     assert!(!repr.contains("work-one"), "{repr}");
     for action in result.actions() {
         let _ = summary_fields(action);
@@ -725,4 +722,46 @@ fn test_service_reports_old_plan_as_superseded_without_reranking() {
     assert_eq!(replacement.prepared().status(), "abstained");
     assert!(replacement.challenge().is_none());
     assert_eq!(setup.calls(), calls_after_replacement);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 1 test_runtime_package_exports_managed_desired_set_contract
+// ------------------------------------------------------------------------------------------------
+
+/// The crate root re-exports the desired-set contract from the service module: the same types
+/// (a type mismatch would not compile), and the busy, conflict and superseded errors as typed
+/// variants of the one service error.
+#[test]
+fn test_runtime_package_exports_managed_desired_set_contract() {
+    use std::marker::PhantomData;
+    fn same<T>(_: PhantomData<T>, _: PhantomData<T>) -> bool {
+        true
+    }
+    assert!(same(
+        PhantomData::<ctx_service::ManagedDesiredSetRequest>,
+        PhantomData::<ctx_service::managed::ManagedDesiredSetRequest>
+    ));
+    assert!(same(
+        PhantomData::<ctx_service::ManagedDesiredSetResult>,
+        PhantomData::<ctx_service::managed::ManagedDesiredSetResult>
+    ));
+    assert!(same(
+        PhantomData::<ctx_service::ManagedConsentResolutionResult>,
+        PhantomData::<ctx_service::managed::ManagedConsentResolutionResult>
+    ));
+    assert!(same(
+        PhantomData::<ctx_service::ServiceError>,
+        PhantomData::<ctx_service::managed::ServiceError>
+    ));
+    let busy = ServiceError::Busy("another managed desired choice is pending on this stream");
+    let conflict =
+        ServiceError::DesiredConflict("logical desired choice is already bound to another subset");
+    let superseded = ServiceError::DesiredSuperseded("desired choice predecessor is unavailable");
+    assert!(matches!(busy, ServiceError::Busy(_)));
+    assert!(matches!(conflict, ServiceError::DesiredConflict(_)));
+    assert!(matches!(superseded, ServiceError::DesiredSuperseded(_)));
+    assert_eq!(
+        superseded.to_string(),
+        "desired choice predecessor is unavailable"
+    );
 }

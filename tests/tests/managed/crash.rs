@@ -1,0 +1,1 @@
+//! Placeholder: the SIGKILL crash test of pre-approved installs (being written).
