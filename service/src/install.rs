@@ -11,7 +11,9 @@
 use std::sync::Arc;
 
 use ctx_projections::contract::expected_install_receipt;
-use ctx_projections::engine::{AuthorizeError, Engine, InstallGuard, InstallOutcome, ProcessError};
+use ctx_projections::engine::{
+    AuthorizeError, Engine, InstallGuard, InstallOutcome, OutcomeError, ProcessError,
+};
 use ctx_projections::identity::InstallExecutionBinding;
 use ctx_projections::{EngineEvent, EventKind, HostAction, Json, Transition};
 
@@ -207,20 +209,60 @@ pub fn execute_install(
             };
             let observation =
                 observation.ok_or_else(|| execution("install observation vanished"))?;
-            let guard = engine
-                .record_install_outcome(
+            let observed = observation.observed_material_identity_digest.as_deref();
+            let verification = observation.verification_digest.as_str();
+            if crate::failpoint_fired(failpoints::AFTER_OUTCOME) {
+                // The two-step path, stopped between its steps (a crash after the outcome).
+                engine
+                    .record_install_outcome(action, binding, outcome, observed, verification)
+                    .map_err(|e| ServiceError::Execution(e.to_string()))?;
+                return Err(ExecuteError::Service(ServiceError::FailPoint {
+                    name: failpoints::AFTER_OUTCOME,
+                    detail: "outcome recorded, receipt not committed".into(),
+                }));
+            }
+            // The outcome and its receipt commit in one append (one fsync).
+            for _ in 0..RECEIPT_ATTEMPTS_MAX {
+                let revision = engine
+                    .snapshot(&action.scope)
+                    .map_err(ServiceError::from)?
+                    .revision();
+                match engine.record_install_outcome_and_receipt(
                     action,
                     binding,
                     outcome,
-                    observation.observed_material_identity_digest.as_deref(),
-                    &observation.verification_digest,
-                )
-                .map_err(|e| ServiceError::Execution(e.to_string()))?;
-            crate::fail_point!(failpoints::AFTER_OUTCOME);
-            guard
+                    observed,
+                    verification,
+                    |guard, observed_at| install_receipt(action, guard, revision, observed_at),
+                ) {
+                    Ok((_, Some(transition))) => {
+                        crate::fail_point!(failpoints::AFTER_RECEIPT);
+                        return Ok(InstallExecutionReport {
+                            outcome,
+                            claim_was_new,
+                            settled: true,
+                            execution_binding_digest: binding_digest,
+                            verification_digest: Some(observation.verification_digest.clone()),
+                            transition: Some(transition),
+                        });
+                    }
+                    // An identical outcome was recorded before: settle it.
+                    Ok((guard, None)) => {
+                        return settle(engine, action, &guard, binding_digest, claim_was_new);
+                    }
+                    Err(OutcomeError::Receipt(e))
+                        if matches!(*e, ProcessError::RevisionConflict { .. }) => {}
+                    Err(e) => return Err(execution_owned(e.to_string())),
+                }
+            }
+            return Err(execution("install receipt settlement remained contended"));
         }
     };
     settle(engine, action, &guard, binding_digest, claim_was_new)
+}
+
+fn execution_owned(message: String) -> ExecuteError {
+    ExecuteError::Service(ServiceError::Execution(message))
 }
 
 /// Connects the driver and observes the target; applies first only for a new claim. Any driver

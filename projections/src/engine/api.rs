@@ -674,7 +674,7 @@ impl Engine {
         decision: Option<Surrogate>,
         mut extras: impl FnMut(&PendingCommit<'_>) -> Result<Vec<StreamAppend>, E>,
     ) -> Result<Transition, ProcessWithError<E>> {
-        self.process_inner(event, decision, None, Some(&mut extras))
+        self.process_inner(event, decision, None, Vec::new(), Some(&mut extras))
     }
 
     pub(crate) fn process_guarded(
@@ -683,7 +683,7 @@ impl Engine {
         decision: Option<Surrogate>,
         supplied: Option<&SettlementGuard>,
     ) -> Result<Transition, ProcessError> {
-        self.process_inner::<std::convert::Infallible>(event, decision, supplied, None)
+        self.process_inner::<std::convert::Infallible>(event, decision, supplied, Vec::new(), None)
             .map_err(|e| match e {
                 ProcessWithError::Process(e) => e,
                 ProcessWithError::Extras(never) => match never {},
@@ -692,11 +692,14 @@ impl Engine {
             })
     }
 
-    fn process_inner<E>(
+    /// `prefix`: appends committed in the same batch *before* the engine record (an install
+    /// outcome its receipt settles), refused like extras.
+    pub(crate) fn process_inner<E>(
         &self,
         event: &EngineEvent,
         decision: Option<Surrogate>,
         supplied: Option<&SettlementGuard>,
+        prefix: Vec<StreamAppend>,
         mut extras: Option<ExtrasFn<'_, E>>,
     ) -> Result<Transition, ProcessWithError<E>> {
         // 1. Pure validation, before any read (also for duplicates).
@@ -814,13 +817,15 @@ impl Engine {
         };
         let engine_part = StreamAppend::new(stream, expected, vec![engine_record]);
         let retry = loop {
-            let mut batch = Vec::with_capacity(1 + benefits.len() + extra_parts.len());
+            let mut batch =
+                Vec::with_capacity(prefix.len() + 1 + benefits.len() + extra_parts.len());
+            batch.extend(prefix.iter().cloned());
             batch.push(engine_part.clone());
             batch.extend(benefits.iter().cloned());
             batch.extend(extra_parts.iter().cloned());
             let refusal = match self.journal.append_batch(batch) {
                 Ok(outcomes) => {
-                    let Some(outcome) = outcomes.first() else {
+                    let Some(outcome) = outcomes.get(prefix.len()) else {
                         return Err(StoreError::Corrupt(
                             "the journal answered an append without an outcome".into(),
                         )
@@ -849,8 +854,9 @@ impl Engine {
                     if *id == event_id {
                         Some(stream)
                     } else {
-                        benefits
+                        prefix
                             .iter()
+                            .chain(&benefits)
                             .chain(&extra_parts)
                             .find(|p| p.records.iter().any(|r| r.event_id == *id))
                             .map(|p| p.stream)

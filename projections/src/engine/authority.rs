@@ -22,7 +22,7 @@ use crate::model::{
 };
 use crate::state::{Activation, EffectKind, Installation};
 
-use super::api::{Engine, is_v3_activation, is_v3_install};
+use super::api::{Engine, ProcessWithError, is_v3_activation, is_v3_install};
 use super::codes::EffectRefusal;
 use super::effects::{
     ClaimRecord, EFFECT_FORMAT_VERSION, OutcomeRecord, SettlementEntry, activation_material_digest,
@@ -156,6 +156,17 @@ struct EffectState {
     outcome: Option<OutcomeRecord>,
     settlement: Option<SettlementEntry>,
     expired: bool,
+}
+
+/// An outcome checked against its claim: already stored, or ready to append.
+enum BuiltOutcome {
+    Existing(SettlementGuard),
+    New {
+        append: StreamAppend,
+        guard: SettlementGuard,
+        observed_at: String,
+        identical: Box<OutcomeRecord>,
+    },
 }
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -329,33 +340,12 @@ impl Engine {
         let stream =
             engine_stream(&action.scope).map_err(|e| OutcomeError::Invalid(e.to_string()))?;
         let key = effect_key(&stream, &action.action_id);
-        let invalid = |m: &str| Err(OutcomeError::Invalid(m.to_owned()));
-        if !is_sha(verification_digest) {
-            return invalid("verification digest must be an exact SHA-256 digest");
-        }
-        if observed_material_identity_digest.is_some_and(|d| !is_sha(d)) {
-            return invalid("observed material identity must be an exact SHA-256 digest");
-        }
-        if !is_v3_install(action) {
-            return invalid("execution outcome requires an exact schema-v3 install action");
-        }
-        match (outcome, observed_material_identity_digest) {
-            (InstallOutcome::Applied, None) => {
-                return invalid("applied outcome requires an observed material identity");
-            }
-            (InstallOutcome::Applied, Some(d))
-                if Some(d) != install_result_material_digest(action) =>
-            {
-                return invalid("applied outcome does not match authorized result material");
-            }
-            (InstallOutcome::Failed, Some(_)) => {
-                return invalid("failed outcome requires verified material absence");
-            }
-            (InstallOutcome::Indeterminate, Some(_)) => {
-                return invalid("indeterminate outcome cannot carry an observed material identity");
-            }
-            _ => {}
-        }
+        self.check_install_outcome(
+            action,
+            outcome,
+            observed_material_identity_digest,
+            verification_digest,
+        )?;
         let stream_lock = self.stream_lock(&stream);
         let _held = stream_lock
             .lock()
@@ -456,6 +446,125 @@ impl Engine {
             ));
         }
         self.process_guarded(event, None, Some(g))
+    }
+
+    /// Records a driver's applied or failed observation and commits the receipt that settles it
+    /// in **one** atomic append (outcome record first, then the engine record with its
+    /// settlement), so a verified install costs one commit instead of two. `receipt` builds the
+    /// receipt event from the outcome's guard and observation time; it must name the current
+    /// head revision. When an identical outcome is already recorded (a crash between outcome
+    /// and receipt under the two-step path) nothing is appended and `Ok((guard, None))` tells
+    /// the caller to settle with [`Engine::process_install_receipt`].
+    pub fn record_install_outcome_and_receipt(
+        &self,
+        action: &HostAction,
+        execution_binding: &InstallExecutionBinding,
+        outcome: InstallOutcome,
+        observed_material_identity_digest: Option<&str>,
+        verification_digest: &str,
+        receipt: impl FnOnce(&InstallGuard, &str) -> EngineEvent,
+    ) -> Result<(InstallGuard, Option<Transition>), OutcomeError> {
+        if outcome == InstallOutcome::Indeterminate {
+            return Err(OutcomeError::Invalid(
+                "an indeterminate outcome has no receipt to commit with".into(),
+            ));
+        }
+        let effect = GuardEffect::Install;
+        let stream =
+            engine_stream(&action.scope).map_err(|e| OutcomeError::Invalid(e.to_string()))?;
+        let key = effect_key(&stream, &action.action_id);
+        self.check_install_outcome(
+            action,
+            outcome,
+            observed_material_identity_digest,
+            verification_digest,
+        )?;
+        let built = {
+            let stream_lock = self.stream_lock(&stream);
+            let _held = stream_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.build_outcome(
+                effect,
+                &key,
+                action,
+                execution_binding,
+                outcome.mode(),
+                observed_material_identity_digest,
+                verification_digest,
+            )?
+        };
+        let (append, guard, observed_at, identical) = match built {
+            BuiltOutcome::Existing(guard) => return Ok((InstallGuard(guard), None)),
+            BuiltOutcome::New {
+                append,
+                guard,
+                observed_at,
+                identical,
+            } => (append, InstallGuard(guard), observed_at, identical),
+        };
+        let event = receipt(&guard, &observed_at);
+        if event.kind != guard.0.mode.receipt_kind()
+            || event.payload.get_str("action_id") != Some(guard.0.action_id.as_str())
+        {
+            return Err(OutcomeError::Invalid(
+                "install receipt does not match its execution outcome".into(),
+            ));
+        }
+        match self.process_inner::<std::convert::Infallible>(
+            &event,
+            None,
+            Some(&guard.0),
+            vec![append],
+            None,
+        ) {
+            Ok(t) => Ok((guard, Some(t))),
+            Err(ProcessWithError::Process(e)) => Err(OutcomeError::Receipt(Box::new(e))),
+            Err(ProcessWithError::Extras(never)) => match never {},
+            Err(ProcessWithError::ExtrasAppend(refusal)) => {
+                // The outcome part was refused: an identical outcome recorded meanwhile is this
+                // one (settle it separately); anything else is the outcome's refusal.
+                let guard = self.outcome_refusal(effect, &key, action, refusal, &identical)?;
+                Ok((InstallGuard(guard), None))
+            }
+        }
+    }
+
+    /// The argument checks of an install outcome, before any read.
+    fn check_install_outcome(
+        &self,
+        action: &HostAction,
+        outcome: InstallOutcome,
+        observed_material_identity_digest: Option<&str>,
+        verification_digest: &str,
+    ) -> Result<(), OutcomeError> {
+        let invalid = |m: &str| Err(OutcomeError::Invalid(m.to_owned()));
+        if !is_sha(verification_digest) {
+            return invalid("verification digest must be an exact SHA-256 digest");
+        }
+        if observed_material_identity_digest.is_some_and(|d| !is_sha(d)) {
+            return invalid("observed material identity must be an exact SHA-256 digest");
+        }
+        if !is_v3_install(action) {
+            return invalid("execution outcome requires an exact schema-v3 install action");
+        }
+        match (outcome, observed_material_identity_digest) {
+            (InstallOutcome::Applied, None) => {
+                invalid("applied outcome requires an observed material identity")
+            }
+            (InstallOutcome::Applied, Some(d))
+                if Some(d) != install_result_material_digest(action) =>
+            {
+                invalid("applied outcome does not match authorized result material")
+            }
+            (InstallOutcome::Failed, Some(_)) => {
+                invalid("failed outcome requires verified material absence")
+            }
+            (InstallOutcome::Indeterminate, Some(_)) => {
+                invalid("indeterminate outcome cannot carry an observed material identity")
+            }
+            _ => Ok(()),
+        }
     }
 
     // ------------------------------------------------------------------------------------------
@@ -799,6 +908,7 @@ impl Engine {
     /// The store side of an outcome (reference engine-core §7.5 step 3, §7.6): called with the
     /// engine stream's lock held.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     fn record_outcome(
         &self,
         effect: GuardEffect,
@@ -809,6 +919,97 @@ impl Engine {
         observed: Option<&str>,
         verification_digest: &str,
     ) -> Result<SettlementGuard, OutcomeError> {
+        match self.build_outcome(
+            effect,
+            key,
+            action,
+            binding,
+            mode,
+            observed,
+            verification_digest,
+        )? {
+            BuiltOutcome::Existing(guard) => Ok(guard),
+            BuiltOutcome::New {
+                append,
+                guard,
+                identical,
+                ..
+            } => match self.journal.append(append) {
+                Ok(_) => Ok(guard),
+                Err(e) => self.outcome_refusal(effect, key, action, e, &identical),
+            },
+        }
+    }
+
+    /// Maps a refused outcome append: an identical outcome stored meanwhile is this one.
+    fn outcome_refusal(
+        &self,
+        effect: GuardEffect,
+        key: &[u8],
+        action: &HostAction,
+        refusal: AppendError,
+        identical: &OutcomeRecord,
+    ) -> Result<SettlementGuard, OutcomeError> {
+        let id = action.action_id.clone();
+        let same = |o: &OutcomeRecord| {
+            o.action_content_digest == identical.action_content_digest
+                && o.execution_binding_digest == identical.execution_binding_digest
+                && o.outcome == identical.outcome
+                && o.observed_material_identity_digest
+                    == identical.observed_material_identity_digest
+                && o.verification_digest == identical.verification_digest
+        };
+        let conflict = || {
+            OutcomeError::Conflict(match effect {
+                GuardEffect::Install => {
+                    format!("install action '{id}' already has a different outcome")
+                }
+                GuardEffect::Activation => {
+                    "activation action already has a different verified outcome".to_owned()
+                }
+            })
+        };
+        match refusal {
+            AppendError::WrongRevision { .. } | AppendError::Conflict { .. } => {
+                match self.effect_state(effect, key)?.outcome {
+                    Some(o) if same(&o) => Ok(o.guard(effect)),
+                    _ => Err(conflict()),
+                }
+            }
+            AppendError::Hook {
+                code: Some(code),
+                message,
+                ..
+            } => Err(match EffectRefusal::from_code(code) {
+                Some((_, EffectRefusal::OutcomeRequired)) => OutcomeError::ClaimRequired {
+                    effect,
+                    action_id: id,
+                },
+                Some((_, EffectRefusal::ClaimSettled)) => OutcomeError::Settled {
+                    effect,
+                    action_id: id,
+                },
+                Some((_, EffectRefusal::ClaimExpired)) => OutcomeError::Expired { action_id: id },
+                Some((_, EffectRefusal::OutcomeConflict)) => OutcomeError::Conflict(message),
+                _ => OutcomeError::AuthorityCorrupt(message),
+            }),
+            e => Err(StoreError::from(e).into()),
+        }
+    }
+
+    /// Checks an outcome against the durable claim and builds its append (not appended): the
+    /// stored outcome when an identical one exists.
+    #[allow(clippy::too_many_arguments)]
+    fn build_outcome(
+        &self,
+        effect: GuardEffect,
+        key: &[u8],
+        action: &HostAction,
+        binding: &InstallExecutionBinding,
+        mode: GuardMode,
+        observed: Option<&str>,
+        verification_digest: &str,
+    ) -> Result<BuiltOutcome, OutcomeError> {
         let id = action.action_id.clone();
         let state = self.effect_state(effect, key)?;
         let Some(claim) = state.claim else {
@@ -865,7 +1066,7 @@ impl Engine {
         };
         if let Some(existing) = &state.outcome {
             return if identical(existing) {
-                Ok(existing.guard(effect))
+                Ok(BuiltOutcome::Existing(existing.guard(effect)))
             } else {
                 Err(conflict())
             };
@@ -921,33 +1122,12 @@ impl Engine {
                 payload,
             )],
         );
-        match self.journal.append(append) {
-            Ok(_) => Ok(outcome.guard(effect)),
-            Err(AppendError::WrongRevision { .. } | AppendError::Conflict { .. }) => {
-                match self.effect_state(effect, key)?.outcome {
-                    Some(o) if identical(&o) => Ok(o.guard(effect)),
-                    _ => Err(conflict()),
-                }
-            }
-            Err(AppendError::Hook {
-                code: Some(code),
-                message,
-                ..
-            }) => Err(match EffectRefusal::from_code(code) {
-                Some((_, EffectRefusal::OutcomeRequired)) => OutcomeError::ClaimRequired {
-                    effect,
-                    action_id: id,
-                },
-                Some((_, EffectRefusal::ClaimSettled)) => OutcomeError::Settled {
-                    effect,
-                    action_id: id,
-                },
-                Some((_, EffectRefusal::ClaimExpired)) => OutcomeError::Expired { action_id: id },
-                Some((_, EffectRefusal::OutcomeConflict)) => OutcomeError::Conflict(message),
-                _ => OutcomeError::AuthorityCorrupt(message),
-            }),
-            Err(e) => Err(StoreError::from(e).into()),
-        }
+        Ok(BuiltOutcome::New {
+            append,
+            guard: outcome.guard(effect),
+            observed_at: outcome.observed_at.clone(),
+            identical: Box::new(outcome),
+        })
     }
 
     /// The install lower bound of an activation claim (reference engine-core §7.6): exactly one

@@ -238,6 +238,9 @@ pub enum OutcomeError {
     AuthorityCorrupt(String),
     #[error("{0}")]
     Clock(String),
+    /// The receipt committed with the outcome was refused (nothing was written).
+    #[error(transparent)]
+    Receipt(Box<ProcessError>),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -2109,3 +2109,82 @@ fn a_benefit_result_stored_while_planning_commits_with_the_planning_event() {
         }
     }
 }
+
+#[test]
+fn an_outcome_and_its_receipt_commit_together_or_not_at_all() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    let material = f.material_digest();
+    let binding = f.binding();
+    let head = f.engine.journal().head_position().unwrap();
+    // A receipt at a stale revision is refused, and its outcome is not recorded either.
+    let mut stale = f.s.applied(&install);
+    stale.expected_revision -= 1;
+    let err = f
+        .engine
+        .record_install_outcome_and_receipt(
+            &install,
+            &binding,
+            InstallOutcome::Applied,
+            Some(&material),
+            &d("verification"),
+            |_, observed_at| {
+                stale.occurred_at = observed_at.to_owned();
+                stale.clone()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, OutcomeError::Receipt(e) if matches!(**e, ProcessError::RevisionConflict { .. })),
+        "{err:?}"
+    );
+    assert_eq!(f.engine.journal().head_position().unwrap(), head);
+    assert!(
+        !f.engine
+            .install_execution_status(&install)
+            .unwrap()
+            .outcome_recorded
+    );
+    // At the head revision both records land: the outcome, then the receipt that settles it.
+    let mut receipt = f.s.applied(&install);
+    let (guard, transition) = f
+        .engine
+        .record_install_outcome_and_receipt(
+            &install,
+            &binding,
+            InstallOutcome::Applied,
+            Some(&material),
+            &d("verification"),
+            |guard, observed_at| {
+                receipt.event_id = format!("receipt-{}", guard.execution_outcome_digest());
+                receipt.occurred_at = observed_at.to_owned();
+                receipt.clone()
+            },
+        )
+        .unwrap();
+    let transition = transition.unwrap();
+    assert_eq!(transition.actions[0].kind, ActionKind::ActivateCapability);
+    assert_eq!(f.engine.journal().head_position().unwrap(), head + 2);
+    let status = f.engine.install_execution_status(&install).unwrap();
+    assert!(status.settled);
+    assert_eq!(status.outcome, Some(InstallOutcome::Applied));
+    assert_eq!(
+        status.outcome_digest.as_deref(),
+        Some(guard.execution_outcome_digest())
+    );
+    // Settled: neither half can be recorded again.
+    let again = f.engine.record_install_outcome_and_receipt(
+        &install,
+        &binding,
+        InstallOutcome::Applied,
+        Some(&material),
+        &d("verification"),
+        |_, _| receipt.clone(),
+    );
+    assert!(
+        matches!(again, Err(OutcomeError::Settled { .. })),
+        "{again:?}"
+    );
+    check_all(&f.engine);
+}

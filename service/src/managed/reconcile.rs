@@ -998,19 +998,17 @@ fn retire_expired_install(
             rec.reducer_event.event_id == event.event_id
                 && rec.source_event_content_digest == event.content_digest()
         }) {
-            {
-                check_expiry_transition(&rec.transition, &event, install_action)?;
-                let fresh = ctx.snapshot()?;
-                if fresh.state().is_some_and(|s| {
-                    s.pending_effect_by_action(&install_action.action_id)
-                        .is_some()
-                }) {
-                    return Err(ServiceError::Identity(
-                        "committed automatic install expiry retained physical authority",
-                    ));
-                }
-                return Ok(Some(fresh));
+            check_expiry_transition(&rec.transition, &event, install_action)?;
+            let fresh = ctx.snapshot()?;
+            if fresh.state().is_some_and(|s| {
+                s.pending_effect_by_action(&install_action.action_id)
+                    .is_some()
+            }) {
+                return Err(ServiceError::Identity(
+                    "committed automatic install expiry retained physical authority",
+                ));
             }
+            return Ok(Some(fresh));
         }
         let status = engine
             .install_execution_status(install_action)

@@ -6,6 +6,7 @@
 //! `statat(AT_SYMLINK_NOFOLLOW)`, `linkat` without `AT_SYMLINK_FOLLOW`, `unlinkat`), so a path
 //! swap above the root cannot redirect an operation, and no call follows a symbolic link.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::ops::RangeInclusive;
@@ -189,12 +190,22 @@ fn check_child_name(name: &str) -> Result<(), SkillCasError> {
 }
 
 /// Inspects `name` as exact UTF-8 material (reference §5.7 "Inspect"); `durable` fsyncs the file.
+/// Whether an inspection makes the file's content durable.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Durability<'a> {
+    /// Read only.
+    No,
+    /// fsync the file, unless it is one of these files, already fsynced by this driver (a file's
+    /// content is durable once synced; syncing the same inode again adds nothing).
+    Unless(&'a BTreeSet<FileId>),
+}
+
 pub(crate) fn inspect(
     dir: &PinnedDir,
     name: &str,
     expected: Expected<'_>,
     links: &RangeInclusive<u64>,
-    durable: bool,
+    durability: Durability<'_>,
 ) -> Result<Inspection, SkillCasError> {
     check_child_name(name)?;
     let euid = dir.euid();
@@ -224,7 +235,9 @@ pub(crate) fn inspect(
     }
     let mut file = File::from(fd);
     let content = read_bounded(&mut file, expected.bytes)?;
-    if durable {
+    if let Durability::Unless(synced) = durability
+        && !synced.contains(&opened.id())
+    {
         file.sync_all().map_err(io(CHILD_READ_FAILED))?;
     }
     let after_handle = Snap::fstat(&file).map_err(os(CHILD_READ_FAILED))?;
@@ -280,7 +293,7 @@ pub(crate) fn create_stage(
     name: &str,
     body: &[u8],
     expected: Expected<'_>,
-) -> Result<(), SkillCasError> {
+) -> Result<FileId, SkillCasError> {
     check_child_name(name)?;
     let fd = rustix::fs::openat(
         dir.fd(),
@@ -305,8 +318,8 @@ pub(crate) fn create_stage(
     if !snap.safe_regular(dir.euid(), &SINGLE_LINK) || !size_matches {
         return Err(fs_conflict("skill store stage metadata is invalid"));
     }
-    match inspect(dir, name, expected, &SINGLE_LINK, false)? {
-        Inspection::Exact { id, .. } if id == snap.id() => Ok(()),
+    match inspect(dir, name, expected, &SINGLE_LINK, Durability::No)? {
+        Inspection::Exact { id, .. } if id == snap.id() => Ok(id),
         _ => Err(fs_conflict("skill store stage could not be authenticated")),
     }
 }
@@ -396,8 +409,10 @@ pub(crate) fn publish(
     Ok(Published::Created)
 }
 
-/// Unlinks `name` only if it is still the file `expected` (safe regular, link count in `links`),
-/// then fsyncs the directory (reference §5.7 "Unlink if identity").
+/// Unlinks `name` only if it is still the file `expected` (safe regular, link count in `links`)
+/// (reference §5.7 "Unlink if identity"). The directory is not fsynced here: a lost unlink of a
+/// stage leaves a stage alias or a removable stage, which the next recovery removes again;
+/// [`verify_absent`](super::recovery) syncs the directory when a pass removed anything.
 pub(crate) fn unlink_if_identity(
     dir: &PinnedDir,
     name: &str,
@@ -416,8 +431,7 @@ pub(crate) fn unlink_if_identity(
         return Err(fs_conflict("skill store child changed before cleanup"));
     }
     rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty())
-        .map_err(os("skill store child cleanup failed"))?;
-    fsync_dir(dir)
+        .map_err(os("skill store child cleanup failed"))
 }
 
 /// The names `prefix` + 64 lowercase hex + `suffix` in the directory, sorted. More than `limit`

@@ -39,7 +39,7 @@ pub use root::TARGET_IDENTITY_SCHEMA;
 
 use error::{cas_error, conflict, invalid};
 use fsops::{create_stage, lock_content};
-use recovery::{CasState, ContentAddress, recover};
+use recovery::{CasState, ContentAddress, Synced, recover};
 use root::{RootIdentity, capture, with_pinned};
 
 /// The only capability kind the skill CAS installs.
@@ -235,6 +235,7 @@ impl SkillCasRuntimeConfig {
             material_identity_digest: identity_digest.to_owned(),
             body_source: Arc::clone(&self.body_source),
             apply_failed: false,
+            synced: Synced::default(),
         })
     }
 
@@ -384,6 +385,8 @@ pub struct SkillCasDriver {
     material_identity_digest: String,
     body_source: Arc<dyn SkillBodySource>,
     apply_failed: bool,
+    /// What this driver already made durable (recovery skips syncing it again).
+    synced: Synced,
 }
 
 impl fmt::Debug for SkillCasDriver {
@@ -414,9 +417,10 @@ impl SkillCasDriver {
     pub fn apply_once(&mut self) -> Result<(), SkillCasError> {
         // Set first and cleared only on success, so an unwinding panic also leaves it set.
         self.apply_failed = true;
+        let synced = &mut self.synced;
         let result = with_pinned(&self.root, |dir| {
             let _lock = lock_content(dir, &self.address.lock_name())?;
-            match recover(dir, &self.address)? {
+            match recover(dir, &self.address, synced)? {
                 CasState::Exact => return Ok(()),
                 CasState::Absent => {}
                 CasState::Conflict => {
@@ -432,8 +436,10 @@ impl SkillCasDriver {
                 })?;
             authenticate_body(&body, &self.address)?;
             let stage = self.address.stage_name(&self.action_content_digest);
-            create_stage(dir, &stage, body.as_bytes(), self.address.expected())?;
-            match recover(dir, &self.address)? {
+            let staged = create_stage(dir, &stage, body.as_bytes(), self.address.expected())?;
+            // `create_stage` fsynced the stage's content.
+            synced.files.insert(staged);
+            match recover(dir, &self.address, synced)? {
                 CasState::Exact => Ok(()),
                 _ => Err(conflict("skill CAS publication could not be verified")),
             }
@@ -452,9 +458,10 @@ impl SkillCasDriver {
         let state = if self.apply_failed {
             ObservationState::Indeterminate
         } else {
+            let synced = &mut self.synced;
             let recovered = with_pinned(&self.root, |dir| {
                 let _lock = lock_content(dir, &self.address.lock_name())?;
-                recover(dir, &self.address)
+                recover(dir, &self.address, synced)
             });
             match recovered {
                 Ok(CasState::Exact) => ObservationState::InstalledExact,

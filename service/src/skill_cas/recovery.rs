@@ -7,11 +7,11 @@
 //! stage. Each step is identity-checked, and every durable step is followed by a directory fsync,
 //! so a crash at any point leaves a state the next recovery (in any process) finishes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::error::SkillCasError;
 use super::fsops::{
-    Expected, FileId, Inspection, PUBLISHED_PAIR, Published, SINGLE_LINK, STAGE_LIMIT,
+    Durability, Expected, FileId, Inspection, PUBLISHED_PAIR, Published, SINGLE_LINK, STAGE_LIMIT,
     STAGE_SUFFIX, TOLERATED_LINKS, fsync_dir, inspect, list_stages, publish, unlink_if_identity,
 };
 use super::root::PinnedDir;
@@ -84,30 +84,51 @@ impl ContentAddress {
     }
 }
 
+/// What one driver already made durable, so a later step of the same driver (or its
+/// `reconcile` after its `apply_once`) does not fsync it again: files whose content it fsynced
+/// (the stage it wrote, the published file it verified) and the final file whose directory
+/// entry it fsynced. Only this driver's own syncs are remembered: what another process left
+/// behind is synced as the reference prescribes.
+#[derive(Debug, Default)]
+pub(crate) struct Synced {
+    pub(crate) files: BTreeSet<FileId>,
+    pub(crate) final_entry: Option<FileId>,
+}
+
 /// Runs recovery once (with the single collision retry of "repair absent final").
 pub(crate) fn recover(
     dir: &PinnedDir,
     address: &ContentAddress,
+    synced: &mut Synced,
 ) -> Result<CasState, SkillCasError> {
-    recover_pass(dir, address, false)
+    recover_pass(dir, address, false, synced)
 }
 
 fn recover_pass(
     dir: &PinnedDir,
     address: &ContentAddress,
     retry: bool,
+    synced: &mut Synced,
 ) -> Result<CasState, SkillCasError> {
     let expected = address.expected();
     let names = list_stages(dir, &address.stage_prefix(), STAGE_SUFFIX, STAGE_LIMIT)?;
-    let final_state = inspect(dir, address.final_name(), expected, &TOLERATED_LINKS, false)?;
+    let final_state = inspect(
+        dir,
+        address.final_name(),
+        expected,
+        &TOLERATED_LINKS,
+        Durability::No,
+    )?;
     let mut stages = Vec::with_capacity(names.len());
     for name in names {
-        let state = inspect(dir, &name, expected, &TOLERATED_LINKS, false)?;
+        let state = inspect(dir, &name, expected, &TOLERATED_LINKS, Durability::No)?;
         stages.push((name, state));
     }
     match final_state {
-        Inspection::Exact { id, nlink } => repair_exact_final(dir, address, id, nlink, &stages),
-        Inspection::Absent => repair_absent_final(dir, address, &stages, retry),
+        Inspection::Exact { id, nlink } => {
+            repair_exact_final(dir, address, id, nlink, &stages, synced)
+        }
+        Inspection::Absent => repair_absent_final(dir, address, &stages, retry, synced),
         Inspection::Conflict { .. } => Ok(CasState::Conflict),
     }
 }
@@ -160,6 +181,7 @@ fn repair_exact_final(
     final_id: FileId,
     final_nlink: u64,
     stages: &[(String, Inspection)],
+    synced: &mut Synced,
 ) -> Result<CasState, SkillCasError> {
     if has_blocking_stage(stages) {
         return Ok(CasState::Conflict);
@@ -181,7 +203,7 @@ fn repair_exact_final(
             return Ok(CasState::Conflict);
         }
     }
-    verify_exact_final(dir, address)
+    verify_exact_final(dir, address, synced)
 }
 
 /// The final name is absent: publish the smallest exact stage (if any), remove the others,
@@ -191,6 +213,7 @@ fn repair_absent_final(
     address: &ContentAddress,
     stages: &[(String, Inspection)],
     retry: bool,
+    synced: &mut Synced,
 ) -> Result<CasState, SkillCasError> {
     if has_blocking_stage(stages) {
         return Ok(CasState::Conflict);
@@ -208,30 +231,40 @@ fn repair_absent_final(
         .map(|(name, _)| name.as_str());
     let mut chosen_id = None;
     if let Some(name) = chosen {
-        match inspect(dir, name, expected, &TOLERATED_LINKS, true)?.exact_id() {
-            Some(id) => chosen_id = Some(id),
+        // The chosen stage's content must be durable before it is published under the final
+        // name. Its directory entry need not be: `publish` fsyncs the directory right after the
+        // link, which makes the final entry durable, and the stage entry is garbage from then on.
+        let durability = Durability::Unless(&synced.files);
+        match inspect(dir, name, expected, &TOLERATED_LINKS, durability)?.exact_id() {
+            Some(id) => {
+                chosen_id = Some(id);
+                synced.files.insert(id);
+            }
             None => return Ok(CasState::Conflict),
         }
-        fsync_dir(dir)?;
     }
+    let mut removed = false;
     for (name, state) in stages {
-        if Some(name.as_str()) != chosen && !remove_stage(dir, name, state)? {
-            return Ok(CasState::Conflict);
+        if Some(name.as_str()) != chosen {
+            if !remove_stage(dir, name, state)? {
+                return Ok(CasState::Conflict);
+            }
+            removed = true;
         }
     }
     let (Some(name), Some(id)) = (chosen, chosen_id) else {
-        return verify_absent(dir, address);
+        return verify_absent(dir, address, removed);
     };
-    if inspect(dir, name, expected, &SINGLE_LINK, false)?.exact_id() != Some(id) {
+    if inspect(dir, name, expected, &SINGLE_LINK, Durability::No)?.exact_id() != Some(id) {
         return Ok(CasState::Conflict);
     }
     match publish(dir, name, address.final_name(), id)? {
-        Published::Created => {}
+        Published::Created => synced.final_entry = Some(id),
         Published::NotCreated if retry => return Ok(CasState::Conflict),
-        Published::NotCreated => return recover_pass(dir, address, true),
+        Published::NotCreated => return recover_pass(dir, address, true, synced),
     }
     unlink_if_identity(dir, name, id, &PUBLISHED_PAIR)?;
-    verify_exact_final(dir, address)
+    verify_exact_final(dir, address, synced)
 }
 
 /// The final name is exact with one link, durable, the root is still the pinned one, and no
@@ -239,15 +272,33 @@ fn repair_absent_final(
 fn verify_exact_final(
     dir: &PinnedDir,
     address: &ContentAddress,
+    synced: &mut Synced,
 ) -> Result<CasState, SkillCasError> {
     let expected = address.expected();
-    let durable = inspect(dir, address.final_name(), expected, &SINGLE_LINK, true)?;
-    if durable.exact_id().is_none() {
+    let durability = Durability::Unless(&synced.files);
+    let durable = inspect(
+        dir,
+        address.final_name(),
+        expected,
+        &SINGLE_LINK,
+        durability,
+    )?;
+    let Some(id) = durable.exact_id() else {
         return Ok(CasState::Conflict);
+    };
+    synced.files.insert(id);
+    if synced.final_entry != Some(id) {
+        fsync_dir(dir)?;
+        synced.final_entry = Some(id);
     }
-    fsync_dir(dir)?;
     dir.revalidate()?;
-    let again = inspect(dir, address.final_name(), expected, &SINGLE_LINK, false)?;
+    let again = inspect(
+        dir,
+        address.final_name(),
+        expected,
+        &SINGLE_LINK,
+        Durability::No,
+    )?;
     let stages = list_stages(dir, &address.stage_prefix(), STAGE_SUFFIX, STAGE_LIMIT)?;
     if again.exact_id().is_some() && stages.is_empty() {
         Ok(CasState::Exact)
@@ -256,16 +307,23 @@ fn verify_exact_final(
     }
 }
 
-/// Nothing is at the final name and no stage remains, durably, in the pinned root.
-fn verify_absent(dir: &PinnedDir, address: &ContentAddress) -> Result<CasState, SkillCasError> {
-    fsync_dir(dir)?;
+/// Nothing is at the final name and no stage remains in the pinned root. The directory is
+/// fsynced only when this pass removed stages: an absence nobody changed needs no sync.
+fn verify_absent(
+    dir: &PinnedDir,
+    address: &ContentAddress,
+    removed: bool,
+) -> Result<CasState, SkillCasError> {
+    if removed {
+        fsync_dir(dir)?;
+    }
     dir.revalidate()?;
     let state = inspect(
         dir,
         address.final_name(),
         address.expected(),
         &TOLERATED_LINKS,
-        false,
+        Durability::No,
     )?;
     let stages = list_stages(dir, &address.stage_prefix(), STAGE_SUFFIX, STAGE_LIMIT)?;
     if state == Inspection::Absent && stages.is_empty() {

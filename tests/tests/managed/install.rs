@@ -1024,3 +1024,49 @@ fn test_preapproved_install_still_requires_consent_for_sensitive_risk_risk_permi
 fn test_preapproved_install_still_requires_consent_for_sensitive_risk_risk_credential() {
     preapproved_install_still_requires_consent(false, "credential");
 }
+
+// ------------------------------------------------------------------------------------------------
+// Durability cost (spec/service.md §6): markers for counting fsyncs under strace
+// ------------------------------------------------------------------------------------------------
+
+/// One `set_desired` without installs and one pre-approved install, each between stderr
+/// markers: `strace -f -e trace=fsync,fdatasync,write -o /tmp/trace <acceptance binary>
+/// managed::install::desired_and_install_fsyncs_between_markers --exact --nocapture` and count
+/// the sync calls between `CTX-FSYNC-<NAME>-BEGIN` and `-END`. The journal records appended are
+/// asserted here; the sync counts are reported in the spec.
+#[test]
+fn desired_and_install_fsyncs_between_markers() {
+    // A choice without installs: the reservation, then the engine event with its mark.
+    let plain = super::fixture::setup_limit(1);
+    let query_ref = prepare(&plain, "fsync-desired-query");
+    let journal = plain.journal();
+    let before = journal.head_position().unwrap();
+    eprintln!("CTX-FSYNC-DESIRED-BEGIN");
+    let result = plain
+        .service
+        .set_desired(&desired(&query_ref, "fsync-desired-choice", &[], None))
+        .unwrap();
+    eprintln!("CTX-FSYNC-DESIRED-END");
+    assert_eq!(result.status(), "reconciled");
+    assert_eq!(journal.head_position().unwrap() - before, 3);
+
+    // A pre-approved install: reservation, desired event + mark, grant, claim, outcome, receipt.
+    let setup = setup_with(installable(1));
+    setup.preapprove_skills();
+    let query_ref = prepare(&setup, "fsync-install-query");
+    let journal = setup.journal();
+    let before = journal.head_position().unwrap();
+    eprintln!("CTX-FSYNC-INSTALL-BEGIN");
+    let result = setup
+        .service
+        .set_desired(&desired(
+            &query_ref,
+            "fsync-install-choice",
+            &[INSTALLABLE],
+            None,
+        ))
+        .unwrap();
+    eprintln!("CTX-FSYNC-INSTALL-END");
+    assert_eq!(result.status(), "effect-pending");
+    assert_eq!(journal.head_position().unwrap() - before, 7);
+}
