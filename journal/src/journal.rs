@@ -184,10 +184,13 @@ impl Journal {
         let db_path = dir.join(DATABASE_FILE);
         let exists = db_path.exists();
         let key = key::load_or_create(&dir, !exists, options.key_source.as_ref())?;
+        let mac = MacKey::new(key.bytes());
+        if !exists {
+            create_database(&dir, &db_path, &mac)?;
+        }
         let db = Database::builder()
             .create(&db_path)
             .map_err(StorageError::from)?;
-        let mac = MacKey::new(key.bytes());
         let keyed = KeyedDigestKey::derive(&key);
         let (writer, write_refusal) = initialize(&db, &mac, &db_path)?;
         let shared = Arc::new(Shared {
@@ -570,6 +573,41 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Creates the tables of a new journal or checks the format of an existing one, and rebuilds the
 /// writer's in-memory state: the next position and the unmerged event ids.
+/// Name of a database being created: it becomes [`DATABASE_FILE`] only once initialized.
+pub const CREATING_FILE: &str = "journal.redb.creating";
+
+/// Creates and initializes a new database under [`CREATING_FILE`], then renames it into place
+/// and syncs the directory. redb writes a new file's header in steps (the magic number last) and
+/// refuses a file whose header is incomplete, so a process killed while creating the database in
+/// place would leave a journal that never opens again. Here a crash leaves either no
+/// `journal.redb` (the next open starts over, removing the leftover) or a complete one. Runs under
+/// the process lock.
+fn create_database(dir: &Path, db_path: &Path, mac: &MacKey) -> Result<(), OpenError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OpenError::Io { path, source }
+    };
+    let creating = dir.join(CREATING_FILE);
+    match std::fs::remove_file(&creating) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&creating)(e)),
+    }
+    {
+        let db = Database::builder()
+            .create(&creating)
+            .map_err(StorageError::from)?;
+        initialize(&db, mac, &creating)?;
+    }
+    std::fs::File::open(&creating)
+        .and_then(|f| f.sync_all())
+        .map_err(io(&creating))?;
+    std::fs::rename(&creating, db_path).map_err(io(db_path))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
+}
+
 fn initialize(
     db: &Database,
     mac: &MacKey,

@@ -289,3 +289,73 @@ fn reopening_while_this_process_spawns_children_is_not_refused() {
         refusals[0]
     );
 }
+
+/// Set (to a root directory) in the child that creates journals until it is killed.
+const FIRST_OPEN_CHILD_ENV: &str = "CTX_TESTS_FIRST_OPEN_CHILD";
+const FIRST_OPEN_CHILD_TEST: &str = "journal::open::first_open_child";
+
+/// Creates fresh journals under the root, one directory after another, until killed.
+#[test]
+fn first_open_child() {
+    let Some(root) = support::child_role(FIRST_OPEN_CHILD_ENV) else {
+        return;
+    };
+    println!("CREATING started");
+    for i in 0..100_000u32 {
+        let journal = Journal::open(format!("{root}/{i}"), &support::options()).unwrap();
+        drop(journal);
+    }
+}
+
+/// Regression (found by the managed-service crash test): a process killed while it creates a
+/// journal's database must not leave a file that never opens again. The child creates journals
+/// back to back; a SIGKILL lands inside some creation; every directory must then open, and the
+/// half-created one is started over.
+#[test]
+fn a_kill_during_the_first_open_leaves_a_journal_that_opens() {
+    let _shared = support::shared();
+    let mut rng = support::Rng::from_time();
+    for round in 0..8 {
+        let root = support::tempdir();
+        let path = root.path().canonicalize().unwrap();
+        let mut child = support::spawn_child(
+            FIRST_OPEN_CHILD_TEST,
+            &[(FIRST_OPEN_CHILD_ENV, path.to_str().unwrap())],
+            false,
+        );
+        let mut lines = Lines::new(child.stdout.take().unwrap(), "CREATING ");
+        assert_eq!(lines.next_line().as_deref(), Some("started"));
+        std::thread::sleep(Duration::from_millis(20 + rng.below(60)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut opened = 0;
+        for entry in std::fs::read_dir(&path).unwrap() {
+            let dir = entry.unwrap().path();
+            let journal = Journal::open(&dir, &support::options()).unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: {} does not open after the kill: {e}",
+                    dir.display()
+                )
+            });
+            journal.verify().unwrap();
+            opened += 1;
+        }
+        assert!(opened > 0, "round {round}: the child created nothing");
+    }
+}
+
+/// A leftover of an interrupted creation is removed by the next first open.
+#[test]
+fn a_leftover_creating_file_is_started_over() {
+    let _shared = support::shared();
+    let dir = support::tempdir();
+    let path = dir.path().join("journal");
+    drop(Journal::open(&path, &support::options()).unwrap());
+    std::fs::remove_file(path.join(ctx_journal::DATABASE_FILE)).unwrap();
+    std::fs::write(path.join("journal.redb.creating"), vec![0u8; 73_728]).unwrap();
+
+    let journal = Journal::open(&path, &support::options()).unwrap();
+
+    assert!(journal.verify().unwrap().is_ok());
+    assert!(!path.join("journal.redb.creating").exists());
+}
