@@ -1138,11 +1138,11 @@ fn advance_automatic_installs(
             let Some(grant_payload) = directive.automatic_grant_payload() else {
                 break;
             };
-            let Some(policy_store) = service
-                .policy_store
-                .as_ref()
-                .filter(|s| s.has_persisted().unwrap_or(false))
-            else {
+            let persisted = match &service.policy_store {
+                Some(store) if store.has_persisted()? => Some(store),
+                _ => None,
+            };
+            let Some(policy_store) = persisted else {
                 return Err(ServiceError::Identity(
                     "automatic installation requires an explicitly persisted policy",
                 ));
