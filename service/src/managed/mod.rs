@@ -54,5 +54,11 @@ pub mod failpoints {
     pub const AUTO_BEFORE_EXECUTE: &str = "auto-before-execute";
     /// After execution returned (the receipt is committed), before the result.
     pub const AUTO_AFTER_EXECUTE: &str = "auto-after-execute";
+    /// Consent publication: after the execution binding is resolved, before the challenge.
+    pub const CONSENT_AFTER_BINDING: &str = "consent-after-binding";
+    /// Consent publication: after the challenge is created, before its status is read.
+    pub const CONSENT_AFTER_CREATE: &str = "consent-after-create";
+    /// Consent publication: after the status is read, before the last head check.
+    pub const CONSENT_AFTER_STATUS: &str = "consent-after-status";
     pub use crate::install::failpoints::{AFTER_CLAIM, AFTER_OUTCOME, AFTER_RECEIPT};
 }
