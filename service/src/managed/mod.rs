@@ -60,5 +60,10 @@ pub mod failpoints {
     pub const CONSENT_AFTER_CREATE: &str = "consent-after-create";
     /// Consent publication: after the status is read, before the last head check.
     pub const CONSENT_AFTER_STATUS: &str = "consent-after-status";
+    /// Consent head checks see another committed plan id in the fresh snapshot (the seed's
+    /// substituted snapshot of "never mixes plan A result with plan B consent").
+    pub const CONSENT_SNAPSHOT_PLAN_DRIFT: &str = "consent-snapshot-plan-drift";
+    /// `prepare` / `reopen`: after the planned mark, before the result is built.
+    pub const QUERY_BEFORE_RESULT: &str = "query-before-result";
     pub use crate::install::failpoints::{AFTER_CLAIM, AFTER_OUTCOME, AFTER_RECEIPT};
 }

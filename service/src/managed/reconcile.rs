@@ -750,9 +750,15 @@ pub(crate) fn require_consent_head_unchanged(
     let (Some(a), Some(b)) = (expected.state(), now.state()) else {
         return Err(drift);
     };
+    let mut fresh_plan = b.committed_plan.clone();
+    if crate::failpoint_fired(failpoints::CONSENT_SNAPSHOT_PLAN_DRIFT)
+        && let Some(plan) = fresh_plan.as_mut()
+    {
+        plan.plan_id = "plan-race-b".to_owned();
+    }
     if now.revision() != expected.revision()
         || now.head_record_digest() != expected.head_record_digest()
-        || a.committed_plan != b.committed_plan
+        || a.committed_plan != fresh_plan
         || a.pending_consents != b.pending_consents
         || b.pending_consents.len() != 1
         || b.pending_consents[0].install_action != *install_action
