@@ -573,6 +573,53 @@ impl Engine {
         })
     }
 
+    /// The state right after `revision` of `scope`'s stream (a historical head), rebuilt by
+    /// replaying records 1..=`revision` through the reducer and checked against each record's
+    /// stored state digest; `None` when the stream is shorter. Costs one reduction per revision:
+    /// meant for rare checks against a past head (consent recovery), not for the hot path.
+    pub fn state_at(
+        &self,
+        scope: &ScopeRef,
+        revision: u64,
+    ) -> Result<Option<EngineState>, StoreError> {
+        let stream = engine_stream(scope).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if revision == 0 {
+            return Ok(None);
+        }
+        let mut state: Option<EngineState> = None;
+        let mut failure = None;
+        let limit = usize::try_from(revision).unwrap_or(usize::MAX);
+        self.journal.visit_stream(&stream, 1, limit, |view| {
+            let replayed = decode_view(view)
+                .map_err(|e| e.to_string())
+                .and_then(|decoded| {
+                    let (next, _) = (self.reduce)(state.as_ref(), &decoded.replay)
+                        .map_err(|e| e.to_string())?;
+                    if next.digest() != decoded.record.result_state_digest {
+                        return Err("the replayed state differs from the stored digest".into());
+                    }
+                    Ok(next)
+                });
+            match replayed {
+                Ok(next) => {
+                    state = Some(next);
+                    ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failure = Some(format!(
+                        "revision {} of stream {stream} does not replay: {e}",
+                        view.revision
+                    ));
+                    ControlFlow::Break(())
+                }
+            }
+        })?;
+        if let Some(detail) = failure {
+            return Err(StoreError::Corrupt(detail));
+        }
+        Ok(state.filter(|s| s.revision == revision))
+    }
+
     /// The engine record at `revision` of `scope`'s stream, decoded and verified (digest, MAC,
     /// chain, binding to its place); `None` when the stream is shorter. Services use it to check
     /// that a revision holds exactly the event they built (reference managed-service §4.5, §4.9).

@@ -3,6 +3,7 @@
 //! references and the service lifecycle. Function names are the seed's; parametrized cases carry
 //! the case as a suffix.
 
+mod consent_publication;
 mod crash;
 mod desired;
 mod fixture;
