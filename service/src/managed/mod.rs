@@ -8,6 +8,7 @@
 //! runs once because a retry re-submits the identical committed events, which the engine answers
 //! from its duplicate index without calling the planner.
 
+mod authority;
 mod composition;
 mod consent;
 mod desired;
@@ -15,6 +16,7 @@ mod error;
 mod reconcile;
 mod request;
 mod resolution;
+mod resolve;
 mod result;
 mod service;
 #[cfg(test)]
@@ -63,6 +65,8 @@ pub mod failpoints {
     /// Consent head checks see another committed plan id in the fresh snapshot (the seed's
     /// substituted snapshot of "never mixes plan A result with plan B consent").
     pub const CONSENT_SNAPSHOT_PLAN_DRIFT: &str = "consent-snapshot-plan-drift";
+    /// `recover_consent` / `resolve_consent`: after the durable work, before the result.
+    pub const CONSENT_BEFORE_RESULT: &str = "consent-before-result";
     /// `prepare` / `reopen`: after the planned mark, before the result is built.
     pub const QUERY_BEFORE_RESULT: &str = "query-before-result";
     pub use crate::install::failpoints::{AFTER_CLAIM, AFTER_OUTCOME, AFTER_RECEIPT};

@@ -59,7 +59,6 @@ pub struct ManagedConsentResolutionResult {
 
 impl ManagedConsentResolutionResult {
     /// Builds a result under the creation checks of reference §1.12 (1–7).
-    #[allow(dead_code)] // Produced by resolve/recover in the signed-decision slice.
     pub(crate) fn new(
         resolved: &ResolvedChallenge<'_>,
         outcome: &'static str,
@@ -69,6 +68,7 @@ impl ManagedConsentResolutionResult {
         journal_revision: u64,
         journal_record_digest: &str,
     ) -> Result<ManagedConsentResolutionResult, ServiceError> {
+        crate::fail_point!(super::failpoints::CONSENT_BEFORE_RESULT);
         if !outcome::ALL.contains(&outcome) {
             return Err(ServiceError::Identity(
                 "managed consent resolution outcome is invalid",

@@ -4,6 +4,7 @@
 //! the case as a suffix.
 
 mod consent_publication;
+mod consent_resolution;
 mod crash;
 mod desired;
 mod fixture;
