@@ -35,6 +35,7 @@ macro_rules! fail_point {
 pub(crate) use fail_point;
 
 pub mod catalog;
+pub mod decision;
 mod cli;
 mod data_dir;
 mod demo;

@@ -22,6 +22,8 @@
 //! Expiry is a view, not a record: the state of a pending challenge is `expired` for an effective
 //! time at or after its `expires_at` (reference §1.9), computed on every read; nothing is written.
 
+mod assertion;
+pub use assertion::*;
 mod challenge;
 
 use std::ops::ControlFlow;
