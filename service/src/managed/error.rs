@@ -3,12 +3,13 @@
 //! because the reference lets them propagate with their own types (§1.2).
 
 use ctx_journal::OpenError;
-use ctx_projections::consent_store::ConsentStoreError;
+use ctx_projections::consent_store::{AssertionCodecError, ConsentStoreError};
 use ctx_projections::engine::{
     AuthorizeError, OpenEngineError, ProcessError, SnapshotError, StoreError,
 };
 use ctx_projections::query_store::QueryStoreError;
 
+use crate::decision::DecisionError;
 use crate::policy::PolicyStoreError;
 use crate::registry::RegistryError;
 
@@ -82,6 +83,12 @@ pub enum ServiceError {
     /// The consent broker store refused or failed.
     #[error(transparent)]
     Consent(#[from] ConsentStoreError),
+    /// A signed assertion's bytes are not a canonical assertion.
+    #[error(transparent)]
+    Assertion(#[from] AssertionCodecError),
+    /// The verifier registry refused (no exact verifier for the assertion, another process).
+    #[error(transparent)]
+    Decision(#[from] DecisionError),
     /// A named fail point fired (tests only: feature `failpoints`).
     #[error("fail point {name} fired: {detail}")]
     FailPoint { name: &'static str, detail: String },

@@ -18,6 +18,7 @@ use super::request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQuery
 use super::result::{
     ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedQueryServiceResult, PreparedManagedQuery,
 };
+use crate::decision::TrustedHumanDecisionVerifierRegistry;
 use crate::install::InstallActuators;
 use crate::planning::adapter::AdapterPorts;
 use crate::planning::benefit::NetBenefitPolicy;
@@ -45,6 +46,8 @@ pub struct ManagedQueryServiceConfig {
     pub skill_cas: Option<Arc<SkillCasRuntimeConfig>>,
     /// The consent broker's identity; `None` refuses interactive consent publication.
     pub consent: Option<ConsentBrokerConfig>,
+    /// The trusted verifiers of signed human decisions; `None` refuses `resolve_consent`.
+    pub verifier_registry: Option<Arc<TrustedHumanDecisionVerifierRegistry>>,
 }
 
 /// The identity a consent broker binds its challenges to (reference consent-and-skill-cas §3.1).
@@ -185,7 +188,7 @@ pub fn open_managed_query_service(
 }
 
 impl ManagedQueryService {
-    fn check_process(&self) -> Result<(), ServiceError> {
+    pub(crate) fn check_process(&self) -> Result<(), ServiceError> {
         if std::process::id() == self.pid {
             Ok(())
         } else {

@@ -263,6 +263,7 @@ fn open_service(
         policy_store_root: None,
         skill_cas: None,
         consent: None,
+        verifier_registry: None,
     })
     .unwrap()
 }

@@ -58,7 +58,7 @@ fn test_pending_consent_recovery_requires_no_verifier_or_authentication() {
     let (_, result) = prepare_public_consent(&setup, "pending-recovery");
     let challenge = result.challenge().unwrap();
 
-    // This service has no verifier registry: recovery of a pending challenge needs none.
+    // Recovery of a pending challenge authenticates nothing: no assertion, no verifier.
     let recovered = setup
         .service
         .recover_consent(challenge.challenge_digest())

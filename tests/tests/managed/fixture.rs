@@ -559,6 +559,7 @@ pub fn setup_at(root: &Path, options: Options) -> Setup {
     service_config.policy_store_root = Some(policy_root.clone());
     service_config.skill_cas = Some(skill_runtime.clone());
     service_config.consent = Some(consent_config());
+    service_config.verifier_registry = Some(verifier_registry());
     let service = open_managed_query_service(service_config).unwrap();
     Setup {
         _shared: shared,
@@ -615,6 +616,7 @@ pub fn config(
         policy_store_root: None,
         skill_cas: None,
         consent: None,
+        verifier_registry: None,
     }
 }
 
@@ -638,6 +640,7 @@ impl Setup {
         c.policy_store_root = Some(self.policy_root.clone());
         c.skill_cas = Some(self.skill_runtime.clone());
         c.consent = Some(consent_config());
+        c.verifier_registry = Some(verifier_registry());
         c
     }
 
@@ -804,4 +807,80 @@ impl Setup {
 /// A request for `work_ref` under the logical id `_digest(label)`.
 pub fn request(label: &str, work_ref: &str) -> ManagedQueryRequest {
     ManagedQueryRequest::new(&digest(label), work_ref).unwrap()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Signed human decisions (the seed's `_ConsentTestVerifier` and `_consent_assertion_payload`)
+// ------------------------------------------------------------------------------------------------
+
+pub const CONSENT_TEST_SECRET: &[u8] = b"managed-query-consent-test-key";
+pub const CONSENT_AUTHENTICATOR: &str = "managed-test-authenticator";
+
+/// The registry of the seed: one HMAC-SHA256 verifier for the test principal.
+pub fn verifier_registry() -> Arc<ctx_service::decision::TrustedHumanDecisionVerifierRegistry> {
+    use ctx_service::decision::{
+        HmacSha256Verifier, HumanDecisionVerifierRegistration,
+        TrustedHumanDecisionVerifierRegistry,
+    };
+    let verifier = Arc::new(HmacSha256Verifier::new(CONSENT_TEST_SECRET).unwrap());
+    let registration = HumanDecisionVerifierRegistration::new(
+        CONSENT_AUDIENCE,
+        CONSENT_AUTHENTICATOR,
+        digest("managed-test-principal"),
+        verifier,
+    )
+    .unwrap();
+    Arc::new(TrustedHumanDecisionVerifierRegistry::new(vec![registration]).unwrap())
+}
+
+/// What `_consent_assertion_payload` varies.
+#[derive(Debug, Clone)]
+pub struct AssertionSpec {
+    pub decision: &'static str,
+    pub nonce: String,
+    pub principal_digest: String,
+    pub authenticator_id: String,
+    pub audience: String,
+    pub issued_at: String,
+    pub expires_at: String,
+    pub valid_proof: bool,
+}
+
+impl Default for AssertionSpec {
+    fn default() -> Self {
+        AssertionSpec {
+            decision: "granted",
+            nonce: "managed-consent-nonce-1".to_owned(),
+            principal_digest: digest("managed-test-principal"),
+            authenticator_id: CONSENT_AUTHENTICATOR.to_owned(),
+            audience: CONSENT_AUDIENCE.to_owned(),
+            issued_at: "2026-08-03T12:00:00Z".to_owned(),
+            expires_at: "2026-08-03T12:30:00Z".to_owned(),
+            valid_proof: true,
+        }
+    }
+}
+
+/// `_consent_assertion_payload`: the wire bytes of an assertion on `challenge_digest`, signed
+/// with the test secret (or with an invalid proof).
+pub fn assertion_payload(challenge_digest: &str, spec: &AssertionSpec) -> Vec<u8> {
+    use ctx_projections::consent_store::{AssertionFields, SignedHumanDecisionAssertion};
+    let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+        challenge_digest: challenge_digest.to_owned(),
+        decision: spec.decision.to_owned(),
+        principal_digest: spec.principal_digest.clone(),
+        authenticator_id: spec.authenticator_id.clone(),
+        audience: spec.audience.clone(),
+        nonce: spec.nonce.clone(),
+        issued_at: spec.issued_at.clone(),
+        expires_at: spec.expires_at.clone(),
+        proof: b"unsigned".to_vec(),
+    })
+    .unwrap();
+    let proof = if spec.valid_proof {
+        ctx_service::decision::hmac_sha256_proof(CONSENT_TEST_SECRET, &unsigned.signing_bytes())
+    } else {
+        b"invalid-proof".to_vec()
+    };
+    unsigned.with_proof(proof).unwrap().encode().unwrap()
 }
