@@ -65,6 +65,11 @@ pub mod failpoints {
     /// Consent head checks see another committed plan id in the fresh snapshot (the seed's
     /// substituted snapshot of "never mixes plan A result with plan B consent").
     pub const CONSENT_SNAPSHOT_PLAN_DRIFT: &str = "consent-snapshot-plan-drift";
+    /// `resolve_consent`: after the broker recorded the authenticated decision, before the
+    /// journal commit (a crash there leaves a decision the journal never saw).
+    pub const CONSENT_AFTER_AUTHENTICATE: &str = "consent-after-authenticate";
+    /// `resolve_consent`: the decision commits without the broker's settlement (a crash between).
+    pub const CONSENT_BEFORE_SETTLE: &str = "consent-before-settle";
     /// `recover_consent` / `resolve_consent`: after the durable work, before the result.
     pub const CONSENT_BEFORE_RESULT: &str = "consent-before-result";
     /// `prepare` / `reopen`: after the planned mark, before the result is built.
