@@ -936,3 +936,1076 @@ mod derivation {
         ));
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// The decision lifecycle (reference §1.10–§1.12)
+// ------------------------------------------------------------------------------------------------
+
+mod lifecycle {
+    use std::cell::Cell;
+
+    use super::*;
+
+    fn accept(_: &SignedHumanDecisionAssertion, _: &[u8]) -> bool {
+        true
+    }
+
+    fn refuse_all(_: &SignedHumanDecisionAssertion, _: &[u8]) -> bool {
+        false
+    }
+
+    /// An assertion for `c` (granted by the test principal) with `nonce`, issued and expiring at
+    /// the given times; the proof is a placeholder (the test verifiers do not check it).
+    fn signed(
+        c: &InstallConsentChallenge,
+        nonce: &str,
+        issued_at: &str,
+        expires_at: &str,
+    ) -> SignedHumanDecisionAssertion {
+        SignedHumanDecisionAssertion::new(AssertionFields {
+            challenge_digest: c.challenge_digest().to_owned(),
+            decision: "granted".into(),
+            principal_digest: d("principal"),
+            authenticator_id: "authn-1".into(),
+            audience: AUDIENCE.into(),
+            nonce: nonce.into(),
+            issued_at: issued_at.into(),
+            expires_at: expires_at.into(),
+            proof: b"proof".to_vec(),
+        })
+        .unwrap()
+    }
+
+    fn with(
+        a: &SignedHumanDecisionAssertion,
+        edit: impl FnOnce(&mut AssertionFields),
+    ) -> SignedHumanDecisionAssertion {
+        let mut f = a.fields().clone();
+        edit(&mut f);
+        SignedHumanDecisionAssertion::new(f).unwrap()
+    }
+
+    fn reservation(c: &InstallConsentChallenge, event: &str) -> Reservation {
+        Reservation {
+            scope: c.scope().clone(),
+            event_id: event.into(),
+            event_content_digest: d(event),
+            consent_id: c.challenge_id().into(),
+            decision: HumanDecision::Granted,
+            policy_snapshot_digest: c.policy_snapshot_digest().into(),
+            requested_action_id: c.requested_action_id().into(),
+            requested_action_kind: c.requested_action_kind().into(),
+            requested_action_content_digest: c.requested_action_content_digest().into(),
+            requested_action_precondition_revision: c.requested_action_precondition_revision(),
+            install_expires_at: c.expires_at().into(),
+        }
+    }
+
+    fn kinds(store: &ConsentStore, id: &str) -> Vec<String> {
+        let stream = challenge_stream(id).unwrap();
+        let records = store.journal().read_stream(&stream, 1, 100).unwrap();
+        records.into_iter().map(|r| r.kind).collect()
+    }
+
+    fn head(store: &ConsentStore) -> u64 {
+        store.journal().head_position().unwrap()
+    }
+
+    fn assert_rebuild_equal(store: &ConsentStore) {
+        let report = store.projections().check(CONSENT_STORE_PROJECTION).unwrap();
+        assert!(report.is_equal(), "{report:?}");
+    }
+
+    /// A store with challenge `id` created at 10:00 (expiring 11:00), decision-ready from an
+    /// assertion with `nonce` issued 10:01, expiring 10:30, verified and marked at 10:02.
+    fn ready(
+        store: &ConsentStore,
+        id: &str,
+        nonce: &str,
+    ) -> (InstallConsentChallenge, VerifiedHumanDecision) {
+        let c = challenge(id);
+        store.create_challenge(&c, t(NOW)).unwrap();
+        let a = signed(&c, nonce, "2026-12-01T10:01:00Z", "2026-12-01T10:30:00Z");
+        let at = t("2026-12-01T10:02:00Z");
+        let decision = store.verify_human_decision(id, &a, &accept, at).unwrap();
+        store.mark_decision_ready(&decision, at).unwrap();
+        (c, decision)
+    }
+
+    #[test]
+    fn pending_to_decision_ready_to_reserved_to_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let c = challenge("consent-1");
+        store.create_challenge(&c, t(NOW)).unwrap();
+        let a = signed(
+            &c,
+            "nonce-1",
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let calls = Cell::new(0);
+        let verify = |a: &SignedHumanDecisionAssertion, bytes: &[u8]| {
+            calls.set(calls.get() + 1);
+            bytes == a.signing_bytes().as_slice()
+        };
+        let before = head(&store);
+        let decision = store
+            .verify_human_decision("consent-1", &a, &verify, t("2026-12-01T10:02:00Z"))
+            .unwrap();
+        assert_eq!(calls.get(), 1);
+        // Verifying a pending challenge writes nothing: the nonce and the floor go with the mark.
+        assert_eq!(head(&store), before);
+        assert_eq!(decision.challenge_id(), "consent-1");
+        assert_eq!(decision.challenge_digest(), c.challenge_digest());
+        assert_eq!(decision.decision(), HumanDecision::Granted);
+        assert_eq!(decision.assertion_nonce_digest(), a.nonce_digest());
+        assert_eq!(decision.expires_at(), "2026-12-01T10:30:00Z");
+
+        let ready = store
+            .mark_decision_ready(&decision, t("2026-12-01T10:02:00Z"))
+            .unwrap();
+        assert_eq!(ready.state(), ChallengeState::DecisionReady);
+        assert_eq!(ready.decision(), Some("granted"));
+        assert_eq!(ready.principal_digest(), Some(d("principal").as_str()));
+        assert_eq!(ready.authenticator_id(), Some("authn-1"));
+        assert_eq!(ready.audience(), Some(AUDIENCE));
+        assert_eq!(
+            ready.assertion_nonce_digest(),
+            Some(a.nonce_digest().as_str())
+        );
+        assert_eq!(
+            ready.decision_issued_at().as_deref(),
+            Some("2026-12-01T10:01:00Z")
+        );
+        assert_eq!(
+            ready.decision_expires_at().as_deref(),
+            Some("2026-12-01T10:30:00Z")
+        );
+        assert_eq!(
+            ready.decision_recorded_at().as_deref(),
+            Some("2026-12-01T10:02:00Z")
+        );
+        assert_eq!(ready.reservation_event_id(), None);
+        assert_eq!(ready.revision(), 2);
+        assert_eq!(
+            kinds(&store, "consent-1"),
+            [CHALLENGE_KIND, DECISION_READY_KIND]
+        );
+        // One append: the decision and the floor raise on the identity stream.
+        assert_eq!(head(&store), before + 2);
+        let identity = store.identity_entry().unwrap().unwrap();
+        assert_eq!(
+            identity.trusted_time_high_water,
+            Some(t("2026-12-01T10:02:00Z").0)
+        );
+        assert_eq!(identity.revision, 2);
+        let ids = store
+            .journal()
+            .read_stream(&identity_stream().unwrap(), 2, 1)
+            .unwrap();
+        assert_eq!(ids[0].kind, TRUSTED_TIME_KIND);
+        assert_eq!(
+            ids[0].payload,
+            b"{\"schema\":\"ctx.install-consent-broker-trusted-time-v1\",\"trusted_time_high_water\":\"2026-12-01T10:02:00Z\"}"
+        );
+        // The payload is canonical ASCII JSON bound to the challenge digest.
+        let records = store
+            .journal()
+            .read_stream(&challenge_stream("consent-1").unwrap(), 2, 1)
+            .unwrap();
+        assert_eq!(
+            records[0].event_id,
+            format!("ctx-consent-r2:{}", c.challenge_digest())
+        );
+        assert_eq!(
+            String::from_utf8(records[0].payload.clone()).unwrap(),
+            format!(
+                "{{\"assertion_nonce_digest\":\"{}\",\"audience\":\"{AUDIENCE}\",\"authenticator_id\":\"authn-1\",\"challenge_digest\":\"{}\",\"decision\":\"granted\",\"decision_expires_at\":\"2026-12-01T10:30:00Z\",\"decision_issued_at\":\"2026-12-01T10:01:00Z\",\"principal_digest\":\"{}\",\"schema\":\"ctx.install-consent-decision-ready-v1\"}}",
+                a.nonce_digest(),
+                c.challenge_digest(),
+                d("principal")
+            )
+        );
+        let entry = store.entry("consent-1").unwrap().unwrap();
+        assert_eq!(entry.lifecycle.nonce_history_count, 1);
+        assert_eq!(
+            entry.lifecycle.nonce_history_digest,
+            nonce_record_digest(
+                "consent-1",
+                &a.nonce_digest(),
+                &nonce_history_genesis("consent-1"),
+                t("2026-12-01T10:02:00Z"),
+                1
+            )
+        );
+        // The floor holds for a slower clock: the effective time is 10:02.
+        let slow = store.get("consent-1", t("2026-12-01T09:00:00Z")).unwrap();
+        assert_eq!(slow, ready);
+
+        let token = store
+            .reserve(
+                &decision,
+                &reservation(&c, "event-1"),
+                t("2026-12-01T10:03:00Z"),
+            )
+            .unwrap();
+        assert_eq!(token.event_id(), "event-1");
+        let reserved = store.get("consent-1", t("2026-12-01T10:03:00Z")).unwrap();
+        assert_eq!(reserved.state(), ChallengeState::Reserved);
+        assert_eq!(reserved.reservation_event_id(), Some("event-1"));
+        assert_eq!(
+            reserved.reservation_event_content_digest(),
+            Some(d("event-1").as_str())
+        );
+        assert_eq!(
+            reserved.reserved_at().as_deref(),
+            Some("2026-12-01T10:03:00Z")
+        );
+        assert!(
+            store
+                .entry("consent-1")
+                .unwrap()
+                .unwrap()
+                .lifecycle
+                .reservation
+                .unwrap()
+                .token_digest
+                .is_some()
+        );
+        // A second reservation of the same decision is a replay.
+        assert_eq!(
+            store
+                .reserve(
+                    &decision,
+                    &reservation(&c, "event-2"),
+                    t("2026-12-01T10:03:00Z")
+                )
+                .unwrap_err()
+                .to_string(),
+            "install consent decision is already reserved"
+        );
+
+        let settled = store.settle(token, t("2026-12-01T10:04:00Z")).unwrap();
+        assert_eq!(settled.state(), ChallengeState::Settled);
+        assert_eq!(settled.settled_at(), Some("2026-12-01T10:04:00Z"));
+        assert_eq!(settled.reservation_event_id(), Some("event-1"));
+        assert_eq!(
+            settled.reserved_at().as_deref(),
+            Some("2026-12-01T10:03:00Z")
+        );
+        assert_eq!(
+            kinds(&store, "consent-1"),
+            [
+                CHALLENGE_KIND,
+                DECISION_READY_KIND,
+                RESERVED_KIND,
+                SETTLED_KIND
+            ]
+        );
+        let entry = store.entry("consent-1").unwrap().unwrap();
+        assert_eq!(entry.lifecycle.reservation.unwrap().token_digest, None);
+        // Settled is terminal and untouched by time.
+        let late = store.get("consent-1", t("2027-01-01T00:00:00Z")).unwrap();
+        assert_eq!(late.state(), ChallengeState::Settled);
+        assert_eq!(store.inspect_record("consent-1").unwrap(), settled);
+        assert_eq!(
+            store
+                .verify_human_decision("consent-1", &a, &accept, t("2026-12-01T10:05:00Z"))
+                .unwrap_err()
+                .to_string(),
+            "install consent decision is already settled"
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn a_replayed_nonce_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (_, _) = ready(&store, "consent-1", "nonce-1");
+        let c2 = challenge("consent-2");
+        store.create_challenge(&c2, t(NOW)).unwrap();
+        let before = head(&store);
+        let a = signed(
+            &c2,
+            "nonce-1",
+            "2026-12-01T10:03:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let calls = Cell::new(0);
+        let counting = |_: &SignedHumanDecisionAssertion, _: &[u8]| {
+            calls.set(calls.get() + 1);
+            true
+        };
+        let e = store
+            .verify_human_decision("consent-2", &a, &counting, t("2026-12-01T10:04:00Z"))
+            .unwrap_err();
+        assert_eq!(e, NONCE_REPLAY);
+        assert_eq!(
+            e.to_string(),
+            "verified human decision nonce was already recorded"
+        );
+        assert!(matches!(e, ConsentStoreError::Conflict { .. }));
+        assert_eq!(calls.get(), 0);
+        assert_eq!(head(&store), before);
+        // Two decisions verified with one nonce for two challenges: the first mark wins, the
+        // projection refuses the second inside its append.
+        let c3 = challenge("consent-3");
+        store.create_challenge(&c3, t(NOW)).unwrap();
+        let a2 = signed(
+            &c2,
+            "nonce-2",
+            "2026-12-01T10:03:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let a3 = signed(
+            &c3,
+            "nonce-2",
+            "2026-12-01T10:03:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let at = t("2026-12-01T10:04:00Z");
+        let d2 = store
+            .verify_human_decision("consent-2", &a2, &accept, at)
+            .unwrap();
+        let d3 = store
+            .verify_human_decision("consent-3", &a3, &accept, at)
+            .unwrap();
+        store.mark_decision_ready(&d2, at).unwrap();
+        let before = head(&store);
+        assert_eq!(
+            store.mark_decision_ready(&d3, at).unwrap_err(),
+            NONCE_REPLAY
+        );
+        assert_eq!(head(&store), before);
+        let raw = ConsentStore::lifecycle_append(
+            &store.stored("consent-3").unwrap().unwrap(),
+            &[super::super::lifecycle::Lifecycle::DecisionReady {
+                decision: "granted".into(),
+                principal_digest: d("principal"),
+                authenticator_id: "authn-1".into(),
+                audience: AUDIENCE.into(),
+                assertion_nonce_digest: a3.nonce_digest(),
+                issued_at: t("2026-12-01T10:03:00Z"),
+                expires_at: t("2026-12-01T10:30:00Z"),
+            }],
+            at,
+        )
+        .unwrap();
+        let e = store.journal().append(raw).unwrap_err();
+        assert!(
+            matches!(&e, AppendError::Hook { code: Some(code), .. } if *code == codes::CONSENT_NONCE_REPLAY),
+            "{e:?}"
+        );
+        assert_eq!(append_error(e), NONCE_REPLAY);
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn verification_refusals_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let c = challenge("consent-1");
+        store.create_challenge(&c, t(NOW)).unwrap();
+        let a = signed(
+            &c,
+            "nonce-1",
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let at = t("2026-12-01T10:02:00Z");
+        let before = head(&store);
+        let msg = |id: &str,
+                   a: &SignedHumanDecisionAssertion,
+                   v: &dyn Fn(&SignedHumanDecisionAssertion, &[u8]) -> bool| {
+            store.verify_human_decision(id, a, v, at).unwrap_err()
+        };
+        assert_eq!(msg("consent-9", &a, &accept), NOT_FOUND_ID);
+        assert_eq!(
+            msg("-bad", &a, &accept).to_string(),
+            "challenge_id must be a bounded canonical token"
+        );
+        let cases: [(SignedHumanDecisionAssertion, &str); 4] = [
+            (
+                with(&a, |f| f.audience = "another-broker".into()),
+                "signed assertion audience does not match this broker",
+            ),
+            (
+                with(&a, |f| f.challenge_digest = d("other")),
+                "signed assertion does not bind the exact challenge digest",
+            ),
+            (
+                with(&a, |f| f.issued_at = "2026-12-01T10:02:00.000001Z".into()),
+                "signed assertion was issued in the future",
+            ),
+            (
+                with(&a, |f| f.expires_at = "2026-12-01T11:00:00.000001Z".into()),
+                "signed assertion outlives the exact install challenge",
+            ),
+        ];
+        for (bad, sentence) in cases {
+            let e = msg("consent-1", &bad, &accept);
+            assert_eq!(e.to_string(), sentence);
+            assert!(matches!(e, ConsentStoreError::Rejected { .. }), "{e:?}");
+        }
+        let e = msg("consent-1", &a, &refuse_all);
+        assert_eq!(
+            e.to_string(),
+            "signed human decision signature was not verified"
+        );
+        assert!(matches!(e, ConsentStoreError::Rejected { .. }));
+        let panicking =
+            |_: &SignedHumanDecisionAssertion, _: &[u8]| -> bool { panic!("verifier failed") };
+        assert_eq!(
+            msg("consent-1", &a, &panicking).to_string(),
+            "signed human decision verifier rejected the assertion"
+        );
+        assert_eq!(head(&store), before);
+        assert_eq!(
+            store.get("consent-1", at).unwrap().state(),
+            ChallengeState::Pending
+        );
+        // An assertion that expired by the time it is verified: Expired after the floor is
+        // written (the reference commits the high-water before raising).
+        let late = t("2026-12-01T10:30:00Z");
+        let e = store
+            .verify_human_decision("consent-1", &a, &accept, late)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "signed assertion has expired");
+        assert!(matches!(e, ConsentStoreError::Expired { .. }));
+        assert_eq!(
+            store
+                .identity_entry()
+                .unwrap()
+                .unwrap()
+                .trusted_time_high_water,
+            Some(late.0)
+        );
+        assert_eq!(kinds(&store, "consent-1"), [CHALLENGE_KIND]);
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn a_decision_is_bound_to_the_store_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let c = challenge("consent-1");
+        store.create_challenge(&c, t(NOW)).unwrap();
+        let a = signed(
+            &c,
+            "nonce-1",
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let at = t("2026-12-01T10:02:00Z");
+        let decision = store
+            .verify_human_decision("consent-1", &a, &accept, at)
+            .unwrap();
+        let other = ConsentStore::open(Arc::clone(store.journal()), AUDIENCE).unwrap();
+        let e = other.mark_decision_ready(&decision, at).unwrap_err();
+        assert_eq!(e, NOT_PROCESS_BOUND);
+        assert_eq!(
+            e.to_string(),
+            "VerifiedHumanDecision is not process-bound to this broker instance"
+        );
+        // The issuing instance records it; the other instance cannot reserve with it either.
+        store.mark_decision_ready(&decision, at).unwrap();
+        assert_eq!(
+            other
+                .reserve(&decision, &reservation(&c, "event-1"), at)
+                .unwrap_err(),
+            NOT_PROCESS_BOUND
+        );
+        // A second mark of the same decision is a replay.
+        assert_eq!(
+            store
+                .mark_decision_ready(&decision, at)
+                .unwrap_err()
+                .to_string(),
+            "install consent record is already decision-ready"
+        );
+    }
+
+    #[test]
+    fn expiry_of_a_decision_ready_challenge_is_sticky_once_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c, decision) = ready(&store, "consent-1", "nonce-1");
+        let before = head(&store);
+        // A reader with a fast clock sees the view; nothing is written.
+        let view = store.get("consent-1", t("2026-12-01T11:00:00Z")).unwrap();
+        assert_eq!(view.state(), ChallengeState::Expired);
+        assert_eq!(view.expired_at(), Some("2026-12-01T11:00:00Z"));
+        assert_eq!(view.decision(), Some("granted"));
+        assert_eq!(head(&store), before);
+        // The decision's own TTL (10:30) passed first: re-authentication, as a view.
+        assert_eq!(
+            store
+                .get("consent-1", t("2026-12-01T10:45:00Z"))
+                .unwrap()
+                .state(),
+            ChallengeState::ReauthenticationRequired
+        );
+        assert_eq!(
+            store
+                .get("consent-1", t("2026-12-01T10:10:00Z"))
+                .unwrap()
+                .state(),
+            ChallengeState::DecisionReady
+        );
+        // An operation that writes observes the expiry: it is written, then Expired is raised.
+        let e = store
+            .reserve(
+                &decision,
+                &reservation(&c, "event-1"),
+                t("2026-12-01T11:00:00Z"),
+            )
+            .unwrap_err();
+        assert_eq!(e, EXPIRED);
+        assert_eq!(
+            kinds(&store, "consent-1"),
+            [CHALLENGE_KIND, DECISION_READY_KIND, EXPIRED_KIND]
+        );
+        // Sticky: an earlier clock no longer sees it decision-ready.
+        let record = store.get("consent-1", t("2026-12-01T10:10:00Z")).unwrap();
+        assert_eq!(record.state(), ChallengeState::Expired);
+        // The tombstone reads as the view did (only the folded revision moved).
+        assert_eq!(record.expired_at(), view.expired_at());
+        assert_eq!(record.decision(), view.decision());
+        assert_eq!((view.revision(), record.revision()), (2, 3));
+        assert_eq!(
+            store.inspect_record("consent-1").unwrap().state(),
+            ChallengeState::Expired
+        );
+        assert_eq!(
+            store
+                .reserve(
+                    &decision,
+                    &reservation(&c, "event-1"),
+                    t("2026-12-01T10:10:00Z")
+                )
+                .unwrap_err()
+                .to_string(),
+            "install consent decision is already expired"
+        );
+        assert_eq!(
+            store
+                .entry("consent-1")
+                .unwrap()
+                .unwrap()
+                .lifecycle
+                .expired_at,
+            Some(t("2026-12-01T11:00:00Z").0)
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn a_lapsed_decision_is_not_reserved() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c, decision) = ready(&store, "consent-1", "nonce-1");
+        let e = store
+            .reserve(
+                &decision,
+                &reservation(&c, "event-1"),
+                t("2026-12-01T10:30:00Z"),
+            )
+            .unwrap_err();
+        assert_eq!(e, EXPIRED);
+        assert_eq!(
+            kinds(&store, "consent-1"),
+            [
+                CHALLENGE_KIND,
+                DECISION_READY_KIND,
+                REAUTHENTICATION_REQUIRED_KIND
+            ]
+        );
+        // Re-authentication needs a fresh nonce and the same decision identity.
+        let same = signed(
+            &c,
+            "nonce-1",
+            "2026-12-01T10:31:00Z",
+            "2026-12-01T10:50:00Z",
+        );
+        let at = t("2026-12-01T10:32:00Z");
+        assert_eq!(
+            store
+                .verify_human_decision("consent-1", &same, &accept, at)
+                .unwrap_err()
+                .to_string(),
+            "reconciliation requires a fresh nonce in the signed assertion"
+        );
+        let other = with(&same, |f| {
+            f.nonce = "nonce-2".into();
+            f.principal_digest = d("someone-else");
+        });
+        assert_eq!(
+            store
+                .verify_human_decision("consent-1", &other, &accept, at)
+                .unwrap_err()
+                .to_string(),
+            "reverified assertion does not match the decision-ready record"
+        );
+        let fresh = with(&same, |f| f.nonce = "nonce-2".into());
+        let again = store
+            .verify_human_decision("consent-1", &fresh, &accept, at)
+            .unwrap();
+        let record = store.mark_decision_ready(&again, at).unwrap();
+        assert_eq!(record.state(), ChallengeState::DecisionReady);
+        assert_eq!(
+            record.assertion_nonce_digest(),
+            Some(fresh.nonce_digest().as_str())
+        );
+        assert_eq!(
+            store
+                .entry("consent-1")
+                .unwrap()
+                .unwrap()
+                .lifecycle
+                .nonce_history_count,
+            2
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn reverification_of_a_ready_decision_records_its_nonce() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c, first) = ready(&store, "consent-1", "nonce-1");
+        let a = signed(
+            &c,
+            "nonce-2",
+            "2026-12-01T10:05:00Z",
+            "2026-12-01T10:40:00Z",
+        );
+        let decision = store
+            .verify_human_decision("consent-1", &a, &accept, t("2026-12-01T10:06:00Z"))
+            .unwrap();
+        // The decision carries the record's nonce and times, not the new assertion's.
+        assert_eq!(decision, first);
+        assert_eq!(
+            kinds(&store, "consent-1"),
+            [CHALLENGE_KIND, DECISION_READY_KIND, NONCE_RECORDED_KIND]
+        );
+        let entry = store.entry("consent-1").unwrap().unwrap();
+        assert_eq!(entry.lifecycle.nonce_history_count, 2);
+        assert_eq!(
+            store
+                .identity_entry()
+                .unwrap()
+                .unwrap()
+                .trusted_time_high_water,
+            Some(t("2026-12-01T10:06:00Z").0)
+        );
+        // Its nonce is consumed.
+        assert_eq!(
+            store
+                .verify_human_decision("consent-1", &a, &accept, t("2026-12-01T10:07:00Z"))
+                .unwrap_err(),
+            NONCE_REPLAY
+        );
+        // The re-verified decision reserves like the first.
+        store
+            .reserve(
+                &decision,
+                &reservation(&c, "event-1"),
+                t("2026-12-01T10:07:00Z"),
+            )
+            .unwrap();
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn reserve_then_release_returns_to_decision_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c, decision) = ready(&store, "consent-1", "nonce-1");
+        let at = t("2026-12-01T10:03:00Z");
+        let mut wrong = reservation(&c, "event-1");
+        wrong.requested_action_precondition_revision += 1;
+        let before = head(&store);
+        assert_eq!(
+            store
+                .reserve(&decision, &wrong, at)
+                .unwrap_err()
+                .to_string(),
+            "interactive reservation does not match the exact install challenge"
+        );
+        let mut denied = reservation(&c, "event-1");
+        denied.decision = HumanDecision::Denied;
+        assert!(matches!(
+            store.reserve(&decision, &denied, at).unwrap_err(),
+            ConsentStoreError::Rejected { .. }
+        ));
+        assert_eq!(head(&store), before);
+        let token = store
+            .reserve(&decision, &reservation(&c, "event-1"), at)
+            .unwrap();
+        let released = store.release(token, t("2026-12-01T10:04:00Z")).unwrap();
+        assert_eq!(released.state(), ChallengeState::DecisionReady);
+        assert_eq!(released.reservation_event_id(), None);
+        assert_eq!(released.reserved_at(), None);
+        assert_eq!(
+            kinds(&store, "consent-1"),
+            [
+                CHALLENGE_KIND,
+                DECISION_READY_KIND,
+                RESERVED_KIND,
+                RELEASED_KIND
+            ]
+        );
+        // Reserved again, then settled in the same atomic append as another stream's record
+        // (the engine's decision event, in the service).
+        let token = store
+            .reserve(
+                &decision,
+                &reservation(&c, "event-2"),
+                t("2026-12-01T10:05:00Z"),
+            )
+            .unwrap();
+        let settle = store
+            .settle_append(&token, t("2026-12-01T10:06:00Z"))
+            .unwrap();
+        let engine = StreamAppend::new(
+            StreamId::derive("test.engine", b"scope").unwrap(),
+            ExpectedRevision::NoStream,
+            vec![NewRecord::new(
+                "event-2",
+                "test.decision",
+                Timestamp(0),
+                b"{}".to_vec(),
+            )],
+        );
+        let result = store
+            .journal()
+            .append_batch(vec![engine, settle.clone()])
+            .map(drop);
+        let settled = store.settle_outcome(&token, &settle, result).unwrap();
+        assert_eq!(settled.state(), ChallengeState::Settled);
+        assert_eq!(settled.reservation_event_id(), Some("event-2"));
+        // A retry of the same settlement is decided against the stored one.
+        let stale = Err(AppendError::WrongRevision {
+            stream: settle.stream,
+            expected: settle.expected,
+            current: 6,
+        });
+        assert_eq!(
+            store.settle_outcome(&token, &settle, stale).unwrap(),
+            settled
+        );
+        assert_eq!(
+            store
+                .release(token, t("2026-12-01T10:07:00Z"))
+                .unwrap_err()
+                .to_string(),
+            "interactive decision is no longer reserved"
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn reconcile_settles_on_committed_evidence_and_reopens_on_absence() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        // consent-1: reserved, then the settle never happened ("guard settlement failed").
+        let (c1, d1) = ready(&store, "consent-1", "nonce-1");
+        let r1 = reservation(&c1, "event-1");
+        let token = store.reserve(&d1, &r1, t("2026-12-01T10:03:00Z")).unwrap();
+        drop(token);
+        let at = t("2026-12-01T10:05:00Z");
+        assert_eq!(store.recover(at).unwrap().retained_reserved, 1);
+        let committed = DecisionEvidence::Committed {
+            event_id: "event-1".into(),
+            event_content_digest: d("event-1"),
+            head_revision: 7,
+            head_record_digest: d("head"),
+        };
+        let mut other = r1.clone();
+        other.event_id = "event-9".into();
+        other.event_content_digest = d("event-9");
+        assert_eq!(
+            store
+                .reconcile_install_decision(&other, &DecisionEvidence::AbsentAtExpectedHead, at)
+                .unwrap_err()
+                .to_string(),
+            "journal evidence does not match the persisted broker reservation"
+        );
+        let report = store
+            .reconcile_install_decision(&r1, &committed, at)
+            .unwrap();
+        assert_eq!(report.outcome, ReconciliationOutcome::Settled);
+        assert_eq!(report.journal_status, JournalStatus::Committed);
+        assert_eq!(report.record.state(), ChallengeState::Settled);
+        assert_eq!(report.record.settled_at(), Some("2026-12-01T10:05:00Z"));
+        assert_eq!(
+            report.record.reserved_at().as_deref(),
+            Some("2026-12-01T10:03:00Z")
+        );
+        // Idempotent; absence cannot reopen it.
+        let before = head(&store);
+        assert_eq!(
+            store
+                .reconcile_install_decision(&r1, &committed, at)
+                .unwrap()
+                .record,
+            report.record
+        );
+        assert_eq!(head(&store), before);
+        assert_eq!(
+            store
+                .reconcile_install_decision(&r1, &DecisionEvidence::AbsentAtExpectedHead, at)
+                .unwrap_err()
+                .to_string(),
+            "absence cannot reopen a settled install decision"
+        );
+
+        // consent-2: reserved, the event absent at the expected head → re-authentication.
+        let (c2, d2) = ready(&store, "consent-2", "nonce-2");
+        let r2 = reservation(&c2, "event-2");
+        drop(store.reserve(&d2, &r2, at).unwrap());
+        let quarantined = store
+            .reconcile_install_decision(&r2, &DecisionEvidence::HeadAdvanced, at)
+            .unwrap();
+        assert_eq!(quarantined.outcome, ReconciliationOutcome::Quarantined);
+        assert_eq!(quarantined.journal_status, JournalStatus::HeadAdvanced);
+        assert_eq!(quarantined.record.state(), ChallengeState::Reserved);
+        let report = store
+            .reconcile_install_decision(&r2, &DecisionEvidence::AbsentAtExpectedHead, at)
+            .unwrap();
+        assert_eq!(
+            report.outcome,
+            ReconciliationOutcome::ReauthenticationRequired
+        );
+        assert_eq!(report.journal_status, JournalStatus::AbsentAtExpectedHead);
+        assert_eq!(
+            report.record.state(),
+            ChallengeState::ReauthenticationRequired
+        );
+        assert_eq!(report.record.reservation_event_id(), None);
+        assert_eq!(report.record.decision(), Some("granted"));
+
+        // consent-3: decision-ready, absent after the challenge expired → expired.
+        let (c3, _) = ready(&store, "consent-3", "nonce-3");
+        let r3 = reservation(&c3, "event-3");
+        let report = store
+            .reconcile_install_decision(
+                &r3,
+                &DecisionEvidence::AbsentAtExpectedHead,
+                t("2026-12-01T11:00:00Z"),
+            )
+            .unwrap();
+        assert_eq!(report.outcome, ReconciliationOutcome::Expired);
+        assert_eq!(report.record.state(), ChallengeState::Expired);
+        assert_eq!(*kinds(&store, "consent-3").last().unwrap(), EXPIRED_KIND);
+
+        // A pending challenge has no decision: the exact check refuses it.
+        let c4 = challenge("consent-4");
+        store.create_challenge(&c4, t(NOW)).unwrap();
+        assert_eq!(
+            store
+                .reconcile_install_decision(&reservation(&c4, "event-4"), &committed, at)
+                .unwrap_err()
+                .to_string(),
+            "journal evidence does not match the exact broker decision and reservation"
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn recover_writes_due_transitions_and_retains_reservations() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c1, d1) = ready(&store, "consent-1", "nonce-1");
+        drop(
+            store
+                .reserve(&d1, &reservation(&c1, "event-1"), t("2026-12-01T10:03:00Z"))
+                .unwrap(),
+        );
+        ready(&store, "consent-2", "nonce-2");
+        let mut late = fields("consent-3");
+        late.expires_at = "2026-12-01T10:20:00Z".into();
+        store
+            .create_challenge(&InstallConsentChallenge::new(late).unwrap(), t(NOW))
+            .unwrap();
+        store
+            .create_challenge(&challenge("consent-4"), t(NOW))
+            .unwrap();
+        let report = store.recover(t("2026-12-01T10:40:00Z")).unwrap();
+        assert_eq!(
+            report,
+            RecoveryReport {
+                expired: 1,
+                reauthentication_required: 1,
+                retained_reserved: 1,
+            }
+        );
+        let state = |id: &str| store.inspect_record(id).unwrap().state();
+        assert_eq!(state("consent-1"), ChallengeState::Reserved);
+        assert_eq!(state("consent-2"), ChallengeState::ReauthenticationRequired);
+        assert_eq!(state("consent-3"), ChallengeState::Expired);
+        assert_eq!(state("consent-4"), ChallengeState::Pending);
+        // Nothing is due any more at that time.
+        assert_eq!(
+            store.recover(t("2026-12-01T10:40:00Z")).unwrap(),
+            RecoveryReport {
+                retained_reserved: 1,
+                ..RecoveryReport::default()
+            }
+        );
+        assert_rebuild_equal(&store);
+        // A reopen re-validates the identity with its floor and every record.
+        drop(store);
+        let store = ConsentStore::open(open_journal(dir.path(), 1), AUDIENCE).unwrap();
+        assert_eq!(
+            store.inspect_record("consent-2").unwrap().state(),
+            ChallengeState::ReauthenticationRequired
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn the_projection_refuses_illegal_transitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let c = challenge("consent-1");
+        store.create_challenge(&c, t(NOW)).unwrap();
+        let stored = store.stored("consent-1").unwrap().unwrap();
+        use super::super::lifecycle::{ExpiryCause, Lifecycle, SettleBasis};
+        let forged = [
+            Lifecycle::Settled {
+                event_id: "event-1".into(),
+                event_content_digest: d("event-1"),
+                basis: SettleBasis::CommittedEvidence {
+                    head_revision: 1,
+                    head_record_digest: d("head"),
+                },
+            },
+            Lifecycle::Reserved {
+                event_id: "event-1".into(),
+                event_content_digest: d("event-1"),
+                token_digest: d("token"),
+            },
+            // An expiry before the challenge expired.
+            Lifecycle::Expired {
+                cause: ExpiryCause::ChallengeExpired,
+            },
+        ];
+        for record in forged {
+            let append =
+                ConsentStore::lifecycle_append(&stored, &[record], t("2026-12-01T10:05:00Z"))
+                    .unwrap();
+            let e = store.journal().append(append).unwrap_err();
+            assert!(
+                matches!(&e, AppendError::Hook { code: Some(code), .. } if *code == codes::CONSENT_TRANSITION),
+                "{e:?}"
+            );
+        }
+        // A lifecycle record at the wrong revision (event id of revision 3 at revision 2).
+        let mut append = ConsentStore::lifecycle_append(
+            &stored,
+            &[Lifecycle::Expired {
+                cause: ExpiryCause::ChallengeExpired,
+            }],
+            t("2026-12-01T11:00:00Z"),
+        )
+        .unwrap();
+        append.records[0].event_id = format!("ctx-consent-r3:{}", c.challenge_digest());
+        let e = store.journal().append(append).unwrap_err();
+        assert!(
+            matches!(&e, AppendError::Hook { code: Some(code), .. } if *code == codes::CONSENT_RECORD_INVALID),
+            "{e:?}"
+        );
+        // A non-canonical payload.
+        let mut append = ConsentStore::lifecycle_append(
+            &stored,
+            &[Lifecycle::Expired {
+                cause: ExpiryCause::ChallengeExpired,
+            }],
+            t("2026-12-01T11:00:00Z"),
+        )
+        .unwrap();
+        append.records[0].payload = String::from_utf8(append.records[0].payload.clone())
+            .unwrap()
+            .replacen(':', ": ", 1)
+            .into_bytes();
+        assert!(store.journal().append(append).is_err());
+        // A foreign record on the identity stream.
+        let e = store
+            .journal()
+            .append(StreamAppend::new(
+                identity_stream().unwrap(),
+                ExpectedRevision::Exact(1),
+                vec![NewRecord::new(
+                    "x-1",
+                    "test.other",
+                    Timestamp(0),
+                    b"{}".to_vec(),
+                )],
+            ))
+            .unwrap_err();
+        assert!(matches!(e, AppendError::Hook { .. }), "{e:?}");
+        assert_eq!(kinds(&store, "consent-1"), [CHALLENGE_KIND]);
+        assert_rebuild_equal(&store);
+    }
+
+    #[test]
+    fn a_tampered_lifecycle_record_or_entry_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = open(dir.path());
+            let (c, decision) = ready(&store, "consent-1", "nonce-1");
+            drop(
+                store
+                    .reserve(
+                        &decision,
+                        &reservation(&c, "event-1"),
+                        t("2026-12-01T10:03:00Z"),
+                    )
+                    .unwrap(),
+            );
+            // An index entry edited to claim `settled`: the re-fold disagrees.
+            let mut entry = store.entry("consent-1").unwrap().unwrap();
+            entry.lifecycle.state = ChallengeState::Settled.code();
+            let bytes = archive::to_bytes(&entry).unwrap();
+            store
+                .journal()
+                .maintain(|tx| {
+                    tx.insert(CONSENT_CHALLENGES_TABLE, b"consent-1", &bytes)
+                        .map(|()| ((), true))
+                        .map_err(HookError::from)
+                })
+                .unwrap();
+            let e = store
+                .get("consent-1", t("2026-12-01T10:04:00Z"))
+                .unwrap_err();
+            assert_eq!(e.to_string(), "consent broker index authentication failed");
+            store
+                .projections()
+                .rebuild(CONSENT_STORE_PROJECTION)
+                .unwrap();
+            assert_eq!(
+                store
+                    .get("consent-1", t("2026-12-01T10:04:00Z"))
+                    .unwrap()
+                    .state(),
+                ChallengeState::Reserved
+            );
+        }
+        // The reserved record's event id edited on disk (same length): the MAC fails.
+        let hits = tamper_file(
+            dir.path(),
+            b"\"reservation_event_id\":\"event-1\"",
+            b"\"reservation_event_id\":\"event-7\"",
+        );
+        assert!(hits >= 1);
+        let journal = open_journal(dir.path(), 1);
+        let e = ConsentStore::open(Arc::clone(&journal), AUDIENCE).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "consent broker journal authentication failed"
+        );
+    }
+}
