@@ -8,7 +8,7 @@ use ctx_service::{ManagedConsentResolutionResult, ManagedDesiredSetResult, Servi
 
 use super::assert_not_impl;
 use super::desired::desired;
-use super::fixture::{Options, Setup, scope, setup_with};
+use super::fixture::{AssertionSpec, Options, Setup, assertion_payload, scope, setup_with};
 use crate::support::FailPoints;
 
 assert_not_impl!(ManagedConsentResolutionResult, Clone);
@@ -206,4 +206,98 @@ fn test_expired_old_challenge_cannot_cancel_refreshed_current_consent() {
     assert_eq!(after.revision(), before.revision());
     assert_eq!(after.head_record_digest(), before.head_record_digest());
     assert_eq!(after.state().unwrap().pending_consents, replacement);
+}
+
+// 40
+#[test]
+fn test_service_resolves_signed_grant_and_recovers_installed_inactive() {
+    let setup = setup_with(installable());
+    let (_, desired_result) = prepare_public_consent(&setup, "signed-consent");
+    let challenge = desired_result.challenge().unwrap();
+
+    let result = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            challenge.challenge_digest(),
+            &AssertionSpec::default(),
+        ))
+        .unwrap();
+    let recovered = setup
+        .service
+        .recover_consent(challenge.challenge_digest())
+        .unwrap();
+
+    for r in [&result, &recovered] {
+        assert_eq!(r.outcome(), "installed-inactive");
+        assert_eq!(r.reason_code(), "physical-install-applied");
+        assert!(r.next_challenge().is_none());
+    }
+    assert_eq!(result.capability_id(), challenge.capability_id());
+    assert_eq!(result.kind(), challenge.kind());
+    assert_eq!(result.challenge_digest(), challenge.challenge_digest());
+    assert!(result.journal_revision() >= desired_result.journal_revision() + 2);
+    assert_eq!(result.journal_record_digest().len(), 64);
+    assert_eq!(setup.body_source.load_calls(), 1);
+    // `__slots__`: exactly these nine accessors (no public fields, no other accessor).
+    let _slots = (
+        result.actions(),
+        result.capability_id(),
+        result.challenge_digest(),
+        result.journal_record_digest(),
+        result.journal_revision(),
+        result.kind(),
+        result.next_challenge(),
+        result.outcome(),
+        result.reason_code(),
+    );
+    let repr = format!("{result:?}");
+    assert!(!repr.contains(&*setup.root.to_string_lossy()), "{repr}");
+    for forbidden in [
+        "scope",
+        "challenge_id",
+        "driver",
+        "binding",
+        "verifier",
+        "proof",
+        "principal_digest",
+    ] {
+        assert!(!repr.contains(forbidden), "{forbidden} in {repr}");
+    }
+}
+
+// 41
+#[test]
+fn test_service_signed_denial_never_invokes_install_driver() {
+    let setup = setup_with(installable());
+    let (_, desired_result) = prepare_public_consent(&setup, "signed-denial");
+    let challenge = desired_result.challenge().unwrap();
+
+    let result = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            challenge.challenge_digest(),
+            &AssertionSpec {
+                decision: "denied",
+                nonce: "managed-consent-denial".to_owned(),
+                ..AssertionSpec::default()
+            },
+        ))
+        .unwrap();
+    let displaced = setup.root.join("skills-denial-recovery-displaced");
+    std::fs::rename(&setup.skill_root, &displaced).unwrap();
+    std::fs::create_dir(&setup.skill_root).unwrap();
+    std::fs::set_permissions(
+        &setup.skill_root,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let recovered = setup
+        .service
+        .recover_consent(challenge.challenge_digest())
+        .unwrap();
+
+    assert_eq!(result.outcome(), "denied");
+    assert_eq!(recovered.outcome(), "denied");
+    assert_eq!(result.reason_code(), "human-denied-install");
+    assert_eq!(setup.body_source.load_calls(), 0);
 }
