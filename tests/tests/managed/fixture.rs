@@ -884,3 +884,83 @@ pub fn assertion_payload(challenge_digest: &str, spec: &AssertionSpec) -> Vec<u8
     };
     unsigned.with_proof(proof).unwrap().encode().unwrap()
 }
+
+// ------------------------------------------------------------------------------------------------
+// Consent resolution helpers (direct engine commits, the broker store, other signers)
+// ------------------------------------------------------------------------------------------------
+
+impl Setup {
+    /// `open_managed_engine_composition` on the setup's files.
+    pub fn composition(&self) -> ctx_service::EngineComposition {
+        ctx_service::open_engine_composition(
+            &self.data_dir,
+            &self.artifact,
+            self.ports.clone(),
+            self.policy.clone(),
+            PLANNER_VERSION,
+            self.clock.clone(),
+        )
+        .unwrap()
+    }
+
+    /// The setup's decision event re-used as another event (the seed's `replace(original, ...)`).
+    pub fn event_like(
+        &self,
+        event_id: &str,
+        kind: EventKind,
+        expected_revision: u64,
+        payload: Json,
+    ) -> EngineEvent {
+        let mut event = self.managed_input.decision_event.clone();
+        event.event_id = event_id.to_owned();
+        event.kind = kind;
+        event.expected_revision = expected_revision;
+        event.payload = payload;
+        event
+    }
+
+    /// The broker store over the service's journal (the seed's `setup.consent_broker`).
+    pub fn consent_store(&self) -> ConsentStore {
+        ConsentStore::open(self.journal(), CONSENT_AUDIENCE).unwrap()
+    }
+
+    /// The broker record of a challenge digest, read at the trusted clock's time.
+    pub fn consent_record(
+        &self,
+        challenge_digest: &str,
+    ) -> ctx_projections::consent_store::ChallengeRecord {
+        let config = consent_config();
+        self.consent_store()
+            .get_by_challenge_digest(
+                challenge_digest,
+                &config.workspace_identity_digest,
+                &config.release_root_digest,
+                self.clock.now().unwrap(),
+            )
+            .unwrap()
+    }
+}
+
+/// `_consent_assertion_payload` with the proof made by `sign` over the signing bytes (another
+/// authenticator than the test secret, e.g. an Ed25519 device key).
+pub fn assertion_payload_signed(
+    challenge_digest: &str,
+    spec: &AssertionSpec,
+    sign: &dyn Fn(&[u8]) -> Vec<u8>,
+) -> Vec<u8> {
+    use ctx_projections::consent_store::{AssertionFields, SignedHumanDecisionAssertion};
+    let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+        challenge_digest: challenge_digest.to_owned(),
+        decision: spec.decision.to_owned(),
+        principal_digest: spec.principal_digest.clone(),
+        authenticator_id: spec.authenticator_id.clone(),
+        audience: spec.audience.clone(),
+        nonce: spec.nonce.clone(),
+        issued_at: spec.issued_at.clone(),
+        expires_at: spec.expires_at.clone(),
+        proof: b"unsigned".to_vec(),
+    })
+    .unwrap();
+    let proof = sign(&unsigned.signing_bytes());
+    unsigned.with_proof(proof).unwrap().encode().unwrap()
+}
