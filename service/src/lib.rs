@@ -35,9 +35,9 @@ macro_rules! fail_point {
 pub(crate) use fail_point;
 
 pub mod catalog;
-pub mod decision;
 mod cli;
 mod data_dir;
+pub mod decision;
 mod demo;
 mod error;
 pub mod install;

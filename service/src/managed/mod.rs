@@ -70,6 +70,9 @@ pub mod failpoints {
     pub const CONSENT_AFTER_AUTHENTICATE: &str = "consent-after-authenticate";
     /// `resolve_consent`: the decision commits without the broker's settlement (a crash between).
     pub const CONSENT_BEFORE_SETTLE: &str = "consent-before-settle";
+    /// `resolve_consent`: the decision and its settlement are committed, before the install is
+    /// finished (a crash before the claim).
+    pub const CONSENT_BEFORE_FINISH: &str = "consent-before-finish";
     /// `recover_consent` / `resolve_consent`: after the durable work, before the result.
     pub const CONSENT_BEFORE_RESULT: &str = "consent-before-result";
     /// `prepare` / `reopen`: after the planned mark, before the result is built.

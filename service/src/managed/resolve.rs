@@ -167,12 +167,16 @@ impl ManagedQueryService {
                                 .iter()
                                 .any(|e| e.action == *install_action)
                         });
-                if authority.binding.is_none() && granted && pending_install {
+                if authority.binding.is_none() && granted {
+                    // Reference §7 step 9: an expired, never-claimed grant is retired (or found
+                    // retired) first, whether or not its install is still pending.
                     if let Some(retired) =
                         retire_interactive_grant(engine, challenge, &authority, self)?
                     {
                         return Ok(retired);
                     }
+                }
+                if authority.binding.is_none() && granted && pending_install {
                     // The exact pending install is executed through a live authority with the
                     // actuators, rebuilt without a policy (the decision is already committed).
                     let (_, desired) = consent_owner(&runtime.store, challenge)?;
@@ -539,6 +543,7 @@ impl ManagedQueryService {
                 "interactive consent commit did not settle its one-shot broker authority",
             ));
         }
+        crate::fail_point!(failpoints::CONSENT_BEFORE_FINISH);
         self.finish_settled_consent(engine, &challenge, &parent, &authority, &settled, &event)
     }
 

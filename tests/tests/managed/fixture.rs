@@ -819,8 +819,7 @@ pub const CONSENT_AUTHENTICATOR: &str = "managed-test-authenticator";
 /// The registry of the seed: one HMAC-SHA256 verifier for the test principal.
 pub fn verifier_registry() -> Arc<ctx_service::decision::TrustedHumanDecisionVerifierRegistry> {
     use ctx_service::decision::{
-        HmacSha256Verifier, HumanDecisionVerifierRegistration,
-        TrustedHumanDecisionVerifierRegistry,
+        HmacSha256Verifier, HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry,
     };
     let verifier = Arc::new(HmacSha256Verifier::new(CONSENT_TEST_SECRET).unwrap());
     let registration = HumanDecisionVerifierRegistration::new(
