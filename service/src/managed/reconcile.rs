@@ -18,6 +18,7 @@ use ctx_projections::{
     Installation, Json, Transition,
 };
 
+use super::authority::envelope_event;
 use super::composition::EngineComposition;
 use super::consent::{ConsentContext, consent_request_at_head, publish_current_consent};
 use super::desired::{
@@ -820,7 +821,7 @@ fn automatic_decision_event(
             ("schema", Json::str("ctx.managed-auto-install-decision.v1")),
         ]))
     );
-    let mut event = envelope_from(
+    let mut event = envelope_event(
         desired_event,
         &event_id,
         EventKind::UserDecision,
@@ -833,36 +834,6 @@ fn automatic_decision_event(
         .validate()
         .map_err(|e| ServiceError::Invalid(e.to_string()))?;
     Ok(event)
-}
-
-/// A service-built event with the desired event's envelope (privacy, correlation, versions,
-/// digests, seed).
-fn envelope_from(
-    desired: &EngineEvent,
-    event_id: &str,
-    kind: EventKind,
-    expected_revision: u64,
-    occurred_at: &str,
-) -> EngineEvent {
-    let mut event = EngineEvent::bare(
-        event_id,
-        kind,
-        desired.scope.clone(),
-        expected_revision,
-        occurred_at,
-    );
-    event.privacy = desired.privacy;
-    event.correlation_id = desired.correlation_id.clone();
-    event.engine_version = desired.engine_version.clone();
-    event.planner_version = desired.planner_version.clone();
-    event.policy_version = desired.policy_version.clone();
-    event.host_descriptor_digest = desired.host_descriptor_digest.clone();
-    event.catalog_snapshot_digest = desired.catalog_snapshot_digest.clone();
-    event.semantic_model_digest = desired.semantic_model_digest.clone();
-    event.semantic_index_digest = desired.semantic_index_digest.clone();
-    event.work_signature = desired.work_signature.clone();
-    event.random_seed = desired.random_seed.clone();
-    event
 }
 
 /// Reference §4.6.5: the committed grant must be exactly reproducible with the current
@@ -983,7 +954,7 @@ fn retire_expired_install(
             ),
         ]))
     );
-    let mut event = envelope_from(
+    let mut event = envelope_event(
         desired.event(),
         &event_id,
         EventKind::ActionExpired,

@@ -29,7 +29,7 @@ use super::fixture::{
 };
 use crate::support::FailPoints;
 
-fn installable() -> Options {
+pub(super) fn installable() -> Options {
     Options {
         requested_limit: 1,
         installable: true,
@@ -38,7 +38,7 @@ fn installable() -> Options {
 }
 
 /// A setup whose test configures fail points (the exclusive side of the fail-point lock).
-fn fp_setup() -> (FailPoints, Setup) {
+pub(super) fn fp_setup() -> (FailPoints, Setup) {
     let fp = FailPoints::setup();
     let setup = setup_with(Options {
         failpoints: true,
@@ -47,7 +47,10 @@ fn fp_setup() -> (FailPoints, Setup) {
     (fp, setup)
 }
 
-fn expect_err<T: std::fmt::Debug>(r: Result<T, ServiceError>, needle: &str) -> ServiceError {
+pub(super) fn expect_err<T: std::fmt::Debug>(
+    r: Result<T, ServiceError>,
+    needle: &str,
+) -> ServiceError {
     let e = r.expect_err("the call must fail");
     assert!(
         e.to_string().contains(needle),
@@ -122,7 +125,7 @@ impl CompositionAuthority {
 }
 
 /// The interactive grant payload of a `RequestConsent` action.
-fn grant_payload(request: &HostAction) -> Json {
+pub(super) fn grant_payload(request: &HostAction) -> Json {
     let field = |name: &str| request.payload.get(name).cloned().unwrap();
     Json::object([
         (
@@ -151,7 +154,10 @@ fn grant_payload(request: &HostAction) -> Json {
 /// `_commit_pending_consent`: prepares `label`'s query, then commits (through a composition) a
 /// desired set of the plan's first row at revision 2, which asks for consent. Returns the
 /// prepare result and the transition's single `RequestConsent` action.
-fn commit_pending_consent(setup: &Setup, label: &str) -> (ManagedQueryServiceResult, HostAction) {
+pub(super) fn commit_pending_consent(
+    setup: &Setup,
+    label: &str,
+) -> (ManagedQueryServiceResult, HostAction) {
     let initial = setup.service.prepare(&setup.request(label)).unwrap();
     let authority = CompositionAuthority::of(setup);
     let composition = authority.open();

@@ -16,13 +16,15 @@ use ctx_service::decision::{
     TrustedHumanDecisionVerifierRegistry,
 };
 use ctx_service::managed::failpoints;
-use ctx_service::policy::InstallConsentPolicy;
 use ctx_service::{
-    ManagedConsentResolutionResult, ManagedDesiredSetResult, ManagedQueryService,
-    ManagedQueryServiceResult, ServiceError, open_managed_query_service,
+    ManagedConsentResolutionResult, ManagedDesiredSetResult, ManagedQueryService, ServiceError,
+    open_managed_query_service,
 };
 
 use super::assert_not_impl;
+use super::consent_publication::{
+    commit_pending_consent, expect_err, fp_setup, grant_payload, installable,
+};
 use super::desired::desired;
 use super::fixture::{
     AssertionSpec, CONSENT_AUDIENCE, Options, Setup, assertion_payload, assertion_payload_signed,
@@ -32,14 +34,6 @@ use crate::support::FailPoints;
 
 assert_not_impl!(ManagedConsentResolutionResult, Clone);
 assert_not_impl!(ManagedConsentResolutionResult, serde::Serialize);
-
-fn installable() -> Options {
-    Options {
-        requested_limit: 1,
-        installable: true,
-        ..Options::default()
-    }
-}
 
 /// `_prepare_public_consent`: the safe default policy persisted, a prepared query and a desired
 /// choice of its first selection, which requires consent.
@@ -330,16 +324,6 @@ fn test_service_signed_denial_never_invokes_install_driver() {
 // which seam it uses and why.
 // ------------------------------------------------------------------------------------------------
 
-/// A setup whose test configures fail points (the exclusive side of the fail-point lock).
-fn fp_setup() -> (FailPoints, Setup) {
-    let fp = FailPoints::setup();
-    let setup = setup_with(Options {
-        failpoints: true,
-        ..installable()
-    });
-    (fp, setup)
-}
-
 /// Runs `resolve_consent(payload)` once with `point` configured to crash (`return`); the call
 /// must fail at that point.
 fn resolve_crashing_at(setup: &Setup, point: &'static str, payload: &[u8]) {
@@ -350,15 +334,6 @@ fn resolve_crashing_at(setup: &Setup, point: &'static str, payload: &[u8]) {
         matches!(&e, ServiceError::FailPoint { name, .. } if *name == point),
         "{e:?}"
     );
-}
-
-fn expect_err<T: std::fmt::Debug>(r: Result<T, ServiceError>, needle: &str) -> ServiceError {
-    let e = r.expect_err("the call must fail");
-    assert!(
-        e.to_string().contains(needle),
-        "expected an error containing {needle:?}, got {e:?} ({e})"
-    );
-    e
 }
 
 /// `skill_root.rename(displaced); skill_root.mkdir(mode=0o700)`: the physical target replaced
@@ -881,33 +856,6 @@ fn test_invalid_signed_assertion_does_not_mutate_consent_or_journal_failure_expi
     invalid_signed_assertion_does_not_mutate_consent_or_journal("expired");
 }
 
-/// The interactive grant payload of a `RequestConsent` action (`_commit_consent_decision`).
-fn grant_payload(request: &HostAction) -> Json {
-    let field = |name: &str| request.payload.get(name).cloned().unwrap();
-    Json::object([
-        (
-            "consent_id",
-            Json::str(request.consent_id.as_deref().unwrap()),
-        ),
-        ("decision", Json::str("granted")),
-        ("decision_basis", Json::str("interactive")),
-        (
-            "policy_snapshot_digest",
-            Json::str(InstallConsentPolicy::safe_default().policy_digest()),
-        ),
-        ("requested_action_id", field("requested_action_id")),
-        ("requested_action_kind", field("requested_action_kind")),
-        (
-            "requested_action_content_digest",
-            field("requested_action_content_digest"),
-        ),
-        (
-            "requested_action_precondition_revision",
-            field("requested_action_precondition_revision"),
-        ),
-    ])
-}
-
 /// `_commit_consent_decision`: an interactive grant of `request` committed at revision 3 through
 /// a composition, without the broker.
 fn commit_consent_decision(setup: &Setup, request: &HostAction) {
@@ -1042,59 +990,6 @@ fn test_signed_recovery_after_receipt_crash_does_not_reinvoke_driver() {
     assert_eq!(setup.body_source.load_calls(), 1);
 }
 
-/// `_commit_pending_consent`: prepares `label`'s query, then commits (through a composition) a
-/// desired set of the plan's first row at revision 2, which asks for consent; no challenge is
-/// published yet. Returns the prepare result.
-fn commit_pending_consent(setup: &Setup, label: &str) -> ManagedQueryServiceResult {
-    let initial = setup.service.prepare(&setup.request(label)).unwrap();
-    let composition = setup.composition();
-    let snapshot = composition.engine().snapshot(&scope()).unwrap();
-    let committed = snapshot
-        .state()
-        .expect("the session exists")
-        .committed_plan
-        .as_ref()
-        .expect("a schema-v3 plan is committed");
-    let capability = &committed.capabilities[0];
-    let field = |name: &str| capability.get(name).cloned().unwrap();
-    let transition = composition
-        .process(&setup.event_like(
-            "event-managed-consent-desired",
-            EventKind::ReassessmentRequested,
-            2,
-            Json::object([
-                ("owner_id", Json::str("owner-managed-consent")),
-                (
-                    "policy_snapshot_digest",
-                    Json::str(InstallConsentPolicy::safe_default().policy_digest()),
-                ),
-                (
-                    "desired_capabilities",
-                    Json::Arr(vec![Json::object([
-                        ("capability_id", field("capability_id")),
-                        ("source_digest", field("catalog_entry_digest")),
-                        ("kind", field("kind")),
-                        ("actionability", field("actionability")),
-                        (
-                            "install_descriptor_digest",
-                            field("install_descriptor_digest"),
-                        ),
-                        ("install_plan_digest", field("install_plan_digest")),
-                        ("lease_id", Json::str("lease-managed-consent")),
-                    ])]),
-                ),
-            ]),
-        ))
-        .unwrap();
-    let requests = transition
-        .actions
-        .iter()
-        .filter(|a| a.kind == ActionKind::RequestConsent)
-        .count();
-    assert_eq!(requests, 1);
-    initial
-}
-
 // 70
 /// The seed substitutes the broker `status` with a decision-ready copy. Here the broker record
 /// is made genuinely decision-ready: the challenge is published (a first reopen), then a signed
@@ -1105,7 +1000,7 @@ fn commit_pending_consent(setup: &Setup, label: &str) -> ManagedQueryServiceResu
 fn test_service_projects_only_a_pending_broker_record() {
     let setup = setup_with(installable());
     setup.ask_each_time();
-    let initial = commit_pending_consent(&setup, "pending-consent-query");
+    let (initial, _request) = commit_pending_consent(&setup, "pending-consent-query");
     let calls_before = setup.calls();
     let published = setup.service.reopen(initial.query_ref()).unwrap();
     let challenge_digest = published
