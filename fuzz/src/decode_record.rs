@@ -24,7 +24,7 @@ pub fn check(data: &[u8]) {
     check_edited(data);
 }
 
-fn check_raw(data: &[u8]) {
+pub(crate) fn check_raw(data: &[u8]) {
     let Ok(record) = decode_record_value(data) else {
         return;
     };

@@ -1,5 +1,8 @@
 //! Fuzz harness code for the ctx journal, kept in a library so the targets stay one-liners and the
 //! harness itself can be unit-tested with `cargo test` in this directory.
 
+pub mod canary;
 pub mod decode_record;
+pub mod decode_untrusted;
 pub mod journal_ops;
+pub mod replay_determinism;

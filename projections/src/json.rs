@@ -191,6 +191,12 @@ impl Json {
     /// Parses JSON text strictly: duplicate keys, non-finite numbers, integers outside `i64` and
     /// nesting deeper than [`JSON_PARSE_DEPTH_MAX`] are refused.
     pub fn parse(text: &str) -> Result<Json, JsonError> {
+        // serde_json hands integer literals beyond u64 to the visitor as floats, where they can
+        // no longer be told from `1e20`: find them in the text first (found by the
+        // decode_untrusted fuzz target).
+        if has_integer_beyond_i64(text) {
+            return Err(JsonError::Invalid);
+        }
         let duplicate = std::cell::RefCell::new(None);
         let mut de = serde_json::Deserializer::from_str(text);
         let parsed = JsonVisitor {
@@ -340,6 +346,58 @@ fn write_python_float(out: &mut String, f: f64) {
     }
 }
 
+/// True when `text` holds, outside strings, an integer literal (digits, an optional leading
+/// minus, no fraction or exponent) whose value is outside `i64`. A lexical scan only: the parser
+/// still decides what is valid JSON.
+fn has_integer_beyond_i64(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    let mut in_string = false;
+    while i < b.len() {
+        let c = b[i];
+        if in_string {
+            match c {
+                b'\\' => i += 2,
+                b'"' => {
+                    in_string = false;
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+            continue;
+        }
+        if c == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            i += 1;
+            while i < b.len()
+                && (b[i].is_ascii_digit() || matches!(b[i], b'.' | b'e' | b'E' | b'+' | b'-'))
+            {
+                i += 1;
+            }
+            let token = &text[start..i];
+            let integer = !token.contains(['.', 'e', 'E']);
+            if integer
+                && token.len() > 1
+                && token.parse::<i64>().is_err()
+                && token
+                    .trim_start_matches('-')
+                    .bytes()
+                    .all(|d| d.is_ascii_digit())
+            {
+                return true;
+            }
+            continue;
+        }
+        i += 1;
+    }
+    false
+}
+
 struct JsonVisitor<'a> {
     depth: usize,
     duplicate: &'a std::cell::RefCell<Option<String>>,
@@ -466,6 +524,37 @@ mod tests {
         for (f, want) in cases {
             assert_eq!(Json::Float(f).to_cj(), want, "{f}");
         }
+    }
+
+    #[test]
+    fn parse_rounds_floats_correctly_and_refuses_integers_beyond_i64() {
+        // Found by the decode_untrusted fuzz target: a parsed float must re-parse from its own
+        // canonical text to the same number.
+        for text in [
+            "9.999999999995001e+19",
+            "-9.333333333333333e+95",
+            "1e20",
+            "0.1",
+        ] {
+            let v = Json::parse(text).unwrap();
+            assert_eq!(Json::parse(&v.to_cj()).unwrap(), v, "{text}");
+            let f: f64 = text.parse().unwrap();
+            assert_eq!(v, Json::Float(f), "{text}");
+        }
+        for text in [
+            "18446744073709551616",
+            "99999999999949999995",
+            "[1, -9333333333333333333333333333333333333333337]",
+            "{\"a\": 9223372036854775808}",
+        ] {
+            assert_eq!(Json::parse(text), Err(JsonError::Invalid), "{text}");
+        }
+        // Inside strings, digits are text; in range, integers stay integers.
+        assert!(Json::parse("\"99999999999999999999999\"").is_ok());
+        assert_eq!(
+            Json::parse("-9223372036854775808").unwrap(),
+            Json::Int(i64::MIN)
+        );
     }
 
     #[test]
