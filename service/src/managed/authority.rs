@@ -282,28 +282,36 @@ fn check_historical_challenge(
     Ok(())
 }
 
+/// True when `a` is the `RequestConsent` that asks for exactly `install_action` (same consent,
+/// capability and requested action id, content digest and precondition revision).
+pub(crate) fn requests_install(a: &HostAction, install_action: &HostAction) -> bool {
+    a.kind == ActionKind::RequestConsent
+        && a.consent_id == install_action.consent_id
+        && a.entity_id == install_action.entity_id
+        && a.payload.get_str("requested_action_id") == Some(install_action.action_id.as_str())
+        && a.payload.get_str("requested_action_content_digest")
+            == Some(install_action.content_digest().as_str())
+        && a.payload.get("requested_action_precondition_revision")
+            == Some(&Json::from(install_action.precondition_revision))
+}
+
+/// The `RequestConsent` actions of `actions` that ask for `install_action`.
+pub(crate) fn consent_requests<'a>(
+    actions: &'a [HostAction],
+    install_action: &HostAction,
+) -> Vec<&'a HostAction> {
+    actions
+        .iter()
+        .filter(|a| requests_install(a, install_action))
+        .collect()
+}
+
 /// The unique `RequestConsent` of the consent head's transition that asks for `install_action`.
 fn consent_request(
     consent_head: &JournaledEvent,
     install_action: &HostAction,
 ) -> Result<HostAction, ServiceError> {
-    let matching: Vec<&HostAction> = consent_head
-        .transition
-        .actions
-        .iter()
-        .filter(|a| {
-            a.kind == ActionKind::RequestConsent
-                && a.consent_id == install_action.consent_id
-                && a.entity_id == install_action.entity_id
-                && a.payload.get_str("requested_action_id")
-                    == Some(install_action.action_id.as_str())
-                && a.payload.get_str("requested_action_content_digest")
-                    == Some(install_action.content_digest().as_str())
-                && a.payload.get("requested_action_precondition_revision")
-                    == Some(&Json::from(install_action.precondition_revision))
-        })
-        .collect();
-    match matching.as_slice() {
+    match consent_requests(&consent_head.transition.actions, install_action).as_slice() {
         [request] if install_action.precondition_revision == consent_head.revision + 1 => {
             Ok((*request).clone())
         }
@@ -328,8 +336,6 @@ pub(crate) fn require_pending_consent_head(a: &ConsentAuthority) -> Result<(), S
     Ok(())
 }
 
-// Used by `resolve_consent` and the settled-consent finish (in progress).
-#[allow(dead_code)]
 /// The eight-key `UserDecision` payload of an interactive decision on `install_action`.
 pub(crate) fn interactive_payload(
     challenge: &InstallConsentChallenge,
@@ -360,8 +366,6 @@ pub(crate) fn interactive_payload(
     ])
 }
 
-// Used by `resolve_consent` and the settled-consent finish (in progress).
-#[allow(dead_code)]
 /// The durable decision identity a broker record carries (reference §6.5 preconditions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DecisionIdentity {
@@ -403,8 +407,6 @@ pub(crate) fn envelope_event(
     event
 }
 
-// Used by `resolve_consent` and the settled-consent finish (in progress).
-#[allow(dead_code)]
 /// The `ctx-interactive-install:` decision event (reference §6.5), built from durable facts
 /// only: recovery rebuilds it byte for byte.
 pub(crate) fn interactive_decision_event(
@@ -524,8 +526,6 @@ pub(crate) fn resolution(
     )
 }
 
-// Used by `resolve_consent` and the settled-consent finish (in progress).
-#[allow(dead_code)]
 /// Reference §6.12: where a settled grant's capability stands.
 pub(crate) fn classify_settled_install(
     engine: &Engine,

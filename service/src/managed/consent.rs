@@ -6,8 +6,9 @@ use ctx_projections::consent_store::{
     ChallengeInputs, ChallengeState, ConsentStore, derive_install_consent_challenge,
 };
 use ctx_projections::engine::{Engine, Snapshot};
-use ctx_projections::{ActionKind, HostAction, Json};
+use ctx_projections::{HostAction, Json};
 
+use super::authority::consent_requests;
 use super::error::ServiceError;
 use super::failpoints;
 use super::reconcile::{authoritative_head, require_consent_head_unchanged};
@@ -39,23 +40,8 @@ pub(crate) fn consent_request_at_head(
     let head = authoritative_head(engine, snapshot, &install_action.scope).map_err(|_| {
         ServiceError::Identity("managed consent request is not the authoritative head transition")
     })?;
-    let matching: Vec<&HostAction> = head
-        .transition
-        .actions
-        .iter()
-        .filter(|a| {
-            a.kind == ActionKind::RequestConsent
-                && a.consent_id.as_deref() == Some(consent_id)
-                && a.entity_id == install_action.entity_id
-                && a.payload.get_str("requested_action_id")
-                    == Some(install_action.action_id.as_str())
-                && a.payload.get_str("requested_action_content_digest")
-                    == Some(install_action.content_digest().as_str())
-                && a.payload.get("requested_action_precondition_revision")
-                    == Some(&Json::from(install_action.precondition_revision))
-        })
-        .collect();
-    match matching.as_slice() {
+    // The install action names `consent_id` (checked above), so matching it matches the consent.
+    match consent_requests(&head.transition.actions, install_action).as_slice() {
         [request] => Ok((*request).clone()),
         _ => Err(ServiceError::Identity(
             "managed consent request is missing from the authoritative head transition",

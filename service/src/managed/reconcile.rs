@@ -18,7 +18,7 @@ use ctx_projections::{
     Installation, Json, Transition,
 };
 
-use super::authority::envelope_event;
+use super::authority::{consent_requests, descriptor_of, envelope_event};
 use super::composition::EngineComposition;
 use super::consent::{ConsentContext, consent_request_at_head, publish_current_consent};
 use super::desired::{
@@ -36,7 +36,6 @@ use crate::policy::InstallConsentPolicy;
 pub(crate) struct Ctx<'a> {
     pub service: &'a ManagedQueryService,
     pub runtime: &'a Runtime,
-    pub store: &'a QueryStore,
     pub composition: &'a EngineComposition,
     pub parent: &'a QueryRecord,
 }
@@ -157,7 +156,6 @@ impl ManagedQueryService {
         let ctx = Ctx {
             service: self,
             runtime,
-            store,
             composition: &composition,
             parent: &parent,
         };
@@ -573,9 +571,12 @@ fn commit_desired(
         check_desired_transition(&rec.transition, event)?;
         check_desired_record(&rec, event)?;
         if reserved.is_committed() {
-            return Ok(ctx.store.load_desired_set(reserved.desired_set_ref())?);
+            return Ok(ctx
+                .runtime
+                .store
+                .load_desired_set(reserved.desired_set_ref())?);
         }
-        return Ok(ctx.store.mark_desired_set_committed(
+        return Ok(ctx.runtime.store.mark_desired_set_committed(
             reserved.desired_set_ref(),
             target,
             &rec.record_digest,
@@ -597,7 +598,7 @@ fn commit_desired(
             return Ok::<Vec<StreamAppend>, ServiceError>(Vec::new());
         }
         let transition_json = pending.transition().to_json().to_cj();
-        Ok(vec![ctx.store.desired_commit_append(
+        Ok(vec![ctx.runtime.store.desired_commit_append(
             reserved.desired_set_ref(),
             pending.revision(),
             &pending.record_digest().to_hex(),
@@ -620,7 +621,10 @@ fn commit_desired(
             detail: "engine committed, store mark skipped".into(),
         });
     }
-    let marked = ctx.store.load_desired_set(reserved.desired_set_ref())?;
+    let marked = ctx
+        .runtime
+        .store
+        .load_desired_set(reserved.desired_set_ref())?;
     if !marked.is_committed() || marked.journal_revision() != Some(target) {
         return Err(ServiceError::Identity(
             "managed desired-set journal record is unavailable",
@@ -678,12 +682,6 @@ pub(crate) fn head_action_summaries(
 // Automatic installs (reference §4.6)
 // ------------------------------------------------------------------------------------------------
 
-fn selection_descriptor(row: &Json) -> &Json {
-    row.get("authority")
-        .and_then(|a| a.get("descriptor"))
-        .unwrap_or(&Json::Null)
-}
-
 fn is_install_authority(row: &Json) -> bool {
     row.get("authority").and_then(|a| a.get_str("type")) == Some("install")
 }
@@ -725,7 +723,7 @@ fn check_binding(
     row: &Json,
     action: &HostAction,
 ) -> Result<(), ServiceError> {
-    let descriptor = selection_descriptor(row);
+    let descriptor = descriptor_of(row);
     if !is_install_authority(row)
         || descriptor.get_str("installer_id") != Some(binding.driver_id.as_str())
         || action.payload.get_str("installer_digest") != Some(binding.driver_digest.as_str())
@@ -871,22 +869,7 @@ fn check_committed_automatic_binding(
     else {
         return Err(no_request);
     };
-    let requests: Vec<&HostAction> = consent_head
-        .transition
-        .actions
-        .iter()
-        .filter(|a| {
-            a.kind == ActionKind::RequestConsent
-                && a.consent_id == install_action.consent_id
-                && a.entity_id == install_action.entity_id
-                && a.payload.get_str("requested_action_id")
-                    == Some(install_action.action_id.as_str())
-                && a.payload.get_str("requested_action_content_digest")
-                    == Some(install_action.content_digest().as_str())
-                && a.payload.get("requested_action_precondition_revision")
-                    == Some(&Json::from(install_action.precondition_revision))
-        })
-        .collect();
+    let requests = consent_requests(&consent_head.transition.actions, install_action);
     let [request] = requests.as_slice() else {
         return Err(no_request);
     };
@@ -1083,7 +1066,7 @@ fn advance_automatic_installs(
             }
             let binding = service
                 .actuators
-                .resolve_binding(&install_action, selection_descriptor(&row))?;
+                .resolve_binding(&install_action, descriptor_of(&row))?;
             (install_action, row, binding)
         } else if !state.pending_consents.is_empty() {
             let [consent] = state.pending_consents.as_slice() else {
@@ -1108,7 +1091,7 @@ fn advance_automatic_installs(
             let directive = crate::policy::route_install_consent_request(
                 &request,
                 &row,
-                selection_descriptor(&row),
+                descriptor_of(&row),
                 &policy,
             )
             .map_err(|e| ServiceError::Routing(e.to_string()))?;
@@ -1126,7 +1109,7 @@ fn advance_automatic_installs(
             };
             let binding = service
                 .actuators
-                .resolve_binding(&install_action, selection_descriptor(&row))?;
+                .resolve_binding(&install_action, descriptor_of(&row))?;
             crate::fail_point!(failpoints::AUTO_AFTER_BINDING);
             check_binding(&binding, &row, &install_action)?;
             require_consent_head_unchanged(engine, &current, &install_action)?;
@@ -1194,7 +1177,7 @@ fn advance_automatic_installs(
         let authority = InstallAuthority {
             action: &install_action,
             selection_row: &row,
-            descriptor: selection_descriptor(&row),
+            descriptor: descriptor_of(&row),
             catalog_snapshot_digest: ctx.composition.catalog_snapshot_digest(),
             policy_digest: &policy_digest,
         };
@@ -1285,7 +1268,7 @@ pub(crate) fn check_install_result(
             }
         }
         InstallOutcome::Failed => {
-            let descriptor_digest = selection_descriptor(row)
+            let descriptor_digest = descriptor_of(row)
                 .get_str("descriptor_digest")
                 .unwrap_or_default();
             if !settled
