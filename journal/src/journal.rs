@@ -23,6 +23,7 @@ use crate::hook::{ProjectionHook, table_def};
 use crate::key::{self, KeySource, KeyedDigestKey};
 use crate::limits::STREAM_CHUNK_REVISIONS;
 use crate::lock::{self, ProcessLock};
+use crate::storage::{StorageWrapper, open_database};
 use crate::types::{Digest, Record, StreamHead, StreamId};
 use crate::verify::VerifyReport;
 
@@ -48,12 +49,14 @@ pub const DATABASE_FILE: &str = "journal.redb";
 pub struct OpenOptions {
     lock_wait: Duration,
     key_source: Arc<KeySource>,
+    storage_wrapper: Option<Arc<dyn StorageWrapper>>,
 }
 
 impl std::fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenOptions")
             .field("lock_wait", &self.lock_wait)
+            .field("storage_wrapper", &self.storage_wrapper.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -63,6 +66,7 @@ impl Default for OpenOptions {
         OpenOptions {
             lock_wait: Duration::ZERO,
             key_source: Arc::new(key::os_random_key),
+            storage_wrapper: None,
         }
     }
 }
@@ -85,6 +89,14 @@ impl OpenOptions {
         source: impl Fn() -> Result<[u8; 32], String> + Send + Sync + 'static,
     ) -> OpenOptions {
         self.key_source = Arc::new(source);
+        self
+    }
+
+    /// Puts `wrapper` between redb and the database file (see [`StorageWrapper`]): a seam for
+    /// fault injection and crash images. It applies only when this open is the first of the data
+    /// directory in this process; later opens share the journal already open.
+    pub fn storage_wrapper(mut self, wrapper: Arc<dyn StorageWrapper>) -> OpenOptions {
+        self.storage_wrapper = Some(wrapper);
         self
     }
 }
@@ -185,12 +197,11 @@ impl Journal {
         let exists = db_path.exists();
         let key = key::load_or_create(&dir, !exists, options.key_source.as_ref())?;
         let mac = MacKey::new(key.bytes());
+        let wrapper = options.storage_wrapper.as_deref();
         if !exists {
-            create_database(&dir, &db_path, &mac)?;
+            create_database(&dir, &db_path, &mac, wrapper)?;
         }
-        let db = Database::builder()
-            .create(&db_path)
-            .map_err(StorageError::from)?;
+        let db = open_database(&db_path, wrapper)?;
         let keyed = KeyedDigestKey::derive(&key);
         let (writer, write_refusal) = initialize(&db, &mac, &db_path)?;
         let shared = Arc::new(Shared {
@@ -582,7 +593,12 @@ pub const CREATING_FILE: &str = "journal.redb.creating";
 /// place would leave a journal that never opens again. Here a crash leaves either no
 /// `journal.redb` (the next open starts over, removing the leftover) or a complete one. Runs under
 /// the process lock.
-fn create_database(dir: &Path, db_path: &Path, mac: &MacKey) -> Result<(), OpenError> {
+fn create_database(
+    dir: &Path,
+    db_path: &Path,
+    mac: &MacKey,
+    wrapper: Option<&dyn StorageWrapper>,
+) -> Result<(), OpenError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| OpenError::Io { path, source }
@@ -594,9 +610,7 @@ fn create_database(dir: &Path, db_path: &Path, mac: &MacKey) -> Result<(), OpenE
         Err(e) => return Err(io(&creating)(e)),
     }
     {
-        let db = Database::builder()
-            .create(&creating)
-            .map_err(StorageError::from)?;
+        let db = open_database(&creating, wrapper)?;
         initialize(&db, mac, &creating)?;
     }
     std::fs::File::open(&creating)

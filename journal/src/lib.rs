@@ -16,6 +16,7 @@ mod key;
 mod limits;
 mod lock;
 mod maintain;
+mod storage;
 mod types;
 mod verify;
 
@@ -33,6 +34,7 @@ pub use limits::{
     PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
 };
 pub use maintain::{MaintenanceTxn, ProjectionRead};
+pub use storage::{BackendError, FileBackend, StorageBackend, StorageWrapper};
 pub use types::{
     AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
     StreamHead, StreamId, Timestamp,

@@ -2,6 +2,7 @@
 
 mod concurrency;
 mod crash;
+mod crash_image;
 mod failpoints;
 mod key;
 mod limits;
