@@ -1,8 +1,8 @@
-//! Where the demo keeps its journal when nobody says otherwise.
+//! Where ctx keeps its data when nobody says otherwise, and what lives where inside it.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::CliError;
 
@@ -12,17 +12,20 @@ pub const DATA_DIR_ENV: &str = "CTX_DATA_DIR";
 /// Which rule chose the data directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataDirSource {
+    /// The `--data-dir` option.
+    Option,
     /// `$CTX_DATA_DIR`.
     Explicit,
-    /// `$XDG_DATA_HOME/ctx/demo`.
+    /// `$XDG_DATA_HOME/ctx`.
     XdgDataHome,
-    /// `$HOME/.local/share/ctx/demo`.
+    /// `$HOME/.local/share/ctx`.
     Home,
 }
 
 impl fmt::Display for DataDirSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            DataDirSource::Option => "from --data-dir",
             DataDirSource::Explicit => "from CTX_DATA_DIR",
             DataDirSource::XdgDataHome => "from XDG_DATA_HOME",
             DataDirSource::Home => "from HOME",
@@ -37,11 +40,27 @@ pub struct DataDir {
     pub source: DataDirSource,
 }
 
-/// Chooses the demo's data directory: `$CTX_DATA_DIR` if set (it must be absolute), else
-/// `$XDG_DATA_HOME/ctx/demo` (a relative value is ignored, as the XDG spec asks), else
-/// `$HOME/.local/share/ctx/demo`. Empty variables count as unset. `env` looks a variable up, so
-/// tests need not touch the process environment.
-pub fn demo_data_dir(env: impl Fn(&str) -> Option<OsString>) -> Result<DataDir, CliError> {
+/// Chooses the data directory every command uses: `--data-dir DIR` when given (`option`; it must
+/// be absolute), else `$CTX_DATA_DIR` if set (absolute too), else `$XDG_DATA_HOME/ctx` (a
+/// relative value is ignored, as the XDG spec asks), else `$HOME/.local/share/ctx`. Empty
+/// variables count as unset. `env` looks a variable up, so tests need not touch the process
+/// environment.
+pub fn choose_data_dir(
+    option: Option<&Path>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<DataDir, CliError> {
+    if let Some(path) = option {
+        if !path.is_absolute() {
+            return Err(CliError::Usage(format!(
+                "--data-dir {} is not an absolute path",
+                path.display()
+            )));
+        }
+        return Ok(DataDir {
+            path: path.to_path_buf(),
+            source: DataDirSource::Option,
+        });
+    }
     let get = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(path) = get(DATA_DIR_ENV) {
         if !path.is_absolute() {
@@ -57,13 +76,13 @@ pub fn demo_data_dir(env: impl Fn(&str) -> Option<OsString>) -> Result<DataDir, 
     }
     if let Some(xdg) = get("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
         return Ok(DataDir {
-            path: xdg.join("ctx").join("demo"),
+            path: xdg.join("ctx"),
             source: DataDirSource::XdgDataHome,
         });
     }
     match get("HOME") {
         Some(home) if home.is_absolute() => Ok(DataDir {
-            path: home.join(".local").join("share").join("ctx").join("demo"),
+            path: home.join(".local").join("share").join("ctx"),
             source: DataDirSource::Home,
         }),
         Some(home) => Err(CliError::Usage(format!(
@@ -74,6 +93,61 @@ pub fn demo_data_dir(env: impl Fn(&str) -> Option<OsString>) -> Result<DataDir, 
             "neither {DATA_DIR_ENV}, XDG_DATA_HOME nor HOME is set; set {DATA_DIR_ENV} to an \
              absolute directory"
         ))),
+    }
+}
+
+/// What lives where inside a data directory (spec/cli.md §2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: &Path) -> Layout {
+        Layout {
+            root: root.to_path_buf(),
+        }
+    }
+
+    /// The data directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The journal's directory: every record, and every projection (engine, query store,
+    /// consent store) inside the journal's database.
+    pub fn journal(&self) -> PathBuf {
+        self.root.join("journal")
+    }
+
+    /// The ingested catalog: `catalog.json` and the body files it pins.
+    pub fn catalog(&self) -> PathBuf {
+        self.root.join("catalog")
+    }
+
+    /// The artifact registry (planning artifacts bound to the catalog).
+    pub fn registry(&self) -> PathBuf {
+        self.root.join("registry")
+    }
+
+    /// The install policy store.
+    pub fn install_policy(&self) -> PathBuf {
+        self.root.join("install-policy")
+    }
+
+    /// The skill content-addressed store and its published skills.
+    pub fn skills(&self) -> PathBuf {
+        self.root.join("skills")
+    }
+
+    /// The registered human device keys (public keys only).
+    pub fn verifiers(&self) -> PathBuf {
+        self.root.join("verifiers")
+    }
+
+    /// The work observations that current-work references resolve to.
+    pub fn work(&self) -> PathBuf {
+        self.root.join("work")
     }
 }
 
@@ -91,7 +165,7 @@ mod tests {
 
     #[test]
     fn explicit_directory_wins() {
-        let dir = demo_data_dir(env(&[
+        let dir = choose_data_dir(None, env(&[
             ("CTX_DATA_DIR", "/data/ctx"),
             ("XDG_DATA_HOME", "/xdg"),
             ("HOME", "/home/u"),
@@ -107,18 +181,18 @@ mod tests {
 
     #[test]
     fn relative_explicit_directory_is_bad_input() {
-        let err = demo_data_dir(env(&[("CTX_DATA_DIR", "data"), ("HOME", "/home/u")]));
+        let err = choose_data_dir(None, env(&[("CTX_DATA_DIR", "data"), ("HOME", "/home/u")]));
         assert!(matches!(err, Err(CliError::Usage(_))), "{err:?}");
     }
 
     #[test]
     fn xdg_then_home() {
-        let xdg = demo_data_dir(env(&[("XDG_DATA_HOME", "/xdg"), ("HOME", "/home/u")]));
+        let xdg = choose_data_dir(None, env(&[("XDG_DATA_HOME", "/xdg"), ("HOME", "/home/u")]));
         assert_eq!(
             xdg.ok().map(|d| d.path),
-            Some(PathBuf::from("/xdg/ctx/demo"))
+            Some(PathBuf::from("/xdg/ctx"))
         );
-        let home = demo_data_dir(env(&[
+        let home = choose_data_dir(None, env(&[
             ("XDG_DATA_HOME", "rel"),
             ("CTX_DATA_DIR", ""),
             ("HOME", "/home/u"),
@@ -126,7 +200,7 @@ mod tests {
         assert_eq!(
             home.ok(),
             Some(DataDir {
-                path: "/home/u/.local/share/ctx/demo".into(),
+                path: "/home/u/.local/share/ctx".into(),
                 source: DataDirSource::Home
             })
         );
@@ -134,9 +208,9 @@ mod tests {
 
     #[test]
     fn nothing_set_is_bad_input() {
-        assert!(matches!(demo_data_dir(env(&[])), Err(CliError::Usage(_))));
+        assert!(matches!(choose_data_dir(None, env(&[])), Err(CliError::Usage(_))));
         assert!(matches!(
-            demo_data_dir(env(&[("HOME", "home")])),
+            choose_data_dir(None, env(&[("HOME", "home")])),
             Err(CliError::Usage(_))
         ));
     }

@@ -4,13 +4,18 @@ use ctx_journal::{AppendError, OpenError, ReadError, VerifyError, VerifyReport};
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
-/// A failure that is neither bad input nor an integrity failure: I/O, a held lock, storage.
-pub const EXIT_FAILURE: u8 = 1;
-/// Bad input: an unknown command or argument, an unusable data directory setting.
+/// A domain outcome the host must act on: consent is required, the data directory is busy, a
+/// desired set conflicts or was superseded, a consent was denied or expired. The JSON on stdout
+/// says which.
+pub const EXIT_OUTCOME: u8 = 1;
+/// Bad input: an unknown command or argument, malformed JSON, a value the request refuses, an
+/// unusable data directory setting.
 pub const EXIT_USAGE: u8 = 2;
-/// The journal failed an integrity check: a record that does not authenticate, a broken chain,
-/// a corrupt file, a verification report with findings.
-pub const EXIT_INTEGRITY: u8 = 3;
+/// An internal or integrity failure: I/O, storage, a lock not released within its bounded wait,
+/// a record that does not authenticate, a broken chain, a corrupt file, a failed audit.
+pub const EXIT_INTERNAL: u8 = 3;
+/// Integrity failures share the internal failures' status.
+pub const EXIT_INTEGRITY: u8 = EXIT_INTERNAL;
 
 /// A failure of one `ctx` command.
 #[derive(Debug, thiserror::Error)]
@@ -43,10 +48,7 @@ impl CliError {
             CliError::Usage(_) => EXIT_USAGE,
             CliError::Open(e) => match e {
                 OpenError::RelativePath { .. } => EXIT_USAGE,
-                OpenError::Corrupt { .. }
-                | OpenError::KeyMissing { .. }
-                | OpenError::KeyInvalid { .. } => EXIT_INTEGRITY,
-                _ => EXIT_FAILURE,
+                _ => EXIT_INTERNAL,
             },
             CliError::Append(AppendError::Input(_)) => EXIT_USAGE,
             CliError::Append(AppendError::Integrity { .. }) => EXIT_INTEGRITY,
@@ -55,16 +57,13 @@ impl CliError {
             CliError::Append(_)
             | CliError::Verify(_)
             | CliError::Unexpected(_)
-            | CliError::Output(_) => EXIT_FAILURE,
+            | CliError::Output(_) => EXIT_INTERNAL,
         }
     }
 }
 
-fn read_exit_code(e: &ReadError) -> u8 {
-    match e {
-        ReadError::AuthenticationFailed { .. } | ReadError::Corrupt { .. } => EXIT_INTEGRITY,
-        _ => EXIT_FAILURE,
-    }
+fn read_exit_code(_: &ReadError) -> u8 {
+    EXIT_INTERNAL
 }
 
 #[cfg(test)]
@@ -91,7 +90,7 @@ mod tests {
             expected: ctx_journal::ExpectedRevision::NoStream,
             current: 1,
         };
-        assert_eq!(CliError::Append(wrong).exit_code(), EXIT_FAILURE);
+        assert_eq!(CliError::Append(wrong).exit_code(), EXIT_INTERNAL);
         assert_eq!(
             CliError::Open(OpenError::RelativePath { path: "x".into() }).exit_code(),
             EXIT_USAGE

@@ -45,12 +45,17 @@ pub mod managed;
 pub mod planning;
 pub mod policy;
 pub mod registry;
+pub mod runtime;
 pub mod skill_cas;
 
-pub use cli::{Command, USAGE, parse_args, run};
-pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, demo_data_dir};
+pub use cli::{
+    Command, HOST_INPUT_MAX_BYTES, HostCommand, Invocation, Streams, USAGE, parse_args, run,
+};
+pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, Layout, choose_data_dir};
 pub use demo::{DemoSummary, run_demo};
-pub use error::{CliError, EXIT_FAILURE, EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE};
+pub use error::{
+    CliError, EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE,
+};
 pub use managed::{
     ConsentBrokerConfig, DesiredResultParts, EngineComposition, InputAuthorityError,
     ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,

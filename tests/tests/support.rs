@@ -187,3 +187,61 @@ impl Lines {
         }
     }
 }
+
+/// The `ctx` binary, built once per test process: black-box tests run it as a host would.
+/// `cargo test --workspace` builds the binary's test harness, not the binary, so the first call
+/// builds it with the cargo that runs the tests (same profile and target directory).
+pub fn ctx_binary() -> &'static Path {
+    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "ctx-service", "--bin", "ctx"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo to build the ctx binary");
+        assert!(status.success(), "building the ctx binary failed: {status}");
+        // The test binary is target/<profile>/deps/acceptance-<hash>; the binary sits in
+        // target/<profile>.
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in target/<profile>/deps");
+        let binary = profile_dir.join("ctx");
+        assert!(binary.is_file(), "no ctx binary at {}", binary.display());
+        binary
+    })
+}
+
+/// What one run of the `ctx` binary did.
+#[derive(Debug)]
+pub struct CtxRun {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `ctx args…` on `data_dir` (passed as `--data-dir`) with `stdin`, and waits for it.
+pub fn run_ctx(data_dir: &Path, args: &[&str], stdin: &str) -> CtxRun {
+    use std::io::Write as _;
+    let mut child = Command::new(ctx_binary())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env_remove("CTX_DATA_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ctx");
+    let mut input = child.stdin.take().expect("ctx's stdin");
+    input.write_all(stdin.as_bytes()).expect("write ctx's stdin");
+    drop(input);
+    let output = child.wait_with_output().expect("wait for ctx");
+    CtxRun {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

@@ -108,6 +108,12 @@ impl Ed25519Signer {
         Ok(signer)
     }
 
+    /// The RFC 8032 seed, to store the key in a private file (the `ctx key` commands); the
+    /// caller is responsible for where the bytes go.
+    pub fn seed_bytes(&self) -> [u8; ED25519_SEED_BYTES] {
+        self.key.to_bytes()
+    }
+
     /// The compressed public key to register with the trusted side.
     pub fn verifying_key_bytes(&self) -> [u8; ED25519_PUBLIC_KEY_BYTES] {
         self.key.verifying_key().to_bytes()

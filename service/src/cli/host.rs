@@ -1,0 +1,744 @@
+//! The host commands: one JSON object on stdin (when the command takes input), one JSON object on
+//! stdout, always (spec/cli.md §4). Success: `{"ok": true, "command": …, "result": …}`; a refusal:
+//! `{"ok": false, "command": …, "error": {"code": …, "message": …}}` plus the sentence on stderr.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ctx_journal::{Journal, OpenOptions, Timestamp};
+use ctx_projections::Json;
+use ctx_projections::check::UtcMicros;
+use ctx_projections::consent_store::{
+    AssertionFields, ChallengeRecord, ConsentStore, ConsentStoreError, SignedHumanDecisionAssertion,
+};
+
+use crate::catalog::{LoadedCatalog, load_catalog_dir, sample_catalog_dir};
+use crate::data_dir::Layout;
+use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
+use crate::managed::{
+    ManagedActionSummary, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
+    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryRequest,
+    ManagedQueryServiceResult, ServiceError,
+};
+use crate::policy::InstallConsentPolicy;
+use crate::runtime::{
+    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, consent_config, generate_device_key,
+    logical_id, private_dir, read_device_key, write_atomically,
+};
+
+/// The largest JSON request a host command reads from stdin.
+pub const HOST_INPUT_MAX_BYTES: usize = 64 * 1024;
+/// How long a signed decision made by `ctx key sign` stays valid, in seconds.
+pub const SIGNED_DECISION_TTL_SECONDS: i64 = 300;
+
+/// A host command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostCommand {
+    CatalogIngest { catalog_dir: Option<PathBuf> },
+    QueryPrepare,
+    QueryReopen,
+    DesiredSet,
+    ConsentChallenge,
+    ConsentResolve,
+    ConsentRecover,
+    PolicyShow,
+    PolicySet,
+    KeyGenerate { out: PathBuf },
+    KeySign { key: PathBuf },
+}
+
+impl HostCommand {
+    /// The command's words, as the JSON's `command` field names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HostCommand::CatalogIngest { .. } => "catalog ingest",
+            HostCommand::QueryPrepare => "query prepare",
+            HostCommand::QueryReopen => "query reopen",
+            HostCommand::DesiredSet => "desired set",
+            HostCommand::ConsentChallenge => "consent challenge",
+            HostCommand::ConsentResolve => "consent resolve",
+            HostCommand::ConsentRecover => "consent recover",
+            HostCommand::PolicyShow => "policy show",
+            HostCommand::PolicySet => "policy set",
+            HostCommand::KeyGenerate { .. } => "key generate",
+            HostCommand::KeySign { .. } => "key sign",
+        }
+    }
+
+    fn reads_input(&self) -> bool {
+        !matches!(
+            self,
+            HostCommand::CatalogIngest { .. }
+                | HostCommand::PolicyShow
+                | HostCommand::KeyGenerate { .. }
+        )
+    }
+}
+
+/// A host command's refusal: a stable code, the exit status it maps to, and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFailure {
+    pub code: &'static str,
+    pub exit: u8,
+    pub message: String,
+}
+
+impl HostFailure {
+    fn invalid(message: impl Into<String>) -> HostFailure {
+        HostFailure {
+            code: "invalid",
+            exit: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    fn internal(message: impl Into<String>) -> HostFailure {
+        HostFailure {
+            code: "internal",
+            exit: EXIT_INTERNAL,
+            message: message.into(),
+        }
+    }
+
+    fn outcome(code: &'static str, message: impl Into<String>) -> HostFailure {
+        HostFailure {
+            code,
+            exit: EXIT_OUTCOME,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ServiceError> for HostFailure {
+    fn from(e: ServiceError) -> HostFailure {
+        let message = e.to_string();
+        match &e {
+            ServiceError::Invalid(_)
+            | ServiceError::Assertion(_)
+            | ServiceError::InputAuthority(_) => HostFailure::invalid(message),
+            ServiceError::Busy(_) => HostFailure::outcome("busy", message),
+            ServiceError::DesiredConflict(_) => HostFailure::outcome("conflict", message),
+            ServiceError::DesiredSuperseded(_) | ServiceError::Superseded => {
+                HostFailure::outcome("superseded", message)
+            }
+            ServiceError::HeadDrift(_) => HostFailure::outcome("head-drift", message),
+            ServiceError::NoActuator => HostFailure::outcome("no-actuator", message),
+            ServiceError::Routing(_) | ServiceError::Authorize(_) | ServiceError::Identity(_) => {
+                HostFailure::outcome("refused", message)
+            }
+            ServiceError::Decision(_) => HostFailure::outcome("unverifiable", message),
+            ServiceError::Consent(c) => match c {
+                ConsentStoreError::NotFound { .. } => HostFailure::outcome("not-found", message),
+                ConsentStoreError::Conflict { .. } => HostFailure::outcome("conflict", message),
+                ConsentStoreError::Expired { .. } => HostFailure::outcome("expired", message),
+                ConsentStoreError::Rejected { .. } => HostFailure::outcome("rejected", message),
+                ConsentStoreError::Binding { .. } => HostFailure::outcome("binding", message),
+                ConsentStoreError::CapacityExceeded { .. } => {
+                    HostFailure::outcome("capacity", message)
+                }
+                ConsentStoreError::Invalid { .. } => HostFailure::invalid(message),
+                _ => HostFailure::internal(message),
+            },
+            _ => HostFailure::internal(message),
+        }
+    }
+}
+
+impl From<RuntimeError> for HostFailure {
+    fn from(e: RuntimeError) -> HostFailure {
+        match e {
+            RuntimeError::Service(e) => e.into(),
+            RuntimeError::NoCatalog { .. } => HostFailure::outcome("no-catalog", e.to_string()),
+            RuntimeError::Invalid(_) => HostFailure::invalid(e.to_string()),
+            _ => HostFailure::internal(e.to_string()),
+        }
+    }
+}
+
+/// Runs a host command and writes its JSON: returns the exit status.
+pub(crate) fn execute(
+    command: &HostCommand,
+    layout: &Layout,
+    now: Timestamp,
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let outcome = read_request(command, input)
+        .and_then(|request| dispatch(command, layout, UtcMicros(now.0), &request));
+    let (code, document) = match outcome {
+        Ok((code, result)) => (
+            code,
+            Json::object([
+                ("command", Json::str(command.name())),
+                ("ok", Json::Bool(true)),
+                ("result", result),
+            ]),
+        ),
+        Err(failure) => {
+            writeln!(err, "ctx: {}: {}", command.name(), failure.message)?;
+            (
+                failure.exit,
+                Json::object([
+                    ("command", Json::str(command.name())),
+                    (
+                        "error",
+                        Json::object([
+                            ("code", Json::str(failure.code)),
+                            ("message", Json::str(&failure.message)),
+                        ]),
+                    ),
+                    ("ok", Json::Bool(false)),
+                ]),
+            )
+        }
+    };
+    writeln!(out, "{document}")?;
+    Ok(code)
+}
+
+/// Reads the request of a command that takes one: at most [`HOST_INPUT_MAX_BYTES`] of strict
+/// JSON, an object.
+fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, HostFailure> {
+    if !command.reads_input() {
+        return Ok(Json::object::<&str>([]));
+    }
+    let mut bytes = Vec::new();
+    input
+        .take(HOST_INPUT_MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| HostFailure::internal(format!("could not read the request: {e}")))?;
+    if bytes.len() > HOST_INPUT_MAX_BYTES {
+        return Err(HostFailure::invalid(format!(
+            "the request is larger than {HOST_INPUT_MAX_BYTES} bytes"
+        )));
+    }
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| HostFailure::invalid("the request is not UTF-8 text"))?;
+    let value = Json::parse(text.trim_end())
+        .map_err(|e| HostFailure::invalid(format!("the request is not valid JSON: {e}")))?;
+    if value.as_obj().is_none() {
+        return Err(HostFailure::invalid("the request must be a JSON object"));
+    }
+    Ok(value)
+}
+
+fn dispatch(
+    command: &HostCommand,
+    layout: &Layout,
+    now: UtcMicros,
+    request: &Json,
+) -> Result<(u8, Json), HostFailure> {
+    let ok = |result: Json| Ok((EXIT_OK, result));
+    match command {
+        HostCommand::CatalogIngest { catalog_dir } => ok(ingest_catalog(layout, catalog_dir)?),
+        HostCommand::KeyGenerate { out } => {
+            check_keys(request, &[])?;
+            let identity = generate_device_key(layout, out)?;
+            let mut result = identity.to_json();
+            if let Json::Obj(map) = &mut result {
+                map.insert("key_file".to_owned(), Json::str(out.display().to_string()));
+            }
+            ok(result)
+        }
+        HostCommand::KeySign { key } => ok(sign(key, now, request)?),
+        HostCommand::PolicyShow => {
+            let runtime = Runtime::open(layout, now)?;
+            let policy = runtime
+                .policy_store()
+                .load_current()
+                .map_err(|e| HostFailure::internal(e.to_string()))?;
+            ok(policy.to_json())
+        }
+        HostCommand::PolicySet => {
+            let runtime = Runtime::open(layout, now)?;
+            let policy = InstallConsentPolicy::from_json(request)
+                .map_err(|e| HostFailure::invalid(e.to_string()))?;
+            runtime
+                .policy_store()
+                .persist(&policy)
+                .map_err(|e| HostFailure::internal(e.to_string()))?;
+            ok(policy.to_json())
+        }
+        HostCommand::QueryPrepare => {
+            check_keys(
+                request,
+                &[
+                    "label",
+                    "languages",
+                    "prompt",
+                    "requested_limit",
+                    "session_id",
+                    "signals",
+                    "workspace",
+                ],
+            )?;
+            let runtime = Runtime::open(layout, now)?;
+            let work = work_request(request)?;
+            let work_ref = runtime.observe_work(&work)?;
+            let label = request.get_str("label").unwrap_or(work_ref.as_str());
+            let query = ManagedQueryRequest::new(&logical_id("query", label), &work_ref)?;
+            let result = runtime.service().prepare(&query)?;
+            ok(query_json(&result, runtime.loaded()))
+        }
+        HostCommand::QueryReopen => {
+            check_keys(request, &["query_ref"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let query_ref = required_str(request, "query_ref")?;
+            let result = runtime.service().reopen(query_ref)?;
+            ok(query_json(&result, runtime.loaded()))
+        }
+        HostCommand::DesiredSet => {
+            let runtime = Runtime::open(layout, now)?;
+            let request = desired_request(request)?;
+            let result = runtime.service().set_desired(&request)?;
+            let code = if result.status() == "consent-required" {
+                EXIT_OUTCOME
+            } else {
+                EXIT_OK
+            };
+            Ok((code, desired_json(&result)))
+        }
+        HostCommand::ConsentChallenge => {
+            check_keys(request, &["challenge_digest"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let digest = required_str(request, "challenge_digest")?;
+            let record = challenge_record(layout, digest, now)?;
+            ok(challenge_json(&record, runtime.loaded()))
+        }
+        HostCommand::ConsentResolve => {
+            check_keys(request, &["assertion"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let assertion = required_str(request, "assertion")?;
+            let result = runtime.service().resolve_consent(assertion.as_bytes())?;
+            ok(resolution_json(&result))
+        }
+        HostCommand::ConsentRecover => {
+            check_keys(request, &["challenge_digest"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let digest = required_str(request, "challenge_digest")?;
+            let result = runtime.service().recover_consent(digest)?;
+            ok(resolution_json(&result))
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Requests
+// ------------------------------------------------------------------------------------------------
+
+fn check_keys(request: &Json, allowed: &[&str]) -> Result<(), HostFailure> {
+    if let Some(map) = request.as_obj()
+        && let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str()))
+    {
+        return Err(HostFailure::invalid(format!(
+            "the request has an unknown field {key:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn required_str<'a>(request: &'a Json, key: &str) -> Result<&'a str, HostFailure> {
+    request
+        .get_str(key)
+        .ok_or_else(|| HostFailure::invalid(format!("the request needs a string field {key:?}")))
+}
+
+fn string_list(request: &Json, key: &str) -> Result<Vec<String>, HostFailure> {
+    match request.get(key) {
+        None => Ok(Vec::new()),
+        Some(Json::Arr(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str().map(str::to_owned).ok_or_else(|| {
+                    HostFailure::invalid(format!("field {key:?} must hold only strings"))
+                })
+            })
+            .collect(),
+        Some(_) => Err(HostFailure::invalid(format!(
+            "field {key:?} must be an array of strings"
+        ))),
+    }
+}
+
+fn work_request(request: &Json) -> Result<WorkRequest, HostFailure> {
+    let requested_limit = match request.get("requested_limit") {
+        None => 5,
+        Some(Json::Int(n)) => u8::try_from(*n).map_err(|_| {
+            HostFailure::invalid(format!("requested_limit {n} must be between 1 and 5"))
+        })?,
+        Some(_) => return Err(HostFailure::invalid("requested_limit must be an integer")),
+    };
+    Ok(WorkRequest {
+        session_id: required_str(request, "session_id")?.to_owned(),
+        workspace: required_str(request, "workspace")?.to_owned(),
+        prompt: request.get_str("prompt").unwrap_or_default().to_owned(),
+        signals: string_list(request, "signals")?,
+        languages: string_list(request, "languages")?,
+        requested_limit,
+    })
+}
+
+/// The desired-set request: the service's own JSON, where a `choice_label` may stand in for the
+/// `logical_choice_id` digest.
+fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, HostFailure> {
+    let mut value = request.clone();
+    if let Json::Obj(map) = &mut value
+        && let Some(label) = map.remove("choice_label")
+    {
+        let Some(label) = label.as_str() else {
+            return Err(HostFailure::invalid("choice_label must be a string"));
+        };
+        if map.contains_key("logical_choice_id") {
+            return Err(HostFailure::invalid(
+                "give either choice_label or logical_choice_id, not both",
+            ));
+        }
+        map.insert(
+            "logical_choice_id".to_owned(),
+            Json::str(logical_id("choice", label)),
+        );
+    }
+    Ok(ManagedDesiredSetRequest::from_json(&value)?)
+}
+
+fn challenge_record(
+    layout: &Layout,
+    challenge_digest: &str,
+    now: UtcMicros,
+) -> Result<ChallengeRecord, HostFailure> {
+    // The runtime has opened the journal in this process; this open shares it.
+    let journal = Journal::open(layout.journal(), &OpenOptions::new())
+        .map_err(|e| HostFailure::internal(e.to_string()))?;
+    let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)
+        .map_err(|e| HostFailure::from(ServiceError::from(e)))?;
+    let config = consent_config(layout);
+    store
+        .get_by_challenge_digest(
+            challenge_digest,
+            &config.workspace_identity_digest,
+            &config.release_root_digest,
+            now,
+        )
+        .map_err(|e| HostFailure::from(ServiceError::from(e)))
+}
+
+/// `ctx key sign`: a signed human decision on a challenge, in its wire form.
+fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure> {
+    check_keys(request, &["challenge_digest", "decision"])?;
+    let challenge_digest = required_str(request, "challenge_digest")?;
+    let decision = required_str(request, "decision")?;
+    if !matches!(decision, "granted" | "denied") {
+        return Err(HostFailure::invalid(format!(
+            "decision {decision:?} must be \"granted\" or \"denied\""
+        )));
+    }
+    let (signer, identity) = read_device_key(key)?;
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce)
+        .map_err(|e| HostFailure::internal(format!("no randomness for a nonce: {e}")))?;
+    let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+        challenge_digest: challenge_digest.to_owned(),
+        decision: decision.to_owned(),
+        principal_digest: identity.principal_digest.clone(),
+        authenticator_id: identity.authenticator_id.clone(),
+        audience: CONSENT_AUDIENCE.to_owned(),
+        nonce: format!(
+            "ctx-nonce-{}",
+            nonce.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+        issued_at: now.render(),
+        expires_at: UtcMicros(now.0.saturating_add(SIGNED_DECISION_TTL_SECONDS * 1_000_000))
+            .render(),
+        proof: b"unsigned".to_vec(),
+    })
+    .map_err(|e| HostFailure::invalid(e.to_string()))?;
+    let signed = signer
+        .sign_assertion(&unsigned)
+        .map_err(|e| HostFailure::invalid(e.to_string()))?;
+    let wire = signed
+        .encode()
+        .map_err(|e| HostFailure::invalid(e.to_string()))?;
+    let text = String::from_utf8(wire)
+        .map_err(|_| HostFailure::internal("the assertion's wire form is not UTF-8"))?;
+    Ok(Json::object([
+        ("assertion", Json::str(text)),
+        ("authenticator_id", Json::str(&identity.authenticator_id)),
+        ("decision", Json::str(decision)),
+    ]))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Catalog ingest
+// ------------------------------------------------------------------------------------------------
+
+/// Copies a catalog (validated by loading it) into the data directory, replacing the current
+/// one only when it differs.
+fn ingest_catalog(layout: &Layout, source: &Option<PathBuf>) -> Result<Json, HostFailure> {
+    let (source_dir, source_name) = match source {
+        Some(dir) => (dir.clone(), dir.display().to_string()),
+        None => (sample_catalog_dir(), "sample".to_owned()),
+    };
+    let loaded = load_catalog_dir(&source_dir).map_err(|e| {
+        HostFailure::invalid(format!(
+            "the catalog in {} does not load: {e}",
+            source_dir.display()
+        ))
+    })?;
+    let target = layout.catalog();
+    let identity = |l: &LoadedCatalog| {
+        let c = l.catalog();
+        (
+            c.namespace_digest().to_owned(),
+            c.retrieval_snapshot_digest().to_owned(),
+            c.material_snapshot_digest().to_owned(),
+            c.installation_snapshot_digest().to_owned(),
+        )
+    };
+    let unchanged = target.join("catalog.json").is_file()
+        && load_catalog_dir(&target).is_ok_and(|current| identity(&current) == identity(&loaded));
+    if !unchanged {
+        write_catalog(layout, &source_dir, &loaded)?;
+    }
+    let catalog = loaded.catalog();
+    Ok(Json::object([
+        ("capabilities", Json::Int(catalog.entries().len() as i64)),
+        ("changed", Json::Bool(!unchanged)),
+        (
+            "installation_snapshot_digest",
+            Json::str(catalog.installation_snapshot_digest()),
+        ),
+        ("namespace", Json::str(catalog.namespace())),
+        (
+            "retrieval_snapshot_digest",
+            Json::str(catalog.retrieval_snapshot_digest()),
+        ),
+        ("source", Json::str(source_name)),
+    ]))
+}
+
+/// Writes the catalog into a fresh directory beside the target and swaps it in with renames.
+/// A crash leaves either the old catalog, the new one, or (between the two renames) none, which
+/// the next ingest repairs; a half-written catalog is never in place.
+fn write_catalog(layout: &Layout, source: &Path, loaded: &LoadedCatalog) -> Result<(), HostFailure> {
+    let internal = |e: RuntimeError| HostFailure::internal(e.to_string());
+    private_dir(layout.root()).map_err(internal)?;
+    let pid = std::process::id();
+    let staging = layout.root().join(format!(".catalog.new-{pid}"));
+    let retired = layout.root().join(format!(".catalog.old-{pid}"));
+    let io = |path: &Path, e: std::io::Error| {
+        HostFailure::internal(format!("{}: {e}", path.display()))
+    };
+    for dir in [&staging, &retired] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| io(dir, e))?;
+        }
+    }
+    private_dir(&staging).map_err(internal)?;
+    let mut files = vec!["catalog.json".to_owned()];
+    for entry in loaded.catalog().entries() {
+        for (_, body) in entry.bodies() {
+            files.push(body.path.clone());
+        }
+    }
+    for relative in files {
+        let from = source.join(&relative);
+        let to = staging.join(&relative);
+        if let Some(parent) = to.parent() {
+            private_dir(parent).map_err(internal)?;
+        }
+        let bytes = std::fs::read(&from).map_err(|e| io(&from, e))?;
+        write_atomically(&to, &bytes).map_err(internal)?;
+    }
+    let target = layout.catalog();
+    if target.exists() {
+        std::fs::rename(&target, &retired).map_err(|e| io(&target, e))?;
+    }
+    std::fs::rename(&staging, &target).map_err(|e| io(&target, e))?;
+    if retired.exists() {
+        std::fs::remove_dir_all(&retired).map_err(|e| io(&retired, e))?;
+    }
+    std::fs::File::open(layout.root())
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io(layout.root(), e))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Results as JSON
+// ------------------------------------------------------------------------------------------------
+
+fn strs(items: &[String]) -> Json {
+    Json::Arr(items.iter().map(Json::str).collect())
+}
+
+fn opt_str(value: Option<&str>) -> Json {
+    value.map_or(Json::Null, Json::str)
+}
+
+fn actions_json(actions: &[ManagedActionSummary]) -> Json {
+    Json::Arr(
+        actions
+            .iter()
+            .map(|a| {
+                Json::object([
+                    ("action_id", Json::str(a.action_id())),
+                    ("entity_id", opt_str(a.entity_id())),
+                    ("kind", Json::str(a.kind())),
+                ])
+            })
+            .collect(),
+    )
+}
+
+fn challenge_projection_json(challenge: Option<&ManagedConsentChallengeProjection>) -> Json {
+    challenge.map_or(Json::Null, |c| {
+        Json::object([
+            ("audience", Json::str(c.audience())),
+            ("capability_id", Json::str(c.capability_id())),
+            ("challenge_digest", Json::str(c.challenge_digest())),
+            ("expires_at", Json::str(c.expires_at())),
+            ("kind", Json::str(c.kind())),
+        ])
+    })
+}
+
+/// What a capability's install may do, from the catalog.
+fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
+    let entry = loaded
+        .catalog()
+        .entries()
+        .iter()
+        .find(|e| e.id == capability_id);
+    match entry.and_then(|e| e.install.as_ref()) {
+        Some(install) => Json::object([
+            (
+                "credential_requirement",
+                Json::Bool(install.credential_requirement),
+            ),
+            (
+                "permission_expansion",
+                Json::Bool(install.permission_expansion),
+            ),
+            ("result_path", Json::str(&install.result.path)),
+            ("result_sha256", Json::str(&install.result.sha256)),
+        ]),
+        None => Json::Null,
+    }
+}
+
+fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCatalog) -> Json {
+    let prepared = result.prepared();
+    let label = |id: &str| {
+        loaded
+            .catalog()
+            .entries()
+            .iter()
+            .find(|e| e.id == id)
+            .map_or(Json::Null, |e| Json::str(&e.label))
+    };
+    let selections = prepared
+        .selections()
+        .iter()
+        .map(|s| {
+            Json::object([
+                ("actionability", Json::str(s.actionability())),
+                ("benefit_tier", Json::str(s.benefit_tier())),
+                ("capability_id", Json::str(s.capability_id())),
+                ("install", install_flags(loaded, s.capability_id())),
+                ("kind", Json::str(s.kind())),
+                ("label", label(s.capability_id())),
+                (
+                    "marginal_net_benefit_u",
+                    Json::Int(s.marginal_net_benefit_u()),
+                ),
+                ("matching_signals", strs(s.matching_signals())),
+                ("name", Json::str(s.name())),
+                ("reason_codes", strs(s.reason_codes())),
+            ])
+        })
+        .collect();
+    Json::object([
+        ("abstention_code", opt_str(prepared.abstention_code())),
+        ("actions", actions_json(result.actions())),
+        ("challenge", challenge_projection_json(result.challenge())),
+        ("decision_digest", Json::str(prepared.decision_digest())),
+        (
+            "journal_record_digest",
+            Json::str(prepared.journal_record_digest()),
+        ),
+        (
+            "journal_revision",
+            Json::Int(i64::try_from(prepared.journal_revision()).unwrap_or(i64::MAX)),
+        ),
+        ("plan_id", Json::str(prepared.plan_id())),
+        ("query_ref", Json::str(result.query_ref())),
+        ("selections", Json::Arr(selections)),
+        ("status", Json::str(prepared.status())),
+    ])
+}
+
+fn desired_json(result: &ManagedDesiredSetResult) -> Json {
+    Json::object([
+        ("actions", actions_json(result.actions())),
+        ("capability_ids", strs(result.capability_ids())),
+        ("challenge", challenge_projection_json(result.challenge())),
+        ("decision_digest", Json::str(result.decision_digest())),
+        (
+            "deferred_capability_ids",
+            strs(result.deferred_capability_ids()),
+        ),
+        ("desired_set_ref", Json::str(result.desired_set_ref())),
+        ("failed_capability_ids", strs(result.failed_capability_ids())),
+        (
+            "journal_record_digest",
+            Json::str(result.journal_record_digest()),
+        ),
+        (
+            "journal_revision",
+            Json::Int(i64::try_from(result.journal_revision()).unwrap_or(i64::MAX)),
+        ),
+        ("logical_choice_id", Json::str(result.logical_choice_id())),
+        ("plan_id", Json::str(result.plan_id())),
+        ("query_ref", Json::str(result.query_ref())),
+        ("reason_code", opt_str(result.reason_code())),
+        ("status", Json::str(result.status())),
+    ])
+}
+
+fn resolution_json(result: &ManagedConsentResolutionResult) -> Json {
+    Json::object([
+        ("actions", actions_json(result.actions())),
+        ("capability_id", Json::str(result.capability_id())),
+        ("challenge_digest", Json::str(result.challenge_digest())),
+        (
+            "journal_record_digest",
+            Json::str(result.journal_record_digest()),
+        ),
+        (
+            "journal_revision",
+            Json::Int(i64::try_from(result.journal_revision()).unwrap_or(i64::MAX)),
+        ),
+        ("kind", Json::str(result.kind())),
+        (
+            "next_challenge",
+            challenge_projection_json(result.next_challenge()),
+        ),
+        ("outcome", Json::str(result.outcome())),
+        ("reason_code", Json::str(result.reason_code())),
+    ])
+}
+
+fn challenge_json(record: &ChallengeRecord, loaded: &LoadedCatalog) -> Json {
+    let challenge = record.challenge();
+    Json::object([
+        ("capability_id", Json::str(challenge.capability_id())),
+        ("challenge", challenge.to_json()),
+        ("challenge_digest", Json::str(challenge.challenge_digest())),
+        ("decision", opt_str(record.decision())),
+        ("install", install_flags(loaded, challenge.capability_id())),
+        ("kind", Json::str(challenge.kind())),
+        ("state", Json::str(record.state().as_str())),
+    ])
+}

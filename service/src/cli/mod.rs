@@ -1,0 +1,299 @@
+//! The `ctx` command line: argument parsing by hand and dispatch. `main` only gathers the
+//! process's arguments, environment, clock and standard streams and calls [`run`]. The commands,
+//! their JSON and their exit statuses are specified in `spec/cli.md`.
+
+mod audit;
+mod host;
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use ctx_journal::Timestamp;
+
+use crate::data_dir::{Layout, choose_data_dir};
+use crate::demo::run_demo;
+use crate::error::{CliError, EXIT_OK};
+
+pub use host::{HOST_INPUT_MAX_BYTES, HostCommand};
+
+/// The `--help` text.
+pub const USAGE: &str = "\
+ctx: plans, consents to and installs the capabilities of agent coding sessions
+
+Usage: ctx [--data-dir DIR] <command> [options]
+
+Commands:
+  demo                      the whole flow on the sample catalog, step by step
+  audit [--json]            verify every record, replay every stream, rebuild every projection
+  inspect [--json]          streams, heads, projection counts and digests
+  export [--output FILE]    the journal as JSON lines with digests (stdout by default)
+  import [--input FILE]     an export into an empty data directory (stdin by default)
+
+Host commands (JSON on stdin and stdout, see spec/cli.md):
+  catalog ingest [--catalog-dir DIR]    the sample catalog when no directory is given
+  query prepare | query reopen
+  desired set
+  consent challenge | consent resolve | consent recover
+  policy show | policy set
+  key generate --out FILE               a human device key (0600), registered as a verifier
+  key sign --key FILE                   sign a consent challenge with a device key
+
+  ctx --help | ctx --version
+
+The data directory is --data-dir DIR, else $CTX_DATA_DIR, else $XDG_DATA_HOME/ctx, else
+$HOME/.local/share/ctx (always an absolute path). Concurrent ctx processes on one data
+directory wait for each other for up to 30 s.
+
+Exit status: 0 success, 1 a domain outcome the host must act on (consent required, busy,
+conflict, denied: the JSON says which), 2 bad input, 3 an internal or integrity failure.
+";
+
+/// A parsed command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Command {
+    Help,
+    Version,
+    Demo,
+    Audit { json: bool },
+    Inspect { json: bool },
+    Export { output: Option<PathBuf> },
+    Import { input: Option<PathBuf> },
+    Host(HostCommand),
+}
+
+/// A parsed command line: the command and the data directory option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub data_dir: Option<PathBuf>,
+    pub command: Command,
+}
+
+/// The process's standard streams, and whether standard error is a terminal (progress bars go
+/// there only when it is).
+pub struct Streams<'a> {
+    pub input: &'a mut dyn Read,
+    pub out: &'a mut dyn Write,
+    pub err: &'a mut dyn Write,
+    pub err_is_terminal: bool,
+}
+
+impl std::fmt::Debug for Streams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("err_is_terminal", &self.err_is_terminal)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options that take a value.
+const VALUE_OPTIONS: [&str; 6] = [
+    "--data-dir",
+    "--output",
+    "--input",
+    "--catalog-dir",
+    "--out",
+    "--key",
+];
+
+/// Parses the arguments after the program name.
+pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, CliError> {
+    let mut words = Vec::new();
+    for arg in args {
+        match arg.into_string() {
+            Ok(word) => words.push(word),
+            Err(arg) => {
+                return Err(CliError::Usage(format!(
+                    "argument {arg:?} is not valid UTF-8"
+                )));
+            }
+        }
+    }
+    let mut positional: Vec<&str> = Vec::new();
+    let mut values: Vec<(&str, &str)> = Vec::new();
+    let mut json = false;
+    let mut help = false;
+    let mut iter = words.iter().map(String::as_str);
+    while let Some(word) = iter.next() {
+        match word {
+            "-h" | "--help" => help = true,
+            "--json" => json = true,
+            _ if word.starts_with("--") => {
+                let (name, inline) = match word.split_once('=') {
+                    Some((name, value)) => (name, Some(value)),
+                    None => (word, None),
+                };
+                if !VALUE_OPTIONS.contains(&name) {
+                    return Err(CliError::Usage(format!(
+                        "unknown option {name:?}; try `ctx --help`"
+                    )));
+                }
+                let value = match inline {
+                    Some(value) => value,
+                    None => iter
+                        .next()
+                        .ok_or_else(|| CliError::Usage(format!("option {name} needs a value")))?,
+                };
+                if value.is_empty() {
+                    return Err(CliError::Usage(format!("option {name} has an empty value")));
+                }
+                if values.iter().any(|(n, _)| *n == name) {
+                    return Err(CliError::Usage(format!("option {name} is given twice")));
+                }
+                values.push((name, value));
+            }
+            _ => positional.push(word),
+        }
+    }
+    let mut take = |name: &str| -> Option<PathBuf> {
+        let index = values.iter().position(|(n, _)| *n == name)?;
+        Some(PathBuf::from(values.remove(index).1))
+    };
+    let data_dir = take("--data-dir");
+    if help || positional.first() == Some(&"help") {
+        return Ok(Invocation {
+            data_dir,
+            command: Command::Help,
+        });
+    }
+    let command = match positional.as_slice() {
+        [] if words.iter().any(|w| matches!(w.as_str(), "-V" | "--version")) => Command::Version,
+        [] => {
+            return Err(CliError::Usage(
+                "no command given; try `ctx --help`".to_owned(),
+            ));
+        }
+        ["-V" | "--version"] => Command::Version,
+        ["demo"] => Command::Demo,
+        ["audit"] => Command::Audit { json },
+        ["inspect"] => Command::Inspect { json },
+        ["export"] => Command::Export {
+            output: take("--output"),
+        },
+        ["import"] => Command::Import {
+            input: take("--input"),
+        },
+        ["catalog", "ingest"] => Command::Host(HostCommand::CatalogIngest {
+            catalog_dir: take("--catalog-dir"),
+        }),
+        ["query", "prepare"] => Command::Host(HostCommand::QueryPrepare),
+        ["query", "reopen"] => Command::Host(HostCommand::QueryReopen),
+        ["desired", "set"] => Command::Host(HostCommand::DesiredSet),
+        ["consent", "challenge"] => Command::Host(HostCommand::ConsentChallenge),
+        ["consent", "resolve"] => Command::Host(HostCommand::ConsentResolve),
+        ["consent", "recover"] => Command::Host(HostCommand::ConsentRecover),
+        ["policy", "show"] => Command::Host(HostCommand::PolicyShow),
+        ["policy", "set"] => Command::Host(HostCommand::PolicySet),
+        ["key", "generate"] => Command::Host(HostCommand::KeyGenerate {
+            out: take("--out")
+                .ok_or_else(|| CliError::Usage("`ctx key generate` needs --out FILE".into()))?,
+        }),
+        ["key", "sign"] => Command::Host(HostCommand::KeySign {
+            key: take("--key")
+                .ok_or_else(|| CliError::Usage("`ctx key sign` needs --key FILE".into()))?,
+        }),
+        [group, rest @ ..] if KNOWN_GROUPS.contains(group) => {
+            return Err(CliError::Usage(match rest.first() {
+                Some(word) => format!("unknown `ctx {group}` command {word:?}; try `ctx --help`"),
+                None => format!("`ctx {group}` needs a command; try `ctx --help`"),
+            }));
+        }
+        [_, extra, ..] if SINGLE_WORD.contains(&positional[0]) => {
+            return Err(CliError::Usage(format!(
+                "`ctx {}` takes no argument {extra:?}",
+                positional[0]
+            )));
+        }
+        [first, ..] => {
+            return Err(CliError::Usage(format!(
+                "unknown command {first:?}; try `ctx --help`"
+            )));
+        }
+    };
+    if let Some((name, _)) = values.first() {
+        return Err(CliError::Usage(format!(
+            "option {name} does not apply to this command; try `ctx --help`"
+        )));
+    }
+    if json && !matches!(command, Command::Audit { .. } | Command::Inspect { .. }) {
+        return Err(CliError::Usage(
+            "option --json applies to `ctx audit` and `ctx inspect` only (host commands always \
+             speak JSON)"
+                .to_owned(),
+        ));
+    }
+    Ok(Invocation { data_dir, command })
+}
+
+/// Commands of two words: a group and a verb.
+const KNOWN_GROUPS: [&str; 6] = ["catalog", "query", "desired", "consent", "policy", "key"];
+/// Commands of one word.
+const SINGLE_WORD: [&str; 5] = ["demo", "audit", "inspect", "export", "import"];
+
+/// Runs one `ctx` command and returns its exit status. `env` looks up environment variables and
+/// `now` is the wall-clock time of this process (the trusted clock of every command).
+pub fn run(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+    now: Timestamp,
+    streams: Streams<'_>,
+) -> u8 {
+    let Streams {
+        input,
+        out,
+        err,
+        err_is_terminal,
+    } = streams;
+    match execute(args, env, now, input, out, err, err_is_terminal) {
+        Ok(code) => code,
+        Err(e) => {
+            // If stderr is gone too there is nobody left to tell; the exit status still says it.
+            let _ = writeln!(err, "ctx: error: {e}");
+            if matches!(e, CliError::Usage(_)) {
+                let _ = writeln!(err, "\n{USAGE}");
+            }
+            e.exit_code()
+        }
+    }
+}
+
+fn execute(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+    now: Timestamp,
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    err_is_terminal: bool,
+) -> Result<u8, CliError> {
+    let invocation = parse_args(args)?;
+    let layout = || -> Result<Layout, CliError> {
+        let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
+        Ok(Layout::new(&dir.path))
+    };
+    let code = match &invocation.command {
+        Command::Help => {
+            out.write_all(USAGE.as_bytes())?;
+            EXIT_OK
+        }
+        Command::Version => {
+            writeln!(out, "ctx {}", env!("CARGO_PKG_VERSION"))?;
+            EXIT_OK
+        }
+        Command::Demo => {
+            let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
+            run_demo(&dir, now, out)?;
+            EXIT_OK
+        }
+        Command::Audit { json } => audit::audit(&layout()?, *json, out, err, err_is_terminal)?,
+        Command::Inspect { json } => audit::inspect(&layout()?, *json, out)?,
+        Command::Export { output } => audit::export(&layout()?, output.as_deref(), out)?,
+        Command::Import { input: file } => {
+            audit::import(&layout()?, file.as_deref(), input, out)?
+        }
+        Command::Host(command) => host::execute(command, &layout()?, now, input, out, err)?,
+    };
+    out.flush()?;
+    Ok(code)
+}

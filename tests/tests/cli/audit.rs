@@ -1,0 +1,1 @@
+//! `ctx audit`, `ctx inspect`, `ctx export` and `ctx import`, run as processes.

@@ -1,0 +1,3 @@
+//! Black-box tests of the `ctx` binary: they run it as a host or an operator would.
+
+mod audit;
