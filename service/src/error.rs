@@ -39,6 +39,13 @@ pub enum CliError {
     Unexpected(String),
     #[error("could not write the output: {0}")]
     Output(#[from] std::io::Error),
+    /// A step of `ctx demo` was refused; `exit` is the status the host command would return.
+    #[error("{step}: {message}")]
+    Step {
+        step: &'static str,
+        message: String,
+        exit: u8,
+    },
 }
 
 impl CliError {
@@ -54,6 +61,7 @@ impl CliError {
             CliError::Append(AppendError::Integrity { .. }) => EXIT_INTEGRITY,
             CliError::Append(AppendError::Read(e)) | CliError::Read(e) => read_exit_code(e),
             CliError::VerifyFailed(_) | CliError::Integrity(_) => EXIT_INTEGRITY,
+            CliError::Step { exit, .. } => *exit,
             CliError::Append(_)
             | CliError::Verify(_)
             | CliError::Unexpected(_)

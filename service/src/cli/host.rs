@@ -225,7 +225,9 @@ fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, Hos
     Ok(value)
 }
 
-fn dispatch(
+/// Runs a host command on a parsed request: the exit status and the `result` JSON, or the refusal.
+/// The demo drives the host interface through this, exactly as a host's processes would.
+pub(crate) fn dispatch(
     command: &HostCommand,
     layout: &Layout,
     now: UtcMicros,

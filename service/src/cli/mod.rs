@@ -3,7 +3,7 @@
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
 mod audit;
-mod host;
+pub(crate) mod host;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
