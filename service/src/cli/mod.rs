@@ -114,10 +114,12 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     let mut values: Vec<(&str, &str)> = Vec::new();
     let mut json = false;
     let mut help = false;
+    let mut version = false;
     let mut iter = words.iter().map(String::as_str);
     while let Some(word) = iter.next() {
         match word {
             "-h" | "--help" => help = true,
+            "-V" | "--version" => version = true,
             "--json" => json = true,
             _ if word.starts_with("--") => {
                 let (name, inline) = match word.split_once('=') {
@@ -158,13 +160,12 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         });
     }
     let command = match positional.as_slice() {
-        [] if words.iter().any(|w| matches!(w.as_str(), "-V" | "--version")) => Command::Version,
+        [] if version => Command::Version,
         [] => {
             return Err(CliError::Usage(
                 "no command given; try `ctx --help`".to_owned(),
             ));
         }
-        ["-V" | "--version"] => Command::Version,
         ["demo"] => Command::Demo,
         ["audit"] => Command::Audit { json },
         ["inspect"] => Command::Inspect { json },
@@ -289,11 +290,112 @@ fn execute(
         Command::Audit { json } => audit::audit(&layout()?, *json, out, err, err_is_terminal)?,
         Command::Inspect { json } => audit::inspect(&layout()?, *json, out)?,
         Command::Export { output } => audit::export(&layout()?, output.as_deref(), out)?,
-        Command::Import { input: file } => {
-            audit::import(&layout()?, file.as_deref(), input, out)?
-        }
+        Command::Import { input: file } => audit::import(&layout()?, file.as_deref(), input, out)?,
         Command::Host(command) => host::execute(command, &layout()?, now, input, out, err)?,
     };
     out.flush()?;
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EXIT_USAGE;
+
+    fn parse(words: &[&str]) -> Result<Invocation, CliError> {
+        parse_args(words.iter().map(OsString::from))
+    }
+
+    fn command(words: &[&str]) -> Command {
+        match parse(words) {
+            Ok(invocation) => invocation.command,
+            Err(e) => panic!("{words:?}: {e}"),
+        }
+    }
+
+    fn usage_error(words: &[&str]) -> String {
+        match parse(words) {
+            Err(CliError::Usage(message)) => message,
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_commands_and_options() {
+        assert_eq!(command(&["demo"]), Command::Demo);
+        assert_eq!(command(&["--help"]), Command::Help);
+        assert_eq!(command(&["demo", "--help"]), Command::Help);
+        assert_eq!(command(&["--version"]), Command::Version);
+        assert_eq!(command(&["audit", "--json"]), Command::Audit { json: true });
+        assert_eq!(
+            command(&["export", "--output=/tmp/x"]),
+            Command::Export {
+                output: Some("/tmp/x".into())
+            }
+        );
+        assert_eq!(
+            command(&["key", "sign", "--key", "/k"]),
+            Command::Host(HostCommand::KeySign { key: "/k".into() })
+        );
+        let invocation = parse(&["--data-dir", "/d", "query", "prepare"]).ok();
+        assert_eq!(
+            invocation,
+            Some(Invocation {
+                data_dir: Some("/d".into()),
+                command: Command::Host(HostCommand::QueryPrepare),
+            })
+        );
+        // The option may come after the command too.
+        let invocation = parse(&["consent", "resolve", "--data-dir=/d"]).ok();
+        assert_eq!(invocation.and_then(|i| i.data_dir), Some("/d".into()));
+    }
+
+    #[test]
+    fn refuses_bad_command_lines_naming_the_value() {
+        assert!(usage_error(&[]).contains("no command"));
+        assert!(usage_error(&["frobnicate"]).contains("\"frobnicate\""));
+        assert!(usage_error(&["query"]).contains("`ctx query` needs a command"));
+        assert!(usage_error(&["query", "nope"]).contains("\"nope\""));
+        assert!(usage_error(&["demo", "x"]).contains("\"x\""));
+        assert!(usage_error(&["audit", "--colour"]).contains("\"--colour\""));
+        assert!(usage_error(&["export", "--output"]).contains("needs a value"));
+        assert!(usage_error(&["export", "--output="]).contains("empty value"));
+        assert!(usage_error(&["demo", "--output", "/x"]).contains("does not apply"));
+        assert!(usage_error(&["demo", "--json"]).contains("--json"));
+        assert!(usage_error(&["--data-dir", "/a", "--data-dir", "/b", "demo"]).contains("twice"));
+        assert!(usage_error(&["key", "generate"]).contains("--out"));
+    }
+
+    #[test]
+    fn bad_input_exits_2_with_usage_and_a_relative_data_dir_is_refused() {
+        let run_words = |words: &[&str], env: &dyn Fn(&str) -> Option<OsString>| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(
+                words.iter().map(OsString::from),
+                env,
+                Timestamp(0),
+                Streams {
+                    input: &mut std::io::empty(),
+                    out: &mut out,
+                    err: &mut err,
+                    err_is_terminal: false,
+                },
+            );
+            (code, String::from_utf8_lossy(&err).into_owned())
+        };
+        let (code, err) = run_words(&["nope"], &|_| None);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("unknown command \"nope\""), "{err}");
+        assert!(err.contains("Usage:"), "{err}");
+        let (code, err) = run_words(&["--data-dir", "rel", "inspect"], &|_| None);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(
+            err.contains("--data-dir rel is not an absolute path"),
+            "{err}"
+        );
+        let env = |name: &str| (name == "CTX_DATA_DIR").then(|| OsString::from("rel/dir"));
+        let (code, err) = run_words(&["demo"], &env);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("rel/dir"), "{err}");
+    }
 }

@@ -1,3 +1,5 @@
 //! Black-box tests of the `ctx` binary: they run it as a host or an operator would.
 
 mod audit;
+mod demo;
+mod host;
