@@ -7,10 +7,12 @@
 //! and its invariants are specified in `spec/journal.md`.
 #![forbid(unsafe_code)]
 
+mod audit;
 mod codec;
 mod commit;
 mod error;
 mod hook;
+mod import;
 mod journal;
 mod key;
 mod limits;
@@ -20,12 +22,14 @@ mod storage;
 mod types;
 mod verify;
 
+pub use audit::{StorageIntegrity, StreamInfo, check_storage_integrity};
 pub use codec::{RecordView, decode_record_value};
 pub use error::{
     AppendError, DecodeError, InputError, OpenError, ProjectionError, ReadError, StorageError,
     VerifyError,
 };
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
+pub use import::{ImportError, ImportRecord, Importer};
 pub use journal::{DATABASE_FILE, Journal, OpenOptions};
 pub use key::KeySource;
 pub use limits::{

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ctx_journal::{
     HookError, HookTxn, Journal, MaintenanceTxn, PROJECTION_TABLE_PREFIX, ProjectionError,
-    ProjectionHook, RecordView,
+    ProjectionHook, ProjectionRead, RecordView,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -345,6 +345,254 @@ impl Projections {
             }
         })
     }
+}
+
+/// What [`Projections::check_detached`] found for one projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachedCheck {
+    pub name: &'static str,
+    /// This build's version of the projection.
+    pub version: u32,
+    /// The stored meta entry: `None` when the projection was never attached to this journal.
+    pub meta: Option<Result<ProjectionMeta, MetaError>>,
+    /// The last position folded into the fresh tables: the stored checkpoint when the meta entry
+    /// names this version (0 without a meta entry), else the journal head.
+    pub upto: u64,
+    /// The journal head.
+    pub head: u64,
+    /// The digest of the stored tables.
+    pub stored: [u8; 32],
+    /// The digest of the fresh fold of records 1..=`upto`.
+    pub rebuilt: [u8; 32],
+    /// Records folded into the fresh tables.
+    pub records: u64,
+    /// Each table whose stored entries differ from the fresh fold, in [`Projection::tables`]
+    /// order.
+    pub differences: Vec<TableDifference>,
+}
+
+/// Where one table's stored entries differ from a fresh fold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDifference {
+    pub table: &'static str,
+    /// The smallest key whose entry differs: stored but not rebuilt, rebuilt but not stored, or
+    /// stored with another value.
+    pub first_key: Vec<u8>,
+    /// How many keys differ.
+    pub keys: u64,
+}
+
+/// How a projection's stored tables compare with the journal, per [`DetachedCheck::status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetachedStatus {
+    /// The stored tables equal the fold of records 1..=checkpoint (P3); a checkpoint behind the
+    /// head is caught up at the next attach.
+    Equal,
+    /// The stored tables differ from that fold: changed behind the framework, or folded by a
+    /// non-deterministic `apply` (P7).
+    Differs,
+    /// The tables were built by another version; the next attach rebuilds them. Not compared.
+    OtherVersion { stored: u32 },
+    /// The meta entry does not decode; the next attach rebuilds the tables.
+    InvalidMeta,
+    /// The checkpoint is past the journal head: the journal lost records (P5).
+    AheadOfJournal { checkpoint: u64 },
+}
+
+impl DetachedCheck {
+    pub fn is_equal(&self) -> bool {
+        self.stored == self.rebuilt
+    }
+
+    pub fn status(&self) -> DetachedStatus {
+        match &self.meta {
+            Some(Err(_)) => DetachedStatus::InvalidMeta,
+            Some(Ok(meta)) if meta.version != self.version => DetachedStatus::OtherVersion {
+                stored: meta.version,
+            },
+            Some(Ok(meta)) if meta.checkpoint > self.head => DetachedStatus::AheadOfJournal {
+                checkpoint: meta.checkpoint,
+            },
+            _ if self.is_equal() => DetachedStatus::Equal,
+            _ => DetachedStatus::Differs,
+        }
+    }
+}
+
+/// What [`Projections::inspect_detached`] reads for one projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionSummary {
+    pub name: &'static str,
+    /// This build's version of the projection.
+    pub version: u32,
+    /// The stored meta entry: `None` when the projection was never attached to this journal.
+    pub meta: Option<Result<ProjectionMeta, MetaError>>,
+    /// Each table with its number of entries, in [`Projection::tables`] order.
+    pub tables: Vec<(&'static str, u64)>,
+    /// [`Projections::digest`] of the stored tables.
+    pub digest: [u8; 32],
+}
+
+impl Projections {
+    /// Compares the stored tables of every projection in `list` with a fresh fold of the journal
+    /// **without attaching them**: no hook is registered and nothing is written. One maintenance
+    /// transaction (appends wait for it) reads each meta entry and digests the stored tables,
+    /// clears the tables, replays the journal once, folding each record into every projection
+    /// whose [`DetachedCheck::upto`] it is within, digests the result, finds the first differing
+    /// key of each table that differs (against a read snapshot of the stored tables, which is the
+    /// transaction's starting point since nothing commits meanwhile) and aborts. `progress` is
+    /// called with (position, head) after each replayed record.
+    ///
+    /// For offline audits (`ctx audit`), where attaching would itself rebuild or catch up the
+    /// tables being audited. Refused as maintenance is (a journal that refuses writes); a record
+    /// that fails authentication or that a projection refuses stops the check
+    /// ([`ProjectionError::Read`], [`ProjectionError::Apply`]).
+    pub fn check_detached(
+        journal: &Journal,
+        list: &[Arc<dyn Projection>],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Vec<DetachedCheck>, FrameworkError> {
+        validate(list)?;
+        maintain(journal, |m| {
+            let head = m.head_position();
+            let mut checks = Vec::with_capacity(list.len());
+            for p in list {
+                let meta = read_meta(m, p.name())?;
+                let upto = match &meta {
+                    None => 0,
+                    Some(Ok(meta)) if meta.version == p.version() && meta.checkpoint <= head => {
+                        meta.checkpoint
+                    }
+                    Some(_) => head,
+                };
+                checks.push(DetachedCheck {
+                    name: p.name(),
+                    version: p.version(),
+                    meta,
+                    upto,
+                    head,
+                    stored: digest_tables(p.tables(), |table, f| m.scan(table, f))?,
+                    rebuilt: [0; 32],
+                    records: 0,
+                    differences: Vec::new(),
+                });
+            }
+            for p in list {
+                for &table in p.tables() {
+                    m.clear(table)?;
+                }
+            }
+            m.replay(1, |tx, r| {
+                for (p, c) in list.iter().zip(checks.iter_mut()) {
+                    if r.position <= c.upto {
+                        p.apply(tx, r)?;
+                        c.records += 1;
+                    }
+                }
+                progress(r.position, head);
+                Ok(())
+            })?;
+            journal.projection_read(|stored| -> Result<(), FrameworkError> {
+                for (p, c) in list.iter().zip(checks.iter_mut()) {
+                    c.rebuilt = digest_tables(p.tables(), |table, f| m.scan(table, f))?;
+                    if c.is_equal() {
+                        continue;
+                    }
+                    for &table in p.tables() {
+                        if let Some(d) = first_difference(m, stored, table)? {
+                            c.differences.push(d);
+                        }
+                    }
+                }
+                Ok(())
+            })??;
+            Ok((checks, false))
+        })
+    }
+
+    /// Reads, in one snapshot and without attaching anything, each projection's meta entry, the
+    /// number of entries of each of its tables and the digest of its stored tables.
+    pub fn inspect_detached(
+        journal: &Journal,
+        list: &[Arc<dyn Projection>],
+    ) -> Result<Vec<ProjectionSummary>, FrameworkError> {
+        validate(list)?;
+        journal.projection_read(|r| {
+            let mut out = Vec::with_capacity(list.len());
+            for p in list {
+                let meta = r.get(META_TABLE, p.name().as_bytes(), |v| {
+                    v.map(ProjectionMeta::decode)
+                })?;
+                let mut tables = Vec::with_capacity(p.tables().len());
+                for &table in p.tables() {
+                    let mut entries = 0u64;
+                    r.scan(table, |_, _| {
+                        entries += 1;
+                        ControlFlow::Continue(())
+                    })?;
+                    tables.push((table, entries));
+                }
+                out.push(ProjectionSummary {
+                    name: p.name(),
+                    version: p.version(),
+                    meta,
+                    tables,
+                    digest: digest_tables(p.tables(), |table, f| r.scan(table, f))?,
+                });
+            }
+            Ok(out)
+        })?
+    }
+}
+
+/// The first key (and the number of keys) of `table` whose entry differs between the fresh fold
+/// in `m` and the stored snapshot `stored`; `None` when the table is the same in both. Two passes
+/// of point lookups, one from each side, so neither table is held in memory.
+fn first_difference(
+    m: &MaintenanceTxn<'_>,
+    stored: &ProjectionRead<'_>,
+    table: &'static str,
+) -> Result<Option<TableDifference>, FrameworkError> {
+    let mut first: Option<Vec<u8>> = None;
+    let mut keys = 0u64;
+    let mut failure = None;
+    let mut note = |key: &[u8], first: &mut Option<Vec<u8>>| {
+        keys += 1;
+        if first.as_deref().is_none_or(|f| key < f) {
+            *first = Some(key.to_vec());
+        }
+    };
+    m.scan(table, |key, value| {
+        match stored.get(table, key, |s| s == Some(value)) {
+            Ok(true) => {}
+            Ok(false) => note(key, &mut first),
+            Err(e) => {
+                failure = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    stored.scan(table, |key, _| {
+        match m.get(table, key, |v| v.is_some()) {
+            // Present on both sides: compared by the first pass.
+            Ok(true) => {}
+            Ok(false) => note(key, &mut first),
+            Err(e) => {
+                failure = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    Ok(first.map(|first_key| TableDifference {
+        table,
+        first_key,
+        keys,
+    }))
 }
 
 /// Refuses bad names and tables before anything touches the journal.
@@ -1004,6 +1252,145 @@ mod tests {
                 }
             ),
             "{err}"
+        );
+    }
+
+    fn check_counts(j: &Journal, version: u32) -> DetachedCheck {
+        let mut calls = 0;
+        let mut checks =
+            Projections::check_detached(j, &counts(version), &mut |_, _| calls += 1).unwrap();
+        assert_eq!(
+            calls,
+            j.head_position().unwrap(),
+            "one progress call per record"
+        );
+        checks.remove(0)
+    }
+
+    #[test]
+    fn a_detached_check_compares_with_the_fold_up_to_the_checkpoint_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let j = open(&dir);
+            // Never attached: no meta entry, empty tables, compared with a fold of nothing.
+            append(&j, "a", 0, 2);
+            let c = check_counts(&j, 1);
+            assert_eq!((c.meta.clone(), c.upto, c.records), (None, 0, 0));
+            assert_eq!(c.status(), DetachedStatus::Equal);
+            let _p = Projections::attach(&j, counts(1)).unwrap();
+            append(&j, "a", 2, 3);
+            let c = check_counts(&j, 1);
+            assert_eq!((c.upto, c.head, c.records), (5, 5, 5));
+            assert_eq!(c.status(), DetachedStatus::Equal);
+            assert!(c.differences.is_empty());
+        }
+        // Records appended while detached leave the checkpoint behind: still equal to its fold.
+        let j = open(&dir);
+        append(&j, "b", 0, 2);
+        let c = check_counts(&j, 1);
+        assert_eq!((c.upto, c.head, c.records), (5, 7, 5));
+        assert_eq!(c.status(), DetachedStatus::Equal);
+        // Another version is not compared, only reported.
+        assert_eq!(
+            check_counts(&j, 2).status(),
+            DetachedStatus::OtherVersion { stored: 1 }
+        );
+        // Nothing was attached or registered by the checks: the detached appends stay unprojected.
+        assert!(stream_count(&j, "b").is_none());
+        let meta = j
+            .projection_read(|r| r.get(META_TABLE, b"counts", |v| v.map(<[u8]>::to_vec)))
+            .unwrap();
+        assert_eq!(
+            ProjectionMeta::decode(&meta.unwrap().unwrap())
+                .unwrap()
+                .checkpoint,
+            5
+        );
+    }
+
+    #[test]
+    fn a_detached_check_names_the_first_differing_key_of_each_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(&dir);
+        let p = Projections::attach(&j, counts(1)).unwrap();
+        append(&j, "a", 0, 3);
+        append(&j, "b", 0, 2);
+        tamper(&j, "b", 42);
+        let forged = p.digest("counts").unwrap();
+        // An extra kind entry: stored but not rebuilt.
+        j.maintain(|m| {
+            m.insert(KINDS, b"forged-kind", &1u64.to_le_bytes())?;
+            Ok(((), true))
+        })
+        .unwrap();
+        let c = check_counts(&j, 1);
+        assert_eq!(c.status(), DetachedStatus::Differs);
+        assert_ne!(c.stored, c.rebuilt);
+        let b = StreamId::derive("test", b"b").unwrap();
+        assert_eq!(
+            c.differences,
+            [
+                TableDifference {
+                    table: COUNTS,
+                    first_key: b.as_bytes().to_vec(),
+                    keys: 1
+                },
+                TableDifference {
+                    table: KINDS,
+                    first_key: b"forged-kind".to_vec(),
+                    keys: 1
+                }
+            ]
+        );
+        // The check aborted: the forged entries are still there.
+        assert_eq!(stream_count(&j, "b").unwrap().records, 42);
+        assert_ne!(p.digest("counts").unwrap(), forged);
+        assert_eq!(p.digest("counts").unwrap(), c.stored);
+        // And the ordinary check agrees with the detached one.
+        let check = p.check("counts").unwrap();
+        assert_eq!((check.incremental, check.rebuilt), (c.stored, c.rebuilt));
+    }
+
+    #[test]
+    fn a_detached_check_reports_bad_meta_entries_and_summaries_count_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(&dir);
+        append(&j, "a", 0, 2);
+        let write_meta = |bytes: &[u8]| {
+            j.maintain(|m| {
+                m.insert(META_TABLE, b"counts", bytes)?;
+                Ok(((), true))
+            })
+            .unwrap();
+        };
+        write_meta(b"garbage");
+        assert_eq!(check_counts(&j, 1).status(), DetachedStatus::InvalidMeta);
+        let ahead = ProjectionMeta {
+            version: 1,
+            checkpoint: 10,
+        };
+        write_meta(&ahead.encode());
+        assert_eq!(
+            check_counts(&j, 1).status(),
+            DetachedStatus::AheadOfJournal { checkpoint: 10 }
+        );
+        let summary = Projections::inspect_detached(&j, &counts(1)).unwrap();
+        assert_eq!(summary[0].meta, Some(Ok(ahead)));
+        assert_eq!(summary[0].tables, [(COUNTS, 0), (KINDS, 0)]);
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(&dir);
+        let p = Projections::attach(&j, counts(1)).unwrap();
+        append(&j, "a", 0, 3);
+        append(&j, "b", 0, 1);
+        let summary = Projections::inspect_detached(&j, &counts(1)).unwrap();
+        assert_eq!(summary[0].tables, [(COUNTS, 2), (KINDS, 2)]);
+        assert_eq!(summary[0].digest, p.digest("counts").unwrap());
+        assert_eq!(
+            summary[0].meta,
+            Some(Ok(ProjectionMeta {
+                version: 1,
+                checkpoint: 4
+            }))
         );
     }
 }

@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod check;
 pub mod contract;
+mod domain;
 pub mod engine;
 mod framework;
 pub mod identity;
@@ -21,9 +22,11 @@ pub mod testkit;
 
 pub use archive::ArchiveError;
 pub use ctx_journal as journal;
+pub use domain::domain_projections;
 pub use framework::{
-    AttachReport, CheckReport, DIGEST_DOMAIN, FrameworkError, META_BYTES, META_FORMAT, META_MAGIC,
-    META_TABLE, MetaError, Projection, ProjectionMeta, Projections, RebuildCause, RebuildReport,
+    AttachReport, CheckReport, DIGEST_DOMAIN, DetachedCheck, DetachedStatus, FrameworkError,
+    META_BYTES, META_FORMAT, META_MAGIC, META_TABLE, MetaError, Projection, ProjectionMeta,
+    ProjectionSummary, Projections, RebuildCause, RebuildReport, TableDifference,
 };
 pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap, JsonView};
 pub use model::{

@@ -1,6 +1,6 @@
 //! What can go wrong on the command line, and the exit status each failure maps to.
 
-use ctx_journal::{AppendError, OpenError, ReadError, VerifyError, VerifyReport};
+use ctx_journal::{AppendError, ImportError, OpenError, ReadError, VerifyError, VerifyReport};
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -16,6 +16,10 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_INTERNAL: u8 = 3;
 /// Integrity failures share the internal failures' status.
 pub const EXIT_INTEGRITY: u8 = EXIT_INTERNAL;
+
+/// The `action` of [`CliError::File`] for an input file; reading one that is missing or
+/// unreadable is bad input (exit 2).
+pub(crate) const FILE_READ: &str = "read";
 
 /// A failure of one `ctx` command.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +50,52 @@ pub enum CliError {
         message: String,
         exit: u8,
     },
+    /// `ctx audit`, `ctx inspect` or `ctx export` on a data directory whose journal does not
+    /// exist; nothing is created.
+    #[error("{} holds no journal; there is nothing to {action}", path.display())]
+    NoJournal {
+        path: std::path::PathBuf,
+        action: &'static str,
+    },
+    /// `ctx audit` found at least one failure (the report on standard output lists them all).
+    #[error("the audit failed: {summary}")]
+    AuditFailed { summary: String },
+    /// A file named on the command line could not be used (`--input`, `--output`).
+    #[error("could not {action} {}: {source}", path.display())]
+    File {
+        action: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// `ctx export --output FILE` where FILE exists: an export never overwrites.
+    #[error("{} already exists; `ctx export` writes only a new file", path.display())]
+    OutputExists { path: std::path::PathBuf },
+    /// An import line that is not a well-formed export line.
+    #[error("import line {line}: {detail}")]
+    ImportLine { line: u64, detail: String },
+    /// An import line whose record the journal refused: its digest or chain does not reproduce,
+    /// it is out of order, or its values are refused.
+    #[error("import line {line}: {source}")]
+    ImportRecord { line: u64, source: Box<ImportError> },
+    /// The export ended before the records its header announces: it was cut short.
+    #[error(
+        "the export ends after {found} records in {found_streams} streams, but its header announces {announced} records in {announced_streams} streams; it was cut short or altered"
+    )]
+    ImportIncomplete {
+        found: u64,
+        found_streams: u64,
+        announced: u64,
+        announced_streams: u64,
+    },
+    /// The import as a whole was refused or failed (a non-empty target journal, storage).
+    #[error("import failed: {0}")]
+    Import(Box<ImportError>),
+}
+
+impl From<ImportError> for CliError {
+    fn from(e: ImportError) -> CliError {
+        CliError::Import(Box::new(e))
+    }
 }
 
 impl CliError {
@@ -62,6 +112,26 @@ impl CliError {
             CliError::Append(AppendError::Read(e)) | CliError::Read(e) => read_exit_code(e),
             CliError::VerifyFailed(_) | CliError::Integrity(_) => EXIT_INTEGRITY,
             CliError::Step { exit, .. } => *exit,
+            CliError::NoJournal { .. }
+            | CliError::OutputExists { .. }
+            | CliError::ImportLine { .. } => EXIT_USAGE,
+            // A non-empty target and a refused value are bad input; a record whose digest or
+            // chain does not reproduce is an integrity failure.
+            CliError::Import(e) | CliError::ImportRecord { source: e, .. }
+                if matches!(
+                    **e,
+                    ImportError::NotEmpty { .. } | ImportError::Input { .. }
+                ) =>
+            {
+                EXIT_USAGE
+            }
+            // Input files that cannot be read are bad input; output files that cannot be written
+            // are the machine's problem.
+            CliError::File { action, .. } if *action == FILE_READ => EXIT_USAGE,
+            CliError::AuditFailed { .. }
+            | CliError::ImportRecord { .. }
+            | CliError::ImportIncomplete { .. } => EXIT_INTEGRITY,
+            CliError::File { .. } | CliError::Import(_) => EXIT_INTERNAL,
             CliError::Append(_)
             | CliError::Verify(_)
             | CliError::Unexpected(_)

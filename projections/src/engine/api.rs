@@ -438,6 +438,17 @@ fn stage_benefit(
 // The engine
 // ------------------------------------------------------------------------------------------------
 
+/// The engine's projections as [`Engine::open`] attaches them: `engine.state` (with the engine's
+/// reducer), `engine.effects` and `engine.benefit_audit`. Offline tools (`ctx audit`, `ctx
+/// inspect`) check and read them without attaching them.
+pub fn engine_projections() -> Vec<Arc<dyn Projection>> {
+    vec![
+        Arc::new(EngineStateProjection::new(crate::reducer::reduce)),
+        Arc::new(EffectsProjection),
+        Arc::new(BenefitAuditProjection),
+    ]
+}
+
 /// Locks of engine streams, by (data directory, stream): every engine write of one stream in this
 /// process holds its lock from the head read to the append, so check-then-append cannot race
 /// (another process cannot write: the journal's process lock excludes it). Entries whose lock
@@ -490,12 +501,7 @@ impl Engine {
                 ),
             });
         }
-        let list: Vec<Arc<dyn Projection>> = vec![
-            Arc::new(EngineStateProjection::new(crate::reducer::reduce)),
-            Arc::new(EffectsProjection),
-            Arc::new(BenefitAuditProjection),
-        ];
-        let projections = Projections::attach(&journal, list)?;
+        let projections = Projections::attach(&journal, engine_projections())?;
         Ok(Engine {
             journal,
             projections,
@@ -1542,6 +1548,17 @@ pub fn replay_audit_journal(
 ) -> Result<AuditReport, AuditError> {
     let stream = engine_stream(scope).map_err(|e| AuditError::Scope(e.to_string()))?;
     Ok(audit_stream(journal, &stream, crate::reducer::reduce)?)
+}
+
+/// [`replay_audit_journal`] for an engine stream named by its id rather than its scope: what an
+/// offline audit uses, since it finds engine streams by listing the journal's streams and a stream
+/// id does not give its scope back. A stream that is not an engine stream diverges at revision 1
+/// (`record-binding`).
+pub fn replay_audit_stream(
+    journal: &Journal,
+    stream: &StreamId,
+) -> Result<AuditReport, AuditError> {
+    Ok(audit_stream(journal, stream, crate::reducer::reduce)?)
 }
 
 /// [`replay_audit_journal`] with a given reducer.

@@ -18,7 +18,7 @@ mod tests;
 pub use api::{
     AuditReport, Clock, ClockError, DecisionPlanner, Engine, EngineOptions, JournaledEvent,
     ManualClock, ObservationNormalizer, PendingCommit, PlanningContext, ProcessWithError,
-    SeamError, Snapshot, replay_audit_journal,
+    SeamError, Snapshot, engine_projections, replay_audit_journal, replay_audit_stream,
 };
 pub use authority::{
     ActivationExecutionStatus, ActivationGuard, InstallExecutionStatus, InstallGuard,

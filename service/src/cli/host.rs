@@ -452,8 +452,11 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure>
             nonce.iter().map(|b| format!("{b:02x}")).collect::<String>()
         ),
         issued_at: now.render(),
-        expires_at: UtcMicros(now.0.saturating_add(SIGNED_DECISION_TTL_SECONDS * 1_000_000))
-            .render(),
+        expires_at: UtcMicros(
+            now.0
+                .saturating_add(SIGNED_DECISION_TTL_SECONDS * 1_000_000),
+        )
+        .render(),
         proof: b"unsigned".to_vec(),
     })
     .map_err(|e| HostFailure::invalid(e.to_string()))?;
@@ -524,15 +527,18 @@ fn ingest_catalog(layout: &Layout, source: &Option<PathBuf>) -> Result<Json, Hos
 /// Writes the catalog into a fresh directory beside the target and swaps it in with renames.
 /// A crash leaves either the old catalog, the new one, or (between the two renames) none, which
 /// the next ingest repairs; a half-written catalog is never in place.
-fn write_catalog(layout: &Layout, source: &Path, loaded: &LoadedCatalog) -> Result<(), HostFailure> {
+fn write_catalog(
+    layout: &Layout,
+    source: &Path,
+    loaded: &LoadedCatalog,
+) -> Result<(), HostFailure> {
     let internal = |e: RuntimeError| HostFailure::internal(e.to_string());
     private_dir(layout.root()).map_err(internal)?;
     let pid = std::process::id();
     let staging = layout.root().join(format!(".catalog.new-{pid}"));
     let retired = layout.root().join(format!(".catalog.old-{pid}"));
-    let io = |path: &Path, e: std::io::Error| {
-        HostFailure::internal(format!("{}: {e}", path.display()))
-    };
+    let io =
+        |path: &Path, e: std::io::Error| HostFailure::internal(format!("{}: {e}", path.display()));
     for dir in [&staging, &retired] {
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| io(dir, e))?;
@@ -692,7 +698,10 @@ fn desired_json(result: &ManagedDesiredSetResult) -> Json {
             strs(result.deferred_capability_ids()),
         ),
         ("desired_set_ref", Json::str(result.desired_set_ref())),
-        ("failed_capability_ids", strs(result.failed_capability_ids())),
+        (
+            "failed_capability_ids",
+            strs(result.failed_capability_ids()),
+        ),
         (
             "journal_record_digest",
             Json::str(result.journal_record_digest()),

@@ -3,6 +3,8 @@
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
 mod audit;
+mod export;
+mod inspect;
 pub(crate) mod host;
 
 use std::ffi::OsString;
@@ -288,9 +290,9 @@ fn execute(
             EXIT_OK
         }
         Command::Audit { json } => audit::audit(&layout()?, *json, out, err, err_is_terminal)?,
-        Command::Inspect { json } => audit::inspect(&layout()?, *json, out)?,
-        Command::Export { output } => audit::export(&layout()?, output.as_deref(), out)?,
-        Command::Import { input: file } => audit::import(&layout()?, file.as_deref(), input, out)?,
+        Command::Inspect { json } => inspect::inspect(&layout()?, *json, out)?,
+        Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
+        Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
         Command::Host(command) => host::execute(command, &layout()?, now, input, out, err)?,
     };
     out.flush()?;
