@@ -2,7 +2,7 @@
 //! process's arguments, environment, clock and standard streams and calls [`run`]. The commands,
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
-mod audit;
+pub(crate) mod audit;
 mod export;
 mod inspect;
 pub(crate) mod host;

@@ -18,7 +18,7 @@ fn the_demo_runs_end_to_end_and_a_second_run_reuses_the_directory() {
         "stands in for the person",
         "installed-inactive (physical-install-applied)",
         "installed exactly once",
-        "verify: ok",
+        "result: OK, everything verifies",
     ] {
         assert!(
             first.stdout.contains(expected),
@@ -39,7 +39,7 @@ fn the_demo_runs_end_to_end_and_a_second_run_reuses_the_directory() {
         "reused the existing journal",
         "already ingested, unchanged",
         "nothing is installed twice",
-        "verify: ok",
+        "result: OK, everything verifies",
     ] {
         assert!(
             second.stdout.contains(expected),
