@@ -176,7 +176,11 @@ pub fn run_demo(
         Some(Json::Arr(items)) => items.clone(),
         _ => Vec::new(),
     };
-    writeln!(out, "   the planned bundle ({} of at most 5):", selections.len())?;
+    writeln!(
+        out,
+        "   the planned bundle ({} of at most 5):",
+        selections.len()
+    )?;
     for s in &selections {
         writeln!(
             out,
@@ -246,7 +250,10 @@ pub fn run_demo(
     };
     let challenge_digest = text(challenge, "challenge_digest").to_owned();
 
-    writeln!(out, "\n5. the consent challenge the person is asked to sign")?;
+    writeln!(
+        out,
+        "\n5. the consent challenge the person is asked to sign"
+    )?;
     let (_, record) = step(
         "consent challenge",
         &layout,
@@ -274,11 +281,7 @@ pub fn run_demo(
     writeln!(out, "\n6. the person's device key")?;
     let key_path = layout.root().join(DEMO_KEY_FILE);
     if key_path.exists() {
-        writeln!(
-            out,
-            "   reusing {} from an earlier run",
-            key_path.display()
-        )?;
+        writeln!(out, "   reusing {} from an earlier run", key_path.display())?;
     } else {
         let (_, key) = step(
             "key generate",

@@ -4,8 +4,8 @@
 
 pub(crate) mod audit;
 mod export;
-mod inspect;
 pub(crate) mod host;
+mod inspect;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
