@@ -165,11 +165,14 @@ mod tests {
 
     #[test]
     fn explicit_directory_wins() {
-        let dir = choose_data_dir(None, env(&[
-            ("CTX_DATA_DIR", "/data/ctx"),
-            ("XDG_DATA_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ]));
+        let dir = choose_data_dir(
+            None,
+            env(&[
+                ("CTX_DATA_DIR", "/data/ctx"),
+                ("XDG_DATA_HOME", "/xdg"),
+                ("HOME", "/home/u"),
+            ]),
+        );
         assert_eq!(
             dir.ok(),
             Some(DataDir {
@@ -188,15 +191,15 @@ mod tests {
     #[test]
     fn xdg_then_home() {
         let xdg = choose_data_dir(None, env(&[("XDG_DATA_HOME", "/xdg"), ("HOME", "/home/u")]));
-        assert_eq!(
-            xdg.ok().map(|d| d.path),
-            Some(PathBuf::from("/xdg/ctx"))
+        assert_eq!(xdg.ok().map(|d| d.path), Some(PathBuf::from("/xdg/ctx")));
+        let home = choose_data_dir(
+            None,
+            env(&[
+                ("XDG_DATA_HOME", "rel"),
+                ("CTX_DATA_DIR", ""),
+                ("HOME", "/home/u"),
+            ]),
         );
-        let home = choose_data_dir(None, env(&[
-            ("XDG_DATA_HOME", "rel"),
-            ("CTX_DATA_DIR", ""),
-            ("HOME", "/home/u"),
-        ]));
         assert_eq!(
             home.ok(),
             Some(DataDir {
@@ -208,7 +211,10 @@ mod tests {
 
     #[test]
     fn nothing_set_is_bad_input() {
-        assert!(matches!(choose_data_dir(None, env(&[])), Err(CliError::Usage(_))));
+        assert!(matches!(
+            choose_data_dir(None, env(&[])),
+            Err(CliError::Usage(_))
+        ));
         assert!(matches!(
             choose_data_dir(None, env(&[("HOME", "home")])),
             Err(CliError::Usage(_))

@@ -53,9 +53,7 @@ pub use cli::{
 };
 pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, Layout, choose_data_dir};
 pub use demo::{DemoSummary, run_demo};
-pub use error::{
-    CliError, EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE,
-};
+pub use error::{CliError, EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 pub use managed::{
     ConsentBrokerConfig, DesiredResultParts, EngineComposition, InputAuthorityError,
     ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,

@@ -56,7 +56,17 @@ const VERIFIER_SCHEMA: &str = "ctx.verifier-v1";
 const DEVICE_KEY_SCHEMA: &str = "ctx.device-key-v1";
 /// Languages recognised among a prompt's words when the host names none.
 const LANGUAGES: [&str; 12] = [
-    "c", "cpp", "go", "java", "javascript", "kotlin", "python", "ruby", "rust", "sql", "swift",
+    "c",
+    "cpp",
+    "go",
+    "java",
+    "javascript",
+    "kotlin",
+    "python",
+    "ruby",
+    "rust",
+    "sql",
+    "swift",
     "typescript",
 ];
 
@@ -164,7 +174,10 @@ impl StoredWork {
             ("workspace_digest", Json::str(&self.workspace_digest)),
             ("signals", strs(&self.signals)),
             ("languages", strs(&self.languages)),
-            ("requested_limit", Json::Int(i64::from(self.requested_limit))),
+            (
+                "requested_limit",
+                Json::Int(i64::from(self.requested_limit)),
+            ),
             ("observed_at", Json::str(self.observed_at.to_string())),
             ("manifest_digest", Json::str(&self.manifest_digest)),
             (
@@ -198,7 +211,9 @@ impl StoredWork {
             return Err(format!("schema is not {WORK_SCHEMA}"));
         }
         let limit = match value.get("requested_limit") {
-            Some(Json::Int(n)) => u8::try_from(*n).map_err(|_| "requested_limit is out of range")?,
+            Some(Json::Int(n)) => {
+                u8::try_from(*n).map_err(|_| "requested_limit is out of range")?
+            }
             _ => return Err("requested_limit is missing".to_owned()),
         };
         let observed_at = UtcMicros::parse(&text("observed_at")?)
@@ -221,12 +236,18 @@ impl StoredWork {
         let identity = Json::object([
             ("session_id", Json::str(&self.session_id)),
             ("workspace_digest", Json::str(&self.workspace_digest)),
-            ("signals", Json::Arr(self.signals.iter().map(Json::str).collect())),
+            (
+                "signals",
+                Json::Arr(self.signals.iter().map(Json::str).collect()),
+            ),
             (
                 "languages",
                 Json::Arr(self.languages.iter().map(Json::str).collect()),
             ),
-            ("requested_limit", Json::Int(i64::from(self.requested_limit))),
+            (
+                "requested_limit",
+                Json::Int(i64::from(self.requested_limit)),
+            ),
             ("manifest_digest", Json::str(&self.manifest_digest)),
         ]);
         format!("work-{}", &sha256_hex(&identity.to_string())[..40])
@@ -256,7 +277,10 @@ impl StoredWork {
                 ("baseline_capability_ids", Json::Arr(vec![])),
                 ("languages", strs(&self.languages)),
                 ("rejected_capability_ids", Json::Arr(vec![])),
-                ("requested_limit", Json::Int(i64::from(self.requested_limit))),
+                (
+                    "requested_limit",
+                    Json::Int(i64::from(self.requested_limit)),
+                ),
                 ("signals", strs(&self.signals)),
             ]),
         )
@@ -525,8 +549,8 @@ fn verifier_registry(
             .and_then(unhex)
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| corrupt("its public key is not 64 hex digits"))?;
-        let verifier = Ed25519Verifier::from_public_key_bytes(&key)
-            .map_err(|e| corrupt(&e.to_string()))?;
+        let verifier =
+            Ed25519Verifier::from_public_key_bytes(&key).map_err(|e| corrupt(&e.to_string()))?;
         let registration = HumanDecisionVerifierRegistration::new(
             value.get_str("audience").unwrap_or_default(),
             value.get_str("authenticator_id").unwrap_or_default(),
@@ -604,10 +628,7 @@ impl std::fmt::Debug for Runtime {
 pub fn consent_config(layout: &Layout) -> ConsentBrokerConfig {
     ConsentBrokerConfig {
         audience: CONSENT_AUDIENCE.to_owned(),
-        workspace_identity_digest: sha256_hex(&format!(
-            "ctx-data-dir:{}",
-            layout.root().display()
-        )),
+        workspace_identity_digest: sha256_hex(&format!("ctx-data-dir:{}", layout.root().display())),
         release_root_digest: sha256_hex("ctx-release-root-v1"),
     }
 }

@@ -236,7 +236,9 @@ pub fn run_ctx(data_dir: &Path, args: &[&str], stdin: &str) -> CtxRun {
         .spawn()
         .expect("start ctx");
     let mut input = child.stdin.take().expect("ctx's stdin");
-    input.write_all(stdin.as_bytes()).expect("write ctx's stdin");
+    input
+        .write_all(stdin.as_bytes())
+        .expect("write ctx's stdin");
     drop(input);
     let output = child.wait_with_output().expect("wait for ctx");
     CtxRun {
