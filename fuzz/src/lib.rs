@@ -4,5 +4,5 @@
 pub mod canary;
 pub mod decode_record;
 pub mod decode_untrusted;
-pub mod journal_ops;
+pub mod journal_model;
 pub mod replay_determinism;

@@ -207,7 +207,9 @@ impl Journal {
                         hooks,
                     ) {
                         Ok(outcomes) => {
-                            written[i] = true;
+                            // A request that only replays stored records writes nothing: a group
+                            // of those and refusals does not commit.
+                            written[i] = outcomes.iter().any(|o| !o.replayed);
                             replies[i] = Some(Ok(outcomes));
                         }
                         Err(Step::Refused(e)) => replies[i] = Some(Err(e)),

@@ -1,8 +1,12 @@
 //! Fail points around the commit: a failure before it writes nothing, a failure after it leaves
 //! the records durable; either way the caller is told "maybe committed" and the journal
 //! fail-stops until reopened, after which a retry with the same event ids gives the right answer.
+//! A request that only replays stored records never reaches the commit.
 
-use ctx_journal::{AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, Timestamp};
+use ctx_journal::{
+    AppendError, AppendOutcome, DATABASE_FILE, ExpectedRevision, Journal, NewRecord, StreamAppend,
+    Timestamp,
+};
 
 use crate::support::{self, FailPoints};
 
@@ -156,5 +160,61 @@ fn failure_after_commit_is_durable_and_a_retry_replays_it() {
         ))
         .unwrap();
     assert_eq!((next.records[0].revision, next.records[0].position), (4, 5));
+    assert!(journal.verify().unwrap().is_ok());
+}
+
+/// A request that only replays stored records writes nothing, so it does not commit: with the
+/// commit failing it still gets the original result, the journal keeps accepting writes, and the
+/// database file is unchanged byte for byte. (Found by the `journal_model` fuzz target: a group of
+/// replays committed an empty redb transaction, two writes and an fsync, and a storage failure
+/// there answered a settled retry `MaybeCommitted` and fail-stopped the journal.)
+#[test]
+fn a_replay_never_reaches_the_commit() {
+    let _fp = FailPoints::setup();
+    let dir = support::tempdir();
+    let (a, b) = (support::stream("fp-a"), support::stream("fp-b"));
+    let journal = support::open(dir.path());
+    let batch = vec![
+        StreamAppend::new(
+            a,
+            ExpectedRevision::NoStream,
+            vec![record("a1"), record("a2")],
+        ),
+        StreamAppend::new(b, ExpectedRevision::NoStream, vec![record("b1")]),
+    ];
+    let first = journal.append_batch(batch.clone()).unwrap();
+    let db = dir.path().join(DATABASE_FILE);
+    let before = std::fs::read(&db).unwrap();
+
+    fail::cfg(BEFORE, "return(disk on fire)").unwrap();
+    let again = journal.append_batch(batch);
+    let single = journal.append(StreamAppend::new(
+        b,
+        ExpectedRevision::NoStream,
+        vec![record("b1")],
+    ));
+    fail::remove(BEFORE);
+    let again = again.unwrap();
+    assert!(again.iter().all(|o| o.replayed));
+    let records = |o: &[AppendOutcome]| o.iter().map(|o| o.records.clone()).collect::<Vec<_>>();
+    assert_eq!(records(&again), records(&first));
+    let single = single.unwrap();
+    assert!(single.replayed);
+    assert_eq!(single.records, first[1].records);
+    assert!(!journal.is_fail_stopped());
+    assert!(
+        std::fs::read(&db).unwrap() == before,
+        "the replays wrote to the database file"
+    );
+
+    // The journal goes on from there.
+    let next = journal
+        .append(StreamAppend::new(
+            b,
+            ExpectedRevision::Exact(1),
+            vec![record("b2")],
+        ))
+        .unwrap();
+    assert_eq!((next.records[0].revision, next.records[0].position), (2, 4));
     assert!(journal.verify().unwrap().is_ok());
 }
