@@ -195,8 +195,14 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
             }
         };
         let indexed_at = match head {
+            // A storage failure is the pass's own error; only a missing or undecodable index
+            // entry is an integrity finding.
             Some(h) if revision >= 1 && revision <= h.revision => {
-                position_of(&chunks, &stream, h, revision).ok()
+                match position_of(&chunks, &stream, h, revision) {
+                    Ok(position) => Some(position),
+                    Err(crate::error::ReadError::Storage(e)) => return Err(e.into()),
+                    Err(_) => None,
+                }
             }
             _ => None,
         };
