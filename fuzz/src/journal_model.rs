@@ -5,7 +5,7 @@
 //!
 //! Failures are injected below redb: an open may be armed ([`Program::create`] for the first
 //! open, which creates the database, and [`Op::Reopen`] for later ones), and then every database
-//! file it opens goes through a [`CountdownBackend`], which forwards everything to the plain file
+//! file it opens goes through a [`CountdownFile`], which forwards everything to the plain file
 //! backend until `n` (0..=40) mutating calls (`write`, `set_len`, `sync_data`) have passed, and
 //! from then on fails every mutating call and every read. Locks, `len` and `close` always pass,
 //! so a failed journal can still be closed and reopened. The checks:
@@ -36,16 +36,15 @@
 //! it exists, else the temp dir; `CTX_FUZZ_TMPDIR` overrides) emptied before and after each run.
 
 use std::collections::HashMap;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use arbitrary::Arbitrary;
 use ctx_journal::{
     AppendError, AppendOutcome, BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX,
-    BackendError, Digest, EVENT_ID_MAX_BYTES, ExpectedRevision, FileBackend, InputError, Journal,
-    KIND_MAX_BYTES, NewRecord, OpenError, OpenOptions, PAYLOAD_MAX_BYTES, ReadError, Record,
-    StorageBackend, StorageWrapper, StreamAppend, StreamHead, StreamId, Timestamp, VerifyError,
+    Digest, EVENT_ID_MAX_BYTES, ExpectedRevision, FileBackend, InputError, Journal, KIND_MAX_BYTES,
+    NewRecord, OpenError, OpenOptions, PAYLOAD_MAX_BYTES, ReadError, Record, StorageBackend as _,
+    StorageInterceptor, StorageWrapper, StreamAppend, StreamHead, StreamId, Timestamp, VerifyError,
 };
 
 /// Most steps run per program; the rest of a longer program is ignored.
@@ -302,72 +301,42 @@ fn injected() -> std::io::Error {
 }
 
 impl StorageWrapper for Countdown {
-    fn wrap(&self, path: &Path, file: FileBackend) -> Box<dyn StorageBackend> {
+    fn wrap(&self, path: &Path, _file: &FileBackend) -> Option<Arc<dyn StorageInterceptor>> {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        Box::new(CountdownBackend {
-            inner: file,
+        Some(Arc::new(CountdownFile {
             countdown: self.clone(),
             file: name,
-        })
+        }))
     }
 }
 
-/// redb's file backend behind a [`Countdown`]. Everything is forwarded to the file; once the
-/// countdown has run out, `write`, `set_len`, `sync_data` and `read` fail without reaching it.
-/// `len`, the range locks and `close` always pass, so closing releases the locks.
+/// A database file behind a [`Countdown`]: once the countdown has run out, `write`, `set_len`,
+/// `sync_data` and `read` fail without reaching the file. `len` passes; the journal forwards the
+/// range locks and `close` itself, so closing releases the locks.
 #[derive(Debug)]
-pub struct CountdownBackend {
-    inner: FileBackend,
+pub struct CountdownFile {
     countdown: Countdown,
     file: String,
 }
 
-impl StorageBackend for CountdownBackend {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+impl StorageInterceptor for CountdownFile {
+    fn read(&self, file: &FileBackend, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
         self.countdown.reading()?;
-        self.inner.read(offset, out)
+        file.read(offset, out)
     }
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+    fn set_len(&self, file: &FileBackend, len: u64) -> std::io::Result<()> {
         self.countdown.mutating(Call::SetLen, &self.file)?;
-        self.inner.set_len(len)
+        file.set_len(len)
     }
-    fn sync_data(&self) -> Result<(), std::io::Error> {
+    fn sync_data(&self, file: &FileBackend) -> std::io::Result<()> {
         self.countdown.mutating(Call::SyncData, &self.file)?;
-        self.inner.sync_data()
+        file.sync_data()
     }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+    fn write(&self, file: &FileBackend, offset: u64, data: &[u8]) -> std::io::Result<()> {
         self.countdown.mutating(Call::Write, &self.file)?;
-        self.inner.write(offset, data)
-    }
-    fn close(&self) -> Result<(), std::io::Error> {
-        self.inner.close()
-    }
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.try_lock_range(start, end)
-    }
-    fn try_lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<bool, BackendError> {
-        self.inner.try_lock_shared_range(start, end)
-    }
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_range(start, end)
-    }
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_shared_range(start, end)
-    }
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.unlock_range(start, end)
-    }
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.query_lock_range(start, end)
+        file.write(offset, data)
     }
 }
 

@@ -4,5 +4,6 @@
 pub mod canary;
 pub mod decode_record;
 pub mod decode_untrusted;
+pub mod exactly_once;
 pub mod journal_model;
 pub mod replay_determinism;

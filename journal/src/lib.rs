@@ -38,7 +38,7 @@ pub use limits::{
     PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
 };
 pub use maintain::{MaintenanceTxn, ProjectionRead};
-pub use storage::{BackendError, FileBackend, StorageBackend, StorageWrapper};
+pub use storage::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
 pub use types::{
     AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
     StreamHead, StreamId, Timestamp,

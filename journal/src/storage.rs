@@ -1,78 +1,108 @@
-//! The storage seam below the journal's database file: a [`StorageWrapper`] receives the redb
-//! file backend of every database file the journal opens and may return another backend in its
-//! place. It exists for fault injection and crash images (tests and fuzzing); a production open
-//! passes none and redb talks to the file directly.
+//! The storage seam below the journal's database file: a [`StorageWrapper`] may put a
+//! [`StorageInterceptor`] between redb and every database file the journal opens. It exists for
+//! fault injection and crash images (tests and fuzzing); a production open passes none and redb
+//! talks to the file directly.
 
 use std::fmt;
 use std::ops::Bound;
 use std::path::Path;
 
-use redb::Database;
-/// redb's storage types, re-exported so a wrapper names exactly the version the journal uses.
+use std::sync::Arc;
+
+use redb::{BackendError, Database};
+
+/// redb's file backend and its trait (whose methods an interceptor calls on the file),
+/// re-exported so an interceptor names exactly the version the journal uses.
+pub use redb::StorageBackend;
 pub use redb::backends::FileBackend;
-pub use redb::{BackendError, StorageBackend};
 
 use crate::error::{OpenError, StorageError};
 
-/// Wraps the redb storage backend of a database file the journal opens: the data directory's
-/// `journal.redb`, and `journal.redb.creating` while a new journal is being created (both paths
-/// are passed, so a wrapper can tell them apart). A wrapper must forward every method it does not
-/// deliberately change, the range locks included; the journal's own process lock already
-/// excludes other processes.
+/// Puts a [`StorageInterceptor`] between redb and a database file the journal opens: the data
+/// directory's `journal.redb`, and `journal.redb.creating` while a new journal is being created
+/// (both paths are passed, so a wrapper can tell them apart).
 pub trait StorageWrapper: Send + Sync + 'static {
-    /// The backend to use in place of `file`, the plain backend of the database file at `path`.
-    fn wrap(&self, path: &Path, file: FileBackend) -> Box<dyn StorageBackend>;
+    /// The interceptor of the database file at `path` (`file` is its plain backend, e.g. to read
+    /// its content at open), or `None` to leave the file alone.
+    fn wrap(&self, path: &Path, file: &FileBackend) -> Option<Arc<dyn StorageInterceptor>>;
 }
 
-/// A boxed backend as a backend, so a wrapper can return any type.
-struct Boxed(Box<dyn StorageBackend>);
-
-impl fmt::Debug for Boxed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+/// The data calls redb makes on a database file, each of which an interceptor may fail, record or
+/// change; every default forwards to the file. The range locks and `close` are not interceptable:
+/// the journal forwards them to the file itself, so no interceptor can break redb's locking or
+/// leave a lock held after a failure.
+pub trait StorageInterceptor: Send + Sync + 'static {
+    fn len(&self, file: &FileBackend) -> Result<u64, std::io::Error> {
+        file.len()
+    }
+    fn read(&self, file: &FileBackend, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        file.read(offset, out)
+    }
+    fn set_len(&self, file: &FileBackend, len: u64) -> Result<(), std::io::Error> {
+        file.set_len(len)
+    }
+    fn sync_data(&self, file: &FileBackend) -> Result<(), std::io::Error> {
+        file.sync_data()
+    }
+    fn write(&self, file: &FileBackend, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        file.write(offset, data)
     }
 }
 
-impl StorageBackend for Boxed {
+/// A file backend whose data calls go through an interceptor.
+struct Intercepted {
+    file: FileBackend,
+    hooks: Arc<dyn StorageInterceptor>,
+}
+
+impl fmt::Debug for Intercepted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Intercepted")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StorageBackend for Intercepted {
     fn len(&self) -> Result<u64, std::io::Error> {
-        self.0.len()
+        self.hooks.len(&self.file)
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.0.read(offset, out)
+        self.hooks.read(&self.file, offset, out)
     }
     fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.0.set_len(len)
+        self.hooks.set_len(&self.file, len)
     }
     fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.0.sync_data()
+        self.hooks.sync_data(&self.file)
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.0.write(offset, data)
+        self.hooks.write(&self.file, offset, data)
     }
     fn close(&self) -> Result<(), std::io::Error> {
-        self.0.close()
+        self.file.close()
     }
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.0.try_lock_range(start, end)
+        self.file.try_lock_range(start, end)
     }
     fn try_lock_shared_range(
         &self,
         start: Bound<u64>,
         end: Bound<u64>,
     ) -> Result<bool, BackendError> {
-        self.0.try_lock_shared_range(start, end)
+        self.file.try_lock_shared_range(start, end)
     }
     fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.0.lock_range(start, end)
+        self.file.lock_range(start, end)
     }
     fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.0.lock_shared_range(start, end)
+        self.file.lock_shared_range(start, end)
     }
     fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.0.unlock_range(start, end)
+        self.file.unlock_range(start, end)
     }
     fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.0.query_lock_range(start, end)
+        self.file.query_lock_range(start, end)
     }
 }
 
@@ -96,8 +126,11 @@ pub(crate) fn open_database(
             path: path.into(),
             source,
         })?;
-    let backend = FileBackend::new(file).map_err(StorageError::from)?;
-    Ok(Database::builder()
-        .create_with_backend(Boxed(wrapper.wrap(path, backend)))
-        .map_err(StorageError::from)?)
+    let file = FileBackend::new(file).map_err(StorageError::from)?;
+    let builder = Database::builder();
+    let db = match wrapper.wrap(path, &file) {
+        Some(hooks) => builder.create_with_backend(Intercepted { file, hooks }),
+        None => builder.create_with_backend(file),
+    };
+    Ok(db.map_err(StorageError::from)?)
 }

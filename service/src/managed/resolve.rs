@@ -741,23 +741,27 @@ fn reservation_of(
     })
 }
 
-/// Reference §6.2 step 19.
+/// Reference §6.2 step 19, except for a denial: a granted decision's transition holds exactly the
+/// install action; a denied one never holds it, but the reducer reconciles after a denial, so its
+/// transition holds whatever comes next (another desired capability's consent request, an
+/// activation) — the reference's "empty" would refuse every denial of one of several desired
+/// installs, forever (the install-expiry rule of §4.6.7 is the same "must not appear").
 fn check_decision_transition(
     t: &Transition,
     event: &EngineEvent,
     authority: &ConsentAuthority,
     identity: &DecisionIdentity,
 ) -> Result<(), ServiceError> {
-    let expected_actions: &[ctx_projections::HostAction] = if identity.decision == "granted" {
-        std::slice::from_ref(&authority.install_action)
+    let actions_exact = if identity.decision == "granted" {
+        t.actions.as_slice() == std::slice::from_ref(&authority.install_action)
     } else {
-        &[]
+        !t.actions.contains(&authority.install_action)
     };
     if t.event_id != event.event_id
         || t.scope != event.scope
         || t.from_revision != event.expected_revision
         || Some(t.to_revision) != event.expected_revision.checked_add(1)
-        || t.actions.as_slice() != expected_actions
+        || !actions_exact
     {
         return Err(ServiceError::Identity(
             "interactive consent decision transition was substituted",

@@ -29,16 +29,14 @@
 //! disk byte for byte. `CTX_CRASH_IMAGE_APPENDS` sets the workload's size (default 40 batches).
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ctx_journal::files::{DATABASE_FILE, KEY_FILE};
 use ctx_journal::{
-    BackendError, Digest, ExpectedRevision, FileBackend, HookError, HookTxn, Journal, NewRecord,
-    ProjectionHook, Record, RecordView, StorageBackend, StorageWrapper, StreamAppend, StreamId,
-    Timestamp,
+    Digest, ExpectedRevision, FileBackend, HookError, HookTxn, Journal, NewRecord, ProjectionHook,
+    Record, RecordView, StorageBackend as _, StorageInterceptor, StorageWrapper, StreamAppend,
+    StreamId, Timestamp,
 };
 
 use crate::support::{self, Rng};
@@ -93,11 +91,11 @@ impl Recorder {
 }
 
 impl StorageWrapper for Recorder {
-    fn wrap(&self, path: &Path, file: FileBackend) -> Box<dyn StorageBackend> {
+    fn wrap(&self, path: &Path, file: &FileBackend) -> Option<Arc<dyn StorageInterceptor>> {
         // Only the journal's own file is recorded; the creating file is renamed into place
         // after a sync, so its content is the base read here.
         if path.file_name().and_then(|n| n.to_str()) != Some(DATABASE_FILE) {
-            return Box::new(file);
+            return None;
         }
         let len = file.len().expect("the database file's length");
         let mut base = vec![0; usize::try_from(len).expect("a small file")];
@@ -107,75 +105,37 @@ impl StorageWrapper for Recorder {
         assert!(log.base.is_none(), "the recorder wraps one open only");
         log.base = Some(base);
         drop(log);
-        Box::new(Recording {
-            inner: file,
+        Some(Arc::new(Recording {
             log: self.log.clone(),
-        })
+        }))
     }
 }
 
+/// Records every length change, sync and write after it reached the file.
 struct Recording {
-    inner: FileBackend,
     log: Arc<Mutex<Log>>,
 }
 
-impl fmt::Debug for Recording {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Recording")
-    }
-}
-
-impl StorageBackend for Recording {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.inner.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.inner.set_len(len)?;
+impl StorageInterceptor for Recording {
+    fn set_len(&self, file: &FileBackend, len: u64) -> Result<(), std::io::Error> {
+        file.set_len(len)?;
         lock(&self.log).ops.push(Op::SetLen(len));
         Ok(())
     }
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.inner.sync_data()?;
+    fn sync_data(&self, file: &FileBackend) -> Result<(), std::io::Error> {
+        file.sync_data()?;
         let mut log = lock(&self.log);
         log.ops.push(Op::Sync);
         log.syncs += 1;
         Ok(())
     }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.inner.write(offset, data)?;
+    fn write(&self, file: &FileBackend, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        file.write(offset, data)?;
         lock(&self.log).ops.push(Op::Write {
             offset,
             data: data.to_vec(),
         });
         Ok(())
-    }
-    fn close(&self) -> Result<(), std::io::Error> {
-        self.inner.close()
-    }
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.try_lock_range(start, end)
-    }
-    fn try_lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<bool, BackendError> {
-        self.inner.try_lock_shared_range(start, end)
-    }
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_range(start, end)
-    }
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_shared_range(start, end)
-    }
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.unlock_range(start, end)
-    }
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.query_lock_range(start, end)
     }
 }
 

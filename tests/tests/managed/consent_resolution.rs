@@ -1104,3 +1104,87 @@ fn test_service_resolves_a_grant_signed_with_an_ed25519_device_key() {
     assert_eq!(setup.body_source.load_calls(), 1);
     assert_eq!(setup.body_source.load_calls(), 1);
 }
+
+// ------------------------------------------------------------------------------------------------
+// Found by the `exactly_once` fuzz target.
+
+/// A denial reconciles: its transition holds the next desired capability's consent request. The
+/// service required a denial's transition to be empty, so every signed denial of the first of
+/// two consent-gated installs was refused ("interactive consent decision transition was
+/// substituted") after the broker had recorded it, and the consent could only expire. The
+/// denial commits; the retry publishes the second challenge, whose grant installs once.
+#[test]
+fn test_denial_of_the_first_of_two_consent_gated_installs_commits() {
+    let setup = setup_with(Options {
+        requested_limit: 2,
+        installable: true,
+        installable_count: 2,
+        ..Options::default()
+    });
+    setup.ask_each_time();
+    let prepared = setup
+        .service
+        .prepare(&setup.request("two-consents:query"))
+        .unwrap();
+    let ids: Vec<&str> = prepared
+        .prepared()
+        .selections()
+        .iter()
+        .map(|s| s.capability_id())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    let request = desired(prepared.query_ref(), "two-consents:desired", &ids, None);
+    let result = setup.service.set_desired(&request).unwrap();
+    assert_eq!(result.status(), "consent-required");
+    let first = result.challenge().unwrap();
+
+    let denied = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            first.challenge_digest(),
+            &AssertionSpec {
+                decision: "denied",
+                nonce: "two-consents-denial".to_owned(),
+                ..AssertionSpec::default()
+            },
+        ))
+        .unwrap();
+
+    assert_eq!(denied.outcome(), "denied");
+    assert_eq!(denied.reason_code(), "human-denied-install");
+    let decision = setup.engine_events().pop().unwrap();
+    assert_eq!(decision.reducer_event.kind, EventKind::UserDecision);
+    assert_eq!(decision.revision, denied.journal_revision());
+    assert_eq!(decision.record_digest, denied.journal_record_digest());
+    let second_id = *ids.iter().find(|id| **id != first.capability_id()).unwrap();
+    assert!(
+        decision.transition.actions.iter().any(|a| {
+            a.kind == ActionKind::RequestConsent && a.entity_id.as_deref() == Some(second_id)
+        }),
+        "{:?}",
+        decision.transition.actions
+    );
+    assert_eq!(
+        setup.consent_record(first.challenge_digest()).state(),
+        ChallengeState::Settled
+    );
+
+    let retried = setup.service.set_desired(&request).unwrap();
+    assert_eq!(retried.status(), "consent-required");
+    let second = retried.challenge().unwrap();
+    assert_eq!(second.capability_id(), second_id);
+    let granted = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            second.challenge_digest(),
+            &AssertionSpec {
+                nonce: "two-consents-grant".to_owned(),
+                ..AssertionSpec::default()
+            },
+        ))
+        .unwrap();
+    assert_eq!(granted.outcome(), "installed-inactive");
+    assert_eq!(setup.body_source.load_calls(), 1);
+    assert_eq!(setup.install_claims(), 1);
+    assert_eq!(setup.install_settlements(), 1);
+}
