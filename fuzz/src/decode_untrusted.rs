@@ -22,7 +22,7 @@
 //! in a directory of its own under `/dev/shm` or the temp dir (`CTX_FUZZ_TMPDIR` overrides).
 
 use std::fmt::Display;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use ctx_projections::consent_store::{
@@ -450,7 +450,7 @@ fn load_from_disk(text: &str, parsed: &Catalog) {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = work_dir();
-    remove_dir(dir);
+    crate::remove_dir(dir);
     if let Err(e) = std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(dir.join(CATALOG_FILE_NAME), text))
     {
@@ -472,44 +472,14 @@ fn load_from_disk(text: &str, parsed: &Catalog) {
     }
     let files = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
     assert_eq!(files, 1, "the catalog loader wrote into its directory");
-    remove_dir(dir);
-}
-
-fn remove_dir(dir: &Path) {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => panic!("cannot empty the fuzz directory {}: {e}", dir.display()),
-    }
+    crate::remove_dir(dir);
 }
 
 /// This process's catalog directory, chosen once; stale directories of dead fuzz processes are
 /// removed the first time.
 fn work_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let base = std::env::var_os("CTX_FUZZ_TMPDIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                Path::new("/dev/shm")
-                    .is_dir()
-                    .then(|| PathBuf::from("/dev/shm"))
-            })
-            .unwrap_or_else(std::env::temp_dir);
-        let prefix = "ctx-fuzz-decode-untrusted-";
-        if let Ok(entries) = std::fs::read_dir(&base) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
-                    continue;
-                };
-                if !Path::new("/proc").join(pid).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        base.join(format!("{prefix}{}", std::process::id()))
-    })
+    DIR.get_or_init(|| crate::process_dir("ctx-fuzz-decode-untrusted-"))
 }
 
 // ------------------------------------------------------------------------------------------------

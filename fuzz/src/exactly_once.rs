@@ -399,7 +399,7 @@ fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let root = work_dir();
-        remove_dir(root);
+        crate::remove_dir(root);
         ok(fs::create_dir_all(root), "work directory");
         ok(
             fs::set_permissions(root, fs::Permissions::from_mode(0o700)),
@@ -604,41 +604,11 @@ fn events(
     (started, intent)
 }
 
-fn remove_dir(dir: &Path) {
-    match fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => panic!("cannot empty the fuzz directory {}: {e}", dir.display()),
-    }
-}
-
 /// This process's directory, chosen once; stale directories of dead fuzz processes are removed
 /// the first time.
 fn work_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let base = std::env::var_os("CTX_FUZZ_TMPDIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                Path::new("/dev/shm")
-                    .is_dir()
-                    .then(|| PathBuf::from("/dev/shm"))
-            })
-            .unwrap_or_else(std::env::temp_dir);
-        let prefix = "ctx-fuzz-exactly-once-";
-        if let Ok(entries) = fs::read_dir(&base) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
-                    continue;
-                };
-                if !Path::new("/proc").join(pid).exists() {
-                    let _ = fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        base.join(format!("{prefix}{}", std::process::id()))
-    })
+    DIR.get_or_init(|| crate::process_dir("ctx-fuzz-exactly-once-"))
 }
 
 /// Prints what each step did when `CTX_FUZZ_TRACE` is set (for reading a finding).
@@ -815,7 +785,7 @@ struct Harness {
 impl Harness {
     fn new() -> Harness {
         let fx = fixture();
-        remove_dir(&fx.run_dir);
+        crate::remove_dir(&fx.run_dir);
         ok(fs::create_dir_all(&fx.run_dir), "run directory");
         ok(
             fs::set_permissions(&fx.run_dir, fs::Permissions::from_mode(0o700)),
@@ -1695,7 +1665,7 @@ impl Harness {
         let fx = self.fx;
         let stats = self.stats.clone();
         drop(self);
-        remove_dir(&fx.run_dir);
+        crate::remove_dir(&fx.run_dir);
         stats
     }
 }
@@ -2217,7 +2187,7 @@ mod tests {
         h.checked_position = u64::MAX;
         let r = catch_unwind(AssertUnwindSafe(|| h.check()));
         drop(h);
-        remove_dir(&fixture().run_dir);
+        crate::remove_dir(&fixture().run_dir);
         r.err().map(|payload| {
             payload
                 .downcast_ref::<String>()
@@ -2324,7 +2294,7 @@ mod tests {
         }));
         let missing = catch_unwind(AssertUnwindSafe(|| h.assert_record(0, 9, &good, "later")));
         drop(h);
-        remove_dir(&fixture().run_dir);
+        crate::remove_dir(&fixture().run_dir);
         assert!(right.is_ok(), "the real record digest must pass");
         assert!(wrong.is_err(), "another record digest must fail");
         assert!(missing.is_err(), "a revision the journal lacks must fail");

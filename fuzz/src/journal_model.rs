@@ -149,7 +149,7 @@ pub fn run_counted(program: &Program) -> Stats {
     // One directory per process: runs on several threads (unit tests) take turns.
     let _turn = turn();
     let dir = work_dir();
-    remove_dir(dir);
+    crate::remove_dir(dir);
     let mut h = Harness::new(dir.clone(), program.create);
     for (step, op) in program.ops.iter().take(MAX_OPS).enumerate() {
         h.step(step, op);
@@ -160,7 +160,7 @@ pub fn run_counted(program: &Program) -> Stats {
     h.reopen(None);
     let stats = std::mem::take(&mut h.stats);
     drop(h);
-    remove_dir(dir);
+    crate::remove_dir(dir);
     stats
 }
 
@@ -169,41 +169,11 @@ fn turn() -> MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn remove_dir(dir: &Path) {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => panic!("cannot empty the fuzz directory {}: {e}", dir.display()),
-    }
-}
-
 /// This process's journal directory, chosen once; stale directories of dead fuzz processes are
 /// removed the first time.
 fn work_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let base = std::env::var_os("CTX_FUZZ_TMPDIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                Path::new("/dev/shm")
-                    .is_dir()
-                    .then(|| PathBuf::from("/dev/shm"))
-            })
-            .unwrap_or_else(std::env::temp_dir);
-        let prefix = "ctx-fuzz-journal-model-";
-        if let Ok(entries) = std::fs::read_dir(&base) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
-                    continue;
-                };
-                if !Path::new("/proc").join(pid).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        base.join(format!("{prefix}{}", std::process::id()))
-    })
+    DIR.get_or_init(|| crate::process_dir("ctx-fuzz-journal-model-"))
 }
 
 fn options() -> OpenOptions {
@@ -1735,7 +1705,7 @@ mod tests {
     fn doctored(ops: &[Op], doctor: impl FnOnce(&mut Harness), expected: &str) {
         let _turn = turn();
         let dir = work_dir();
-        remove_dir(dir);
+        crate::remove_dir(dir);
         let mut h = Harness::new(dir.clone(), None);
         for (step, op) in ops.iter().enumerate() {
             h.step(step, op);
@@ -1743,7 +1713,7 @@ mod tests {
         doctor(&mut h);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.reopen(None)));
         drop(h);
-        remove_dir(dir);
+        crate::remove_dir(dir);
         let Err(panic) = caught else {
             panic!("the doctored model passed the checks");
         };

@@ -136,51 +136,21 @@ pub fn run(program: &Program) {
     static TURN: Mutex<()> = Mutex::new(());
     let _turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = work_dir();
-    remove_dir(dir);
+    crate::remove_dir(dir);
     let mut h = Harness::new(dir.clone(), program.level);
     for step in program.steps.iter().take(MAX_STEPS) {
         h.step(*step);
     }
     h.finish();
     drop(h);
-    remove_dir(dir);
-}
-
-fn remove_dir(dir: &Path) {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => panic!("cannot empty the fuzz directory {}: {e}", dir.display()),
-    }
+    crate::remove_dir(dir);
 }
 
 /// This process's journal directory, chosen once; stale directories of dead fuzz processes are
 /// removed the first time.
 fn work_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let base = std::env::var_os("CTX_FUZZ_TMPDIR")
-            .map(PathBuf::from)
-            .or_else(|| {
-                Path::new("/dev/shm")
-                    .is_dir()
-                    .then(|| PathBuf::from("/dev/shm"))
-            })
-            .unwrap_or_else(std::env::temp_dir);
-        let prefix = "ctx-fuzz-replay-determinism-";
-        if let Ok(entries) = std::fs::read_dir(&base) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
-                    continue;
-                };
-                if !Path::new("/proc").join(pid).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        base.join(format!("{prefix}{}", std::process::id()))
-    })
+    DIR.get_or_init(|| crate::process_dir("ctx-fuzz-replay-determinism-"))
 }
 
 /// The fixture catalog, built once (claims need the row a plan selected).
