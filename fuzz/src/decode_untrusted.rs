@@ -653,7 +653,7 @@ mod tests {
     /// `CTX_FUZZ_WRITE_SEEDS=1 cargo test --release`).
     #[test]
     fn committed_seeds_are_current() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/decode_untrusted");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/decode_untrusted");
         let write = std::env::var_os("CTX_FUZZ_WRITE_SEEDS").is_some();
         for (name, bytes) in seeds() {
             let path = dir.join(name);
