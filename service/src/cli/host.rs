@@ -295,6 +295,17 @@ pub(crate) fn dispatch(
         HostCommand::DesiredSet => {
             let runtime = Runtime::open(layout, now)?;
             let request = desired_request(request)?;
+            for id in request.capability_ids() {
+                if let Some(reason) = uninstallable(runtime.loaded(), id) {
+                    return Err(HostFailure::outcome(
+                        "no-actuator",
+                        format!(
+                            "{id} cannot be installed by this data directory: {reason}; choose \
+                             it in a host that can install it, or leave it out"
+                        ),
+                    ));
+                }
+            }
             let result = runtime.service().set_desired(&request)?;
             let code = if result.status() == "consent-required" {
                 EXIT_OUTCOME
@@ -425,6 +436,33 @@ fn challenge_record(
             now,
         )
         .map_err(|e| HostFailure::from(ServiceError::from(e)))
+}
+
+/// Why the only installer of a data directory, the skill store, could never install the catalog
+/// entry `capability_id`, or `None` when it can (or the entry needs no install). Checked before a
+/// desired set: the service would publish a consent challenge and claim the install, and the skill
+/// store's eligibility gate would then refuse it on every attempt, leaving the claim
+/// indeterminate and the session busy.
+fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
+    let entry = loaded
+        .catalog()
+        .entries()
+        .iter()
+        .find(|e| e.id == capability_id)?;
+    let install = entry.install.as_ref()?;
+    if entry.kind.as_str() != "skill" {
+        return Some(format!(
+            "no {} installer is configured (only skills are installed here)",
+            entry.kind
+        ));
+    }
+    if install.permission_expansion || install.credential_requirement {
+        return Some(
+            "the skill store installs no skill that expands permissions or needs credentials"
+                .to_owned(),
+        );
+    }
+    None
 }
 
 /// `ctx key sign`: a signed human decision on a challenge, in its wire form.

@@ -358,3 +358,55 @@ fn concurrent_processes_on_one_data_directory_wait_for_each_other() {
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{} {}", audit.stdout, audit.stderr);
 }
+
+#[test]
+fn a_capability_no_installer_here_can_install_is_refused_before_anything_is_written() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    set_up(&data);
+    let request = Json::object([
+        (
+            "prompt",
+            Json::str("fix the clippy lints in the rust crate and test the webapp with playwright"),
+        ),
+        ("session_id", Json::str("s-1")),
+        ("workspace", Json::str("/work/project")),
+    ])
+    .to_string();
+    let query = ok(&data, &["query", "prepare"], &request, 0);
+    let query_ref = query.get_str("query_ref").expect("a query ref");
+    let Some(Json::Arr(selections)) = query.get("selections") else {
+        panic!("no selections: {query}");
+    };
+    let planned = |id: &str| {
+        selections
+            .iter()
+            .any(|s| s.get_str("capability_id") == Some(id))
+    };
+    let choose = |id: &str| {
+        Json::object([
+            ("capability_ids", Json::Arr(vec![Json::str(id)])),
+            ("choice_label", Json::str(format!("choice-{id}"))),
+            ("query_ref", Json::str(query_ref)),
+        ])
+        .to_string()
+    };
+    let head = |data: &Path| {
+        let run = run_ctx(data, &["inspect", "--json"], "");
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        Json::parse(run.stdout.trim_end())
+            .expect("inspect JSON")
+            .get("records")
+            .cloned()
+    };
+    let before = head(&data);
+    assert!(matches!(before, Some(Json::Int(n)) if n > 0), "{before:?}");
+    // A skill whose install expands permissions, and an MCP server: the skill store installs
+    // neither, so nothing is reserved, published or claimed.
+    for id in ["skill:cargo-clippy-fix", "mcp-server:playwright"] {
+        assert!(planned(id), "{id} is not planned: {query}");
+        let message = refused(&data, &["desired", "set"], &choose(id), 1, "no-actuator");
+        assert!(message.contains(id), "{message}");
+    }
+    assert_eq!(head(&data), before, "the refusals wrote nothing");
+}
