@@ -41,7 +41,16 @@ pub use snapshot::{
     NAMESPACE_SCHEMA, RETRIEVAL_ADAPTER_VERSION,
 };
 
-/// The sample catalog directory shipped with this crate (`service/catalog`).
+/// The sample catalog directory shipped with this crate (`service/catalog`), in the source tree.
 pub fn sample_catalog_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog")
+}
+
+include!(concat!(env!("OUT_DIR"), "/sample_catalog.rs"));
+
+/// The sample catalog as compiled into this crate: every file (`catalog.json` and the bodies it
+/// pins) with its path relative to the catalog directory, sorted by path. An installed binary
+/// ingests this, not the source tree.
+pub fn sample_catalog_files() -> &'static [(&'static str, &'static [u8])] {
+    SAMPLE_CATALOG_FILES
 }

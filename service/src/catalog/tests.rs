@@ -810,3 +810,45 @@ fn canonical_languages() {
         assert_eq!(canonical_language(input), expected, "{input}");
     }
 }
+
+#[test]
+fn the_embedded_sample_catalog_is_the_source_tree_s_byte_for_byte() {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else {
+                let relative = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                out.push((relative, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let root = super::sample_catalog_dir();
+    let mut on_disk = Vec::new();
+    walk(&root, &root, &mut on_disk);
+    on_disk.sort();
+    let embedded: Vec<(String, Vec<u8>)> = super::sample_catalog_files()
+        .iter()
+        .map(|(p, b)| ((*p).to_owned(), b.to_vec()))
+        .collect();
+    assert!(embedded.iter().any(|(p, _)| p == "catalog.json"));
+    let paths =
+        |files: &[(String, Vec<u8>)]| files.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        paths(&embedded),
+        paths(&on_disk),
+        "the embedded files are not the directory's"
+    );
+    for ((path, embedded), (_, on_disk)) in embedded.iter().zip(&on_disk) {
+        assert!(
+            embedded == on_disk,
+            "{path}: the embedded bytes differ from the file"
+        );
+    }
+}

@@ -13,7 +13,7 @@ use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, ConsentStore, ConsentStoreError, SignedHumanDecisionAssertion,
 };
 
-use crate::catalog::{LoadedCatalog, load_catalog_dir, sample_catalog_dir};
+use crate::catalog::{LoadedCatalog, load_catalog_dir, sample_catalog_files};
 use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 use crate::managed::{
@@ -520,9 +520,14 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure>
 /// Copies a catalog (validated by loading it) into the data directory, replacing the current
 /// one only when it differs.
 fn ingest_catalog(layout: &Layout, source: &Option<PathBuf>) -> Result<Json, HostFailure> {
-    let (source_dir, source_name) = match source {
-        Some(dir) => (dir.clone(), dir.display().to_string()),
-        None => (sample_catalog_dir(), "sample".to_owned()),
+    let embedded = match source {
+        Some(_) => None,
+        None => Some(EmbeddedSample::write(layout)?),
+    };
+    let (source_dir, source_name) = match (source, &embedded) {
+        (Some(dir), _) => (dir.clone(), dir.display().to_string()),
+        (None, Some(sample)) => (sample.dir.clone(), "sample".to_owned()),
+        (None, None) => return Err(HostFailure::internal("the sample catalog was not written")),
     };
     let loaded = load_catalog_dir(&source_dir).map_err(|e| {
         HostFailure::invalid(format!(
@@ -560,6 +565,44 @@ fn ingest_catalog(layout: &Layout, source: &Option<PathBuf>) -> Result<Json, Hos
         ),
         ("source", Json::str(source_name)),
     ]))
+}
+
+/// The sample catalog compiled into the binary, written out to a private directory of the data
+/// directory for one ingest (the loader reads directories) and removed afterwards.
+struct EmbeddedSample {
+    dir: PathBuf,
+}
+
+impl EmbeddedSample {
+    fn write(layout: &Layout) -> Result<EmbeddedSample, HostFailure> {
+        let internal = |e: RuntimeError| HostFailure::internal(e.to_string());
+        let dir = layout
+            .root()
+            .join(format!(".catalog.sample-{}", std::process::id()));
+        let sample = EmbeddedSample { dir };
+        if sample.dir.exists() {
+            std::fs::remove_dir_all(&sample.dir).map_err(|e| {
+                HostFailure::internal(format!("{}: {e}", sample.dir.display()))
+            })?;
+        }
+        private_dir(&sample.dir).map_err(internal)?;
+        for (relative, bytes) in sample_catalog_files() {
+            let path = sample.dir.join(relative);
+            if let Some(parent) = path.parent() {
+                private_dir(parent).map_err(internal)?;
+            }
+            std::fs::write(&path, bytes)
+                .map_err(|e| HostFailure::internal(format!("{}: {e}", path.display())))?;
+        }
+        Ok(sample)
+    }
+}
+
+impl Drop for EmbeddedSample {
+    fn drop(&mut self) {
+        // Best effort: a leftover is replaced by the next ingest of this process id.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Writes the catalog into a fresh directory beside the target and swaps it in with renames.
