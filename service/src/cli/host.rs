@@ -581,9 +581,8 @@ impl EmbeddedSample {
             .join(format!(".catalog.sample-{}", std::process::id()));
         let sample = EmbeddedSample { dir };
         if sample.dir.exists() {
-            std::fs::remove_dir_all(&sample.dir).map_err(|e| {
-                HostFailure::internal(format!("{}: {e}", sample.dir.display()))
-            })?;
+            std::fs::remove_dir_all(&sample.dir)
+                .map_err(|e| HostFailure::internal(format!("{}: {e}", sample.dir.display())))?;
         }
         private_dir(&sample.dir).map_err(internal)?;
         for (relative, bytes) in sample_catalog_files() {
