@@ -624,11 +624,16 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// The consent broker identity of a data directory.
+/// The consent broker identity of a data directory. The directory is named by its canonical path
+/// (when it exists), so two spellings of one directory (a symlink, `..`) bind the same challenges.
 pub fn consent_config(layout: &Layout) -> ConsentBrokerConfig {
+    let root = layout
+        .root()
+        .canonicalize()
+        .unwrap_or_else(|_| layout.root().to_path_buf());
     ConsentBrokerConfig {
         audience: CONSENT_AUDIENCE.to_owned(),
-        workspace_identity_digest: sha256_hex(&format!("ctx-data-dir:{}", layout.root().display())),
+        workspace_identity_digest: sha256_hex(&format!("ctx-data-dir:{}", root.display())),
         release_root_digest: sha256_hex("ctx-release-root-v1"),
     }
 }

@@ -146,6 +146,16 @@ fn a_consent_gated_install_runs_across_separate_processes() {
         0,
     );
     assert_eq!(record.get_str("state"), Some("pending"));
+    // Another spelling of the same data directory binds the same challenges.
+    let link = dir.path().join("ctx-link");
+    std::os::unix::fs::symlink(&data, &link).expect("a symlink to the data directory");
+    let through_link = ok(
+        &link,
+        &["consent", "challenge"],
+        &Json::object([("challenge_digest", Json::str(digest))]).to_string(),
+        0,
+    );
+    assert_eq!(through_link.get_str("state"), Some("pending"));
     let install = record.get("install").expect("install flags");
     assert_eq!(
         install.get("permission_expansion"),
