@@ -126,11 +126,6 @@ pub(crate) fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
         .map_err(io(dir))
 }
 
-/// The clock time of this process as a trusted UTC instant.
-pub fn utc(now_micros: i64) -> UtcMicros {
-    UtcMicros(now_micros)
-}
-
 // ------------------------------------------------------------------------------------------------
 // Work observations
 // ------------------------------------------------------------------------------------------------
@@ -218,9 +213,15 @@ impl StoredWork {
         };
         let observed_at = UtcMicros::parse(&text("observed_at")?)
             .map_err(|_| "observed_at is not an RFC 3339 UTC time".to_owned())?;
+        let session_id = text("session_id")?;
+        let workspace_digest = text("workspace_digest")?;
+        // Validated again after reading: the scope slices the digest and the engine checks tokens.
+        if !is_token(&session_id) || !ctx_projections::check::is_sha(&workspace_digest) {
+            return Err("session_id or workspace_digest is malformed".to_owned());
+        }
         Ok(StoredWork {
-            session_id: text("session_id")?,
-            workspace_digest: text("workspace_digest")?,
+            session_id,
+            workspace_digest,
             signals: list("signals")?,
             languages: list("languages")?,
             requested_limit: limit,
@@ -867,4 +868,59 @@ fn truncate(text: &str, max_bytes: usize) -> &str {
 /// A logical id (a lowercase SHA-256 digest) for a host's label of a query or a choice.
 pub fn logical_id(kind: &str, label: &str) -> String {
     sha256_hex_bytes(format!("ctx-{kind}:{label}").as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work() -> StoredWork {
+        StoredWork {
+            session_id: "s-1".to_owned(),
+            workspace_digest: sha256_hex("ctx-workspace:/w"),
+            signals: vec!["rust".to_owned()],
+            languages: vec!["rust".to_owned()],
+            requested_limit: 5,
+            observed_at: UtcMicros(1_000_000),
+            manifest_digest: sha256_hex("manifest"),
+            planning_environment_digest: sha256_hex("environment"),
+        }
+    }
+
+    #[test]
+    fn a_stored_work_round_trips_and_its_reference_ignores_the_time() {
+        let original = work();
+        let parsed = StoredWork::from_json(&original.to_json());
+        assert_eq!(parsed.as_ref(), Ok(&original));
+        let later = StoredWork {
+            observed_at: UtcMicros(9_000_000),
+            ..original.clone()
+        };
+        assert_eq!(later.work_ref(), original.work_ref());
+        let other = StoredWork {
+            signals: vec!["go".to_owned()],
+            ..original.clone()
+        };
+        assert_ne!(other.work_ref(), original.work_ref());
+    }
+
+    #[test]
+    fn a_doctored_work_file_is_refused_not_sliced() {
+        for (field, value) in [
+            ("workspace_digest", Json::str("abc")),
+            ("session_id", Json::str("not a token")),
+            ("requested_limit", Json::Int(300)),
+            ("observed_at", Json::str("yesterday")),
+            ("schema", Json::str("ctx.work-v0")),
+        ] {
+            let mut value_json = work().to_json();
+            if let Json::Obj(map) = &mut value_json {
+                map.insert(field.to_owned(), value);
+            }
+            assert!(
+                StoredWork::from_json(&value_json).is_err(),
+                "{field} was accepted"
+            );
+        }
+    }
 }
