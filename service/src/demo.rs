@@ -302,8 +302,9 @@ pub fn run_demo(
     }
     writeln!(
         out,
-        "   NOTE: this local key stands in for the person. In real use the person approves on \
-         their own device, and ctx only holds the public key."
+        "   NOTE: this local key stands in for the person. In real use the person runs \
+         `ctx key init` once and `ctx consent approve <challenge>` in their own terminal, and \
+         ctx only holds the public key."
     )?;
 
     writeln!(out, "\n7. sign a grant and resolve the consent")?;

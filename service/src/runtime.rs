@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -484,11 +484,16 @@ pub(crate) fn write_device_key(
     file.write_all(private.to_string().as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(io(out))?;
+    register_device(layout, &identity)?;
+    Ok(identity)
+}
+
+/// Registers a device's public key as a trusted verifier of the data directory (idempotent).
+pub fn register_device(layout: &Layout, identity: &DeviceIdentity) -> Result<(), RuntimeError> {
     let dir = layout.verifiers();
     private_dir(&dir)?;
     let path = dir.join(format!("{}.json", identity.authenticator_id));
-    write_atomically(&path, identity.to_json().to_string().as_bytes())?;
-    Ok(identity)
+    write_atomically(&path, identity.to_json().to_string().as_bytes())
 }
 
 /// Reads a device key file written by [`generate_device_key`].
@@ -498,7 +503,15 @@ pub fn read_device_key(path: &Path) -> Result<(Ed25519Signer, DeviceIdentity), R
         what: "device key file",
         reason: reason.to_owned(),
     };
-    let text = fs::read_to_string(path).map_err(io(path))?;
+    let file = fs::File::open(path).map_err(io(path))?;
+    let mode = file.metadata().map_err(io(path))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(corrupt(&format!(
+            "its mode is {:o}; a device key must be readable by its owner only (chmod 600)",
+            mode & 0o777
+        )));
+    }
+    let text = std::io::read_to_string(file).map_err(io(path))?;
     let value = Json::parse(&text).map_err(|e| corrupt(&e.to_string()))?;
     if value.get_str("schema") != Some(DEVICE_KEY_SCHEMA) {
         return Err(corrupt(&format!("its schema is not {DEVICE_KEY_SCHEMA}")));

@@ -224,12 +224,18 @@ pub struct CtxRun {
 
 /// Runs `ctx args…` on `data_dir` (passed as `--data-dir`) with `stdin`, and waits for it.
 pub fn run_ctx(data_dir: &Path, args: &[&str], stdin: &str) -> CtxRun {
+    run_ctx_env(data_dir, args, stdin, &[])
+}
+
+/// [`run_ctx`] with extra environment variables.
+pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &Path)]) -> CtxRun {
     use std::io::Write as _;
     let mut child = Command::new(ctx_binary())
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
         .env_remove("CTX_DATA_DIR")
+        .envs(envs.iter().map(|(k, v)| (*k, *v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

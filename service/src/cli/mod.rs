@@ -6,6 +6,7 @@ pub(crate) mod audit;
 mod export;
 pub(crate) mod host;
 mod inspect;
+mod person;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -41,6 +42,13 @@ Host commands (JSON on stdin and stdout, see spec/cli.md):
   key generate --out FILE               a human device key (0600), registered as a verifier
   key sign --key FILE                   sign a consent challenge with a device key
 
+The person's commands (in their own terminal):
+  key init [--key FILE]                 create the device key (default $XDG_CONFIG_HOME/ctx/
+                                        device.key or ~/.config/ctx/device.key), register it
+  consent approve DIGEST [--key FILE] [--yes]
+  consent deny DIGEST [--key FILE] [--yes]
+                                        show what the challenge installs, ask, sign, resolve
+
   ctx --help | ctx --version
 
 The data directory is --data-dir DIR, else $CTX_DATA_DIR, else $XDG_DATA_HOME/ctx, else
@@ -58,11 +66,30 @@ pub enum Command {
     Help,
     Version,
     Demo,
-    Audit { json: bool },
-    Inspect { json: bool },
-    Export { output: Option<PathBuf> },
-    Import { input: Option<PathBuf> },
+    Audit {
+        json: bool,
+    },
+    Inspect {
+        json: bool,
+    },
+    Export {
+        output: Option<PathBuf>,
+    },
+    Import {
+        input: Option<PathBuf>,
+    },
     Host(HostCommand),
+    /// `ctx key init [--key FILE]`: the person's device key.
+    KeyInit {
+        key: Option<PathBuf>,
+    },
+    /// `ctx consent approve|deny DIGEST [--key FILE] [--yes]`: the person's decision.
+    ConsentDecide {
+        challenge_digest: String,
+        grant: bool,
+        key: Option<PathBuf>,
+        yes: bool,
+    },
 }
 
 /// A parsed command line: the command and the data directory option.
@@ -117,11 +144,13 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     let mut json = false;
     let mut help = false;
     let mut version = false;
+    let mut yes = false;
     let mut iter = words.iter().map(String::as_str);
     while let Some(word) = iter.next() {
         match word {
             "-h" | "--help" => help = true,
             "-V" | "--version" => version = true,
+            "-y" | "--yes" => yes = true,
             "--json" => json = true,
             _ if word.starts_with("--") => {
                 let (name, inline) = match word.split_once('=') {
@@ -192,6 +221,21 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             out: take("--out")
                 .ok_or_else(|| CliError::Usage("`ctx key generate` needs --out FILE".into()))?,
         }),
+        ["key", "init"] => Command::KeyInit { key: take("--key") },
+        ["consent", verb @ ("approve" | "deny"), digest] => {
+            person::check_digest(digest)?;
+            Command::ConsentDecide {
+                challenge_digest: (*digest).to_owned(),
+                grant: *verb == "approve",
+                key: take("--key"),
+                yes,
+            }
+        }
+        ["consent", "approve" | "deny"] => {
+            return Err(CliError::Usage(
+                "`ctx consent approve|deny` needs the challenge digest".to_owned(),
+            ));
+        }
         ["key", "sign"] => Command::Host(HostCommand::KeySign {
             key: take("--key")
                 .ok_or_else(|| CliError::Usage("`ctx key sign` needs --key FILE".into()))?,
@@ -218,6 +262,11 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         return Err(CliError::Usage(format!(
             "option {name} does not apply to this command; try `ctx --help`"
         )));
+    }
+    if yes && !matches!(command, Command::ConsentDecide { .. }) {
+        return Err(CliError::Usage(
+            "option --yes applies to `ctx consent approve|deny` only".to_owned(),
+        ));
     }
     if json && !matches!(command, Command::Audit { .. } | Command::Inspect { .. }) {
         return Err(CliError::Usage(
@@ -294,6 +343,35 @@ fn execute(
         Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
         Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
         Command::Host(command) => host::execute(command, &layout()?, now, input, out, err)?,
+        Command::KeyInit { key } => {
+            let key = match key {
+                Some(key) => key.clone(),
+                None => person::default_device_key(&env)?,
+            };
+            person::key_init(&layout()?, &key, out)?
+        }
+        Command::ConsentDecide {
+            challenge_digest,
+            grant,
+            key,
+            yes,
+        } => {
+            let key = match key {
+                Some(key) => key.clone(),
+                None => person::default_device_key(&env)?,
+            };
+            let mut input = std::io::BufReader::new(input);
+            person::decide(
+                &layout()?,
+                now,
+                challenge_digest,
+                *grant,
+                &key,
+                *yes,
+                &mut input,
+                out,
+            )?
+        }
     };
     out.flush()?;
     Ok(code)

@@ -3,3 +3,4 @@
 mod audit;
 mod demo;
 mod host;
+mod person;
