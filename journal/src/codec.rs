@@ -278,6 +278,16 @@ pub(crate) struct HeadState {
 const HEAD_FIXED_BYTES: usize = 56;
 
 impl HeadState {
+    /// The head of a stream with no records yet.
+    pub(crate) fn empty() -> HeadState {
+        HeadState {
+            revision: 0,
+            position: 0,
+            digest: Digest::ZERO,
+            tail: Vec::new(),
+        }
+    }
+
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         out.push(FORMAT_VERSION as u8);

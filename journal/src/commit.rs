@@ -512,6 +512,29 @@ fn storage(e: impl Into<StorageError>) -> Step {
     Step::Storage(e.into())
 }
 
+/// Moves `head` of `stream` to a new record at `position` with digest `digest`, sealing a full
+/// chunk of positions into `chunks` (spec/journal.md §4). Shared by appends and imports, so both
+/// write the same layout.
+pub(crate) fn advance_head(
+    chunks: &mut Table<'_, &'static [u8], &'static [u8]>,
+    stream: &StreamId,
+    head: &mut HeadState,
+    position: u64,
+    digest: Digest,
+) -> Result<(), redb::StorageError> {
+    head.revision += 1;
+    head.position = position;
+    head.digest = digest;
+    head.tail.push(position);
+    if head.revision.is_multiple_of(STREAM_CHUNK_REVISIONS) {
+        let chunk = head.revision / STREAM_CHUNK_REVISIONS - 1;
+        let key = chunk_key(stream, chunk);
+        chunks.insert(key.as_slice(), encode_chunk(&head.tail).as_slice())?;
+        head.tail.clear();
+    }
+    Ok(())
+}
+
 impl From<StorageError> for Step {
     fn from(e: StorageError) -> Self {
         Step::Storage(e)
@@ -589,25 +612,8 @@ impl Staged {
         position: u64,
         digest: Digest,
     ) -> Result<(), Step> {
-        let mut head = previous.unwrap_or(HeadState {
-            revision: 0,
-            position: 0,
-            digest: Digest::ZERO,
-            tail: Vec::new(),
-        });
-        head.revision += 1;
-        head.position = position;
-        head.digest = digest;
-        head.tail.push(position);
-        if head.revision.is_multiple_of(STREAM_CHUNK_REVISIONS) {
-            let chunk = head.revision / STREAM_CHUNK_REVISIONS - 1;
-            let key = chunk_key(&stream, chunk);
-            tables
-                .chunks
-                .insert(key.as_slice(), encode_chunk(&head.tail).as_slice())
-                .map_err(storage)?;
-            head.tail.clear();
-        }
+        let mut head = previous.unwrap_or_else(HeadState::empty);
+        advance_head(&mut tables.chunks, &stream, &mut head, position, digest).map_err(storage)?;
         assert_eq!(
             head.tail.len() as u64,
             head.revision % STREAM_CHUNK_REVISIONS

@@ -10,14 +10,12 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use rkyv::util::AlignedVec;
 
 use crate::codec::{
-    HeadState, MacKey, RecordView, chunk_key, decode_record, encode_chunk, encode_record,
-    event_key, record_digest,
+    HeadState, MacKey, RecordView, decode_record, encode_record, event_key, record_digest,
 };
-use crate::commit::Tables;
+use crate::commit::{Tables, advance_head};
 use crate::error::{InputError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
 use crate::journal::{Journal, META_EVENT_INDEX_UPTO, POSITION_MAX, lock};
-use crate::limits::STREAM_CHUNK_REVISIONS;
 use crate::types::{AppendedRecord, Digest, NewRecord, StreamId};
 
 /// One exported record, as [`Importer::push`] takes it: its place in the exporting journal and
@@ -303,25 +301,9 @@ impl Importer<'_> {
         position: u64,
         digest: Digest,
     ) -> Result<(), ImportError> {
-        let head = self.heads.entry(stream).or_insert(HeadState {
-            revision: 0,
-            position: 0,
-            digest: Digest::ZERO,
-            tail: Vec::new(),
-        });
-        head.revision += 1;
-        head.position = position;
-        head.digest = digest;
-        head.tail.push(position);
-        if head.revision.is_multiple_of(STREAM_CHUNK_REVISIONS) {
-            let chunk = head.revision / STREAM_CHUNK_REVISIONS - 1;
-            let key = chunk_key(&stream, chunk);
-            self.tables
-                .chunks
-                .insert(key.as_slice(), encode_chunk(&head.tail).as_slice())
-                .map_err(StorageError::from)?;
-            head.tail.clear();
-        }
+        let head = self.heads.entry(stream).or_insert_with(HeadState::empty);
+        advance_head(&mut self.tables.chunks, &stream, head, position, digest)
+            .map_err(StorageError::from)?;
         Ok(())
     }
 

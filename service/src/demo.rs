@@ -10,7 +10,7 @@ use ctx_journal::Timestamp;
 use ctx_projections::Json;
 use ctx_projections::check::UtcMicros;
 
-use crate::cli::host::{HostCommand, HostFailure, dispatch};
+use crate::cli::host::{HostCommand, field, run_step};
 use crate::data_dir::{DataDir, Layout};
 use crate::error::CliError;
 
@@ -34,26 +34,6 @@ pub struct DemoSummary {
     pub installed_now: bool,
     /// Records the final audit verified.
     pub audited_records: u64,
-}
-
-fn step(
-    name: &'static str,
-    layout: &Layout,
-    now: UtcMicros,
-    command: HostCommand,
-    request: Json,
-) -> Result<(u8, Json), CliError> {
-    dispatch(&command, layout, now, &request).map_err(|HostFailure { exit, message, .. }| {
-        CliError::Step {
-            step: name,
-            message,
-            exit,
-        }
-    })
-}
-
-fn text<'a>(value: &'a Json, key: &str) -> &'a str {
-    value.get_str(key).unwrap_or("?")
 }
 
 fn list(value: &Json, key: &str) -> Vec<String> {
@@ -100,7 +80,7 @@ pub fn run_demo(
     )?;
 
     writeln!(out, "\n1. ingest the sample catalog")?;
-    let (_, catalog) = step(
+    let catalog = run_step(
         "catalog ingest",
         &layout,
         now,
@@ -114,7 +94,7 @@ pub fn run_demo(
             Json::Int(n) => *n,
             _ => 0,
         }),
-        text(&catalog, "namespace"),
+        field(&catalog, "namespace"),
         if catalog.get("changed") == Some(&Json::Bool(true)) {
             "ingested"
         } else {
@@ -126,14 +106,14 @@ pub fn run_demo(
         out,
         "\n2. persist the install policy: ask the person each time"
     )?;
-    let (_, policy) = step(
+    let policy = run_step(
         "policy show",
         &layout,
         now,
         HostCommand::PolicyShow,
         Json::object::<&str>([]),
     )?;
-    step(
+    run_step(
         "policy set",
         &layout,
         now,
@@ -143,14 +123,14 @@ pub fn run_demo(
     writeln!(
         out,
         "   skills: {}, agents: {}, MCP servers: {}",
-        text(&policy, "skill_mode"),
-        text(&policy, "agent_mode"),
-        text(&policy, "mcp_server_mode")
+        field(&policy, "skill_mode"),
+        field(&policy, "agent_mode"),
+        field(&policy, "mcp_server_mode")
     )?;
 
     writeln!(out, "\n3. plan for a piece of work")?;
     writeln!(out, "   prompt: {DEMO_PROMPT:?}")?;
-    let (_, query) = step(
+    let query = run_step(
         "query prepare",
         &layout,
         now,
@@ -162,11 +142,11 @@ pub fn run_demo(
             ("workspace", Json::str(DEMO_WORKSPACE)),
         ]),
     )?;
-    let query_ref = text(&query, "query_ref").to_owned();
+    let query_ref = field(&query, "query_ref").to_owned();
     writeln!(
         out,
         "   query {query_ref}: {} (journal revision {})",
-        text(&query, "status"),
+        field(&query, "status"),
         query.get("journal_revision").map_or(0, |r| match r {
             Json::Int(n) => *n,
             _ => 0,
@@ -185,8 +165,8 @@ pub fn run_demo(
         writeln!(
             out,
             "   - {:<28} {:<8} net benefit {:>7} u  why: {} (signals: {})",
-            text(s, "capability_id"),
-            text(s, "actionability"),
+            field(s, "capability_id"),
+            field(s, "actionability"),
             s.get("marginal_net_benefit_u").map_or(0, |v| match v {
                 Json::Int(n) => *n,
                 _ => 0,
@@ -198,8 +178,8 @@ pub fn run_demo(
     // The skill store installs skills whose install neither expands permissions nor needs
     // credentials; the demo chooses the first such skill of the plan.
     let chosen = selections.iter().find(|s| {
-        text(s, "kind") == "skill"
-            && text(s, "actionability") == "install"
+        field(s, "kind") == "skill"
+            && field(s, "actionability") == "install"
             && s.get("install").is_some_and(|i| {
                 i.get("permission_expansion") == Some(&Json::Bool(false))
                     && i.get("credential_requirement") == Some(&Json::Bool(false))
@@ -212,10 +192,10 @@ pub fn run_demo(
             exit: crate::error::EXIT_INTERNAL,
         });
     };
-    let capability_id = text(chosen, "capability_id").to_owned();
+    let capability_id = field(chosen, "capability_id").to_owned();
 
     writeln!(out, "\n4. choose {capability_id} (the desired set)")?;
-    let (_, desired) = step(
+    let desired = run_step(
         "desired set",
         &layout,
         now,
@@ -229,8 +209,8 @@ pub fn run_demo(
     writeln!(
         out,
         "   desired set {}: {}",
-        text(&desired, "desired_set_ref"),
-        text(&desired, "status")
+        field(&desired, "desired_set_ref"),
+        field(&desired, "status")
     )?;
     let challenge = desired.get("challenge").filter(|c| **c != Json::Null);
     let Some(challenge) = challenge else {
@@ -248,13 +228,13 @@ pub fn run_demo(
             audited_records: audited,
         });
     };
-    let challenge_digest = text(challenge, "challenge_digest").to_owned();
+    let challenge_digest = field(challenge, "challenge_digest").to_owned();
 
     writeln!(
         out,
         "\n5. the consent challenge the person is asked to sign"
     )?;
-    let (_, record) = step(
+    let record = run_step(
         "consent challenge",
         &layout,
         now,
@@ -266,16 +246,16 @@ pub fn run_demo(
     writeln!(
         out,
         "   install {} ({}) into the skill store; expands permissions: {}; needs credentials: {}",
-        text(&record, "capability_id"),
-        text(&install, "result_path"),
+        field(&record, "capability_id"),
+        field(&install, "result_path"),
         flag(&install, "permission_expansion"),
         flag(&install, "credential_requirement")
     )?;
     writeln!(
         out,
         "   state {}; expires at {}",
-        text(&record, "state"),
-        text(challenge, "expires_at")
+        field(&record, "state"),
+        field(challenge, "expires_at")
     )?;
 
     writeln!(out, "\n6. the person's device key")?;
@@ -283,7 +263,7 @@ pub fn run_demo(
     if key_path.exists() {
         writeln!(out, "   reusing {} from an earlier run", key_path.display())?;
     } else {
-        let (_, key) = step(
+        let key = run_step(
             "key generate",
             &layout,
             now,
@@ -297,7 +277,7 @@ pub fn run_demo(
             "   generated an Ed25519 key in {} (mode 0600) and registered its public key as \
              device {}",
             key_path.display(),
-            text(&key, "authenticator_id")
+            field(&key, "authenticator_id")
         )?;
     }
     writeln!(
@@ -308,7 +288,7 @@ pub fn run_demo(
     )?;
 
     writeln!(out, "\n7. sign a grant and resolve the consent")?;
-    let (_, signed) = step(
+    let signed = run_step(
         "key sign",
         &layout,
         now,
@@ -320,20 +300,20 @@ pub fn run_demo(
             ("decision", Json::str("granted")),
         ]),
     )?;
-    let (_, resolved) = step(
+    let resolved = run_step(
         "consent resolve",
         &layout,
         now,
         HostCommand::ConsentResolve,
-        Json::object([("assertion", Json::str(text(&signed, "assertion")))]),
+        Json::object([("assertion", Json::str(field(&signed, "assertion")))]),
     )?;
-    let outcome = text(&resolved, "outcome").to_owned();
+    let outcome = field(&resolved, "outcome").to_owned();
     writeln!(
         out,
         "   {}: {} ({})",
-        text(&resolved, "capability_id"),
+        field(&resolved, "capability_id"),
         outcome,
-        text(&resolved, "reason_code")
+        field(&resolved, "reason_code")
     )?;
     let installed_now = outcome == "installed-inactive";
     if installed_now {
@@ -341,7 +321,7 @@ pub fn run_demo(
             out,
             "   installed exactly once into {} (content-addressed by its SHA-256 {})",
             layout.skills().display(),
-            text(&install, "result_sha256")
+            field(&install, "result_sha256")
         )?;
     }
     let audited = audit_step(&layout, out)?;

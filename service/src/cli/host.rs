@@ -338,6 +338,29 @@ pub(crate) fn dispatch(
     }
 }
 
+/// Runs a host command in-process for the demo and the person's commands: its `result`, or the
+/// refusal as a [`CliError::Step`] named `step` with the command's exit status.
+pub(crate) fn run_step(
+    step: &'static str,
+    layout: &Layout,
+    now: UtcMicros,
+    command: HostCommand,
+    request: Json,
+) -> Result<Json, CliError> {
+    dispatch(&command, layout, now, &request)
+        .map(|(_, result)| result)
+        .map_err(|HostFailure { exit, message, .. }| CliError::Step {
+            step,
+            message,
+            exit,
+        })
+}
+
+/// A string field of a result, `?` when absent (for display only).
+pub(crate) fn field<'a>(value: &'a Json, key: &str) -> &'a str {
+    value.get_str(key).unwrap_or("?")
+}
+
 // ------------------------------------------------------------------------------------------------
 // Requests
 // ------------------------------------------------------------------------------------------------

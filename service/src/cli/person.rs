@@ -11,7 +11,7 @@ use ctx_journal::Timestamp;
 use ctx_projections::Json;
 use ctx_projections::check::UtcMicros;
 
-use super::host::{HostCommand, HostFailure, dispatch};
+use super::host::{HostCommand, field, run_step};
 use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
 use crate::runtime::{generate_device_key, read_device_key, register_device};
@@ -39,26 +39,6 @@ pub fn default_device_key(env: &dyn Fn(&str) -> Option<OsString>) -> Result<Path
                 .to_owned(),
         )),
     }
-}
-
-fn step(
-    name: &'static str,
-    layout: &Layout,
-    now: UtcMicros,
-    command: HostCommand,
-    request: Json,
-) -> Result<Json, CliError> {
-    dispatch(&command, layout, now, &request)
-        .map(|(_, result)| result)
-        .map_err(|HostFailure { exit, message, .. }| CliError::Step {
-            step: name,
-            message,
-            exit,
-        })
-}
-
-fn text<'a>(value: &'a Json, key: &str) -> &'a str {
-    value.get_str(key).unwrap_or("?")
 }
 
 /// `ctx key init`: creates the device key at `key` (its directory 0700, the file 0600) unless it
@@ -109,7 +89,7 @@ pub(crate) fn decide(
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let now = UtcMicros(now.0);
-    let record = step(
+    let record = run_step(
         "consent challenge",
         layout,
         now,
@@ -126,18 +106,18 @@ pub(crate) fn decide(
     writeln!(
         out,
         "  install:               {} ({})",
-        text(&record, "capability_id"),
-        text(&record, "kind")
+        field(&record, "capability_id"),
+        field(&record, "kind")
     )?;
     writeln!(
         out,
         "  file it installs:      {}",
-        text(&install, "result_path")
+        field(&install, "result_path")
     )?;
     writeln!(
         out,
         "  content SHA-256:       {}",
-        text(&install, "result_sha256")
+        field(&install, "result_sha256")
     )?;
     writeln!(
         out,
@@ -154,15 +134,15 @@ pub(crate) fn decide(
         "  for session:           {}",
         challenge
             .get("scope")
-            .map_or("?", |s| text(s, "session_id"))
+            .map_or("?", |s| field(s, "session_id"))
     )?;
     writeln!(
         out,
         "  expires at:            {}",
-        text(&challenge, "expires_at")
+        field(&challenge, "expires_at")
     )?;
-    writeln!(out, "  state:                 {}", text(&record, "state"))?;
-    if text(&record, "state") != "pending" {
+    writeln!(out, "  state:                 {}", field(&record, "state"))?;
+    if field(&record, "state") != "pending" {
         writeln!(
             out,
             "this challenge is not awaiting a decision; nothing was signed"
@@ -186,7 +166,7 @@ pub(crate) fn decide(
             key.display()
         )));
     }
-    let signed = step(
+    let signed = run_step(
         "key sign",
         layout,
         now,
@@ -201,26 +181,26 @@ pub(crate) fn decide(
             ),
         ]),
     )?;
-    let resolved = step(
+    let resolved = run_step(
         "consent resolve",
         layout,
         now,
         HostCommand::ConsentResolve,
-        Json::object([("assertion", Json::str(text(&signed, "assertion")))]),
+        Json::object([("assertion", Json::str(field(&signed, "assertion")))]),
     )?;
     writeln!(
         out,
         "signed with device {}: {} ({})",
-        text(&signed, "authenticator_id"),
-        text(&resolved, "outcome"),
-        text(&resolved, "reason_code")
+        field(&signed, "authenticator_id"),
+        field(&resolved, "outcome"),
+        field(&resolved, "reason_code")
     )?;
     if let Some(next) = resolved.get("next_challenge").filter(|n| **n != Json::Null) {
         writeln!(
             out,
             "next: {} awaits consent: ctx consent approve {}",
-            text(next, "capability_id"),
-            text(next, "challenge_digest")
+            field(next, "capability_id"),
+            field(next, "challenge_digest")
         )?;
     }
     Ok(EXIT_OK)
