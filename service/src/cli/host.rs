@@ -473,19 +473,21 @@ fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> 
         .iter()
         .find(|e| e.id == capability_id)?;
     let install = entry.install.as_ref()?;
-    if entry.kind.as_str() != "skill" {
-        return Some(format!(
+    if crate::skill_cas::installs(
+        entry.kind.as_str(),
+        install.permission_expansion,
+        install.credential_requirement,
+    ) {
+        return None;
+    }
+    Some(if entry.kind.as_str() == crate::skill_cas::SKILL_KIND {
+        "the skill store installs no skill that expands permissions or needs credentials".to_owned()
+    } else {
+        format!(
             "no {} installer is configured (only skills are installed here)",
             entry.kind
-        ));
-    }
-    if install.permission_expansion || install.credential_requirement {
-        return Some(
-            "the skill store installs no skill that expands permissions or needs credentials"
-                .to_owned(),
-        );
-    }
-    None
+        )
+    })
 }
 
 /// `ctx key sign`: a signed human decision on a challenge, in its wire form.

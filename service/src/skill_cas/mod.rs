@@ -51,6 +51,14 @@ const ROOT_UNAVAILABLE: &str = "skill CAS root is unavailable or unsupported";
 const ROOT_CHANGED: &str = "skill CAS root changed after runtime configuration";
 const NOT_ELIGIBLE: &str = "install authority is not eligible for the skill CAS";
 
+/// The part of the eligibility gate (reference §5.3) that depends only on what is installed: the
+/// skill CAS installs a `skill` whose install neither expands permissions nor requires
+/// credentials. A host can ask this before choosing a capability; `connect` asks it again of the
+/// descriptor (a missing flag counts as set).
+pub fn installs(kind: &str, permission_expansion: bool, credential_requirement: bool) -> bool {
+    kind == SKILL_KIND && !permission_expansion && !credential_requirement
+}
+
 /// Why the trusted body resolver could not produce a skill body. The detail is kept for `Debug`
 /// only: it may name private sources.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -184,10 +192,12 @@ impl SkillCasRuntimeConfig {
             && action.kind == ActionKind::InstallCapability
             // The reference's own conditions.
             && validate_install_plan_descriptor(descriptor).is_ok()
-            && descriptor.get_str("kind") == Some(SKILL_KIND)
             && descriptor.get_str("schema") == Some(INSTALL_DESCRIPTOR_SCHEMA_V2)
-            && descriptor.get("permission_expansion") == Some(&Json::Bool(false))
-            && descriptor.get("credential_requirement") == Some(&Json::Bool(false))
+            && installs(
+                descriptor.get_str("kind").unwrap_or_default(),
+                descriptor.get("permission_expansion") != Some(&Json::Bool(false)),
+                descriptor.get("credential_requirement") != Some(&Json::Bool(false)),
+            )
             && payload.get_str("capability_kind") == Some(SKILL_KIND);
         if !eligible {
             return Err(cas_error(NOT_ELIGIBLE, None));
