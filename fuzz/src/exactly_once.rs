@@ -66,8 +66,7 @@ use ctx_projections::engine::{
 };
 use ctx_projections::query_store::{QUERY_STORE_PROJECTION, QueryStore};
 use ctx_projections::{
-    ActionKind, CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, PrivacyLabel,
-    RandomSeed, ScopeRef, Surrogate,
+    ActionKind, CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
 };
 use ctx_service::catalog::load_catalog_dir;
 use ctx_service::decision::{
@@ -560,48 +559,26 @@ fn events(
     artifact: &ctx_service::registry::ArtifactHandle,
     i: usize,
 ) -> (EngineEvent, EngineEvent) {
-    let common = |event_id: &str, kind: EventKind, expected_revision: u64| EngineEvent {
-        event_id: if i == 0 {
-            event_id.to_owned()
+    let id = |base: &str| {
+        if i == 0 {
+            base.to_owned()
         } else {
-            format!("{event_id}-{}", i + 1)
-        },
-        kind,
-        scope: scope(i),
-        expected_revision,
-        occurred_at: NOW.to_owned(),
-        payload: Json::object::<&str>([]),
-        privacy: PrivacyLabel::default(),
-        correlation_id: Some("plan-initial".to_owned()),
-        causation_id: None,
-        engine_version: Some("ctx-engine-v1".to_owned()),
-        planner_version: Some(artifact.planning_schema_version().to_owned()),
-        policy_version: Some("policy-v1".to_owned()),
-        host_descriptor_digest: Some(digest("host-neutral-managing")),
-        catalog_snapshot_digest: Some(artifact.planning_environment_digest().to_owned()),
-        semantic_model_digest: Some(digest("semantic-model-disabled")),
-        semantic_index_digest: Some(digest("semantic-index-disabled")),
-        work_signature: Some(digest("managed-service-work")),
-        random_seed: RandomSeed::Int(0),
+            format!("{base}-{}", i + 1)
+        }
     };
-    let mut started = common("event-session-started", EventKind::SessionStarted, 0);
-    started.payload = Json::object([("host_level", Json::str("managing"))]);
-    started.causation_id = Some("cause-session".to_owned());
-    let mut intent = common("event-intent-observed", EventKind::IntentObserved, 1);
-    let reference = artifact.observation_reference();
-    intent.payload = Json::object([(
-        "observation_ref",
-        Json::object([
-            (
-                "content_digest",
-                Json::str(reference.content_digest.as_str()),
-            ),
-            ("opaque_id", Json::str(reference.opaque_id.as_str())),
-            ("provider_id", Json::str(reference.provider_id.as_str())),
-        ]),
-    )]);
-    intent.causation_id = Some(started.event_id.clone());
-    (started, intent)
+    ctx_service::planning_events(
+        artifact,
+        &ctx_service::PlanningEventsSpec {
+            scope: &scope(i),
+            occurred_at: NOW,
+            session_event_id: &id("event-session-started"),
+            intent_event_id: &id("event-intent-observed"),
+            correlation_id: "plan-initial",
+            session_causation_id: "cause-session",
+            host_descriptor_digest: &digest("host-neutral-managing"),
+            work_signature: &digest("managed-service-work"),
+        },
+    )
 }
 
 /// This process's directory, chosen once; stale directories of dead fuzz processes are removed

@@ -59,6 +59,7 @@ pub use managed::{
     ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
     ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
     ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
-    ManagedQueryServiceConfig, ManagedQueryServiceResult, PreparedManagedQuery, ServiceError,
-    open_engine_composition, open_managed_query_service,
+    ManagedQueryServiceConfig, ManagedQueryServiceResult, PlanningEventsSpec, PreparedManagedQuery,
+    ServiceError, observation_payload, open_engine_composition, open_managed_query_service,
+    planning_events,
 };

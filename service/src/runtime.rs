@@ -16,10 +16,7 @@ use std::sync::Arc;
 
 use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
 use ctx_projections::engine::{Clock, ManualClock};
-use ctx_projections::{
-    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, PrivacyLabel, RandomSeed,
-    ScopeRef, Surrogate,
-};
+use ctx_projections::{CURRENT_WORK_SCHEMA, EngineEvent, HostAction, Json, ScopeRef, Surrogate};
 
 use crate::catalog::{LoadedCatalog, load_catalog_dir};
 use crate::data_dir::Layout;
@@ -29,7 +26,8 @@ use crate::decision::{
 };
 use crate::managed::{
     ConsentBrokerConfig, InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority,
-    ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service,
+    ManagedQueryService, ManagedQueryServiceConfig, PlanningEventsSpec, open_managed_query_service,
+    planning_events,
 };
 use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
 use crate::planning::benefit::NetBenefitPolicy;
@@ -289,54 +287,19 @@ impl StoredWork {
 
     /// The two planning events: SessionStarted at revision 0 and IntentObserved at 1.
     fn events(&self, work_ref: &str, artifact: &ArtifactHandle) -> (EngineEvent, EngineEvent) {
-        let scope = self.scope(work_ref);
-        let work_signature = sha256_hex(&format!("ctx-work:{work_ref}"));
-        let common = |event_id: String, kind: EventKind, expected_revision: u64| EngineEvent {
-            event_id,
-            kind,
-            scope: scope.clone(),
-            expected_revision,
-            occurred_at: self.observed_at.to_string(),
-            payload: Json::object::<&str>([]),
-            privacy: PrivacyLabel::default(),
-            correlation_id: Some(format!("plan-{work_ref}")),
-            causation_id: None,
-            engine_version: Some("ctx-engine-v1".to_owned()),
-            planner_version: Some(artifact.planning_schema_version().to_owned()),
-            policy_version: Some("policy-v1".to_owned()),
-            host_descriptor_digest: Some(sha256_hex("ctx-host:cli-managing")),
-            catalog_snapshot_digest: Some(artifact.planning_environment_digest().to_owned()),
-            semantic_model_digest: Some(sha256_hex("semantic-model-disabled")),
-            semantic_index_digest: Some(sha256_hex("semantic-index-disabled")),
-            work_signature: Some(work_signature.clone()),
-            random_seed: RandomSeed::Int(0),
-        };
-        let mut started = common(
-            format!("ctx-session-started:{work_ref}"),
-            EventKind::SessionStarted,
-            0,
-        );
-        started.payload = Json::object([("host_level", Json::str("managing"))]);
-        started.causation_id = Some(format!("ctx-cause:{work_ref}"));
-        let mut intent = common(
-            format!("ctx-intent-observed:{work_ref}"),
-            EventKind::IntentObserved,
-            1,
-        );
-        let reference = artifact.observation_reference();
-        intent.payload = Json::object([(
-            "observation_ref",
-            Json::object([
-                (
-                    "content_digest",
-                    Json::str(reference.content_digest.as_str()),
-                ),
-                ("opaque_id", Json::str(reference.opaque_id.as_str())),
-                ("provider_id", Json::str(reference.provider_id.as_str())),
-            ]),
-        )]);
-        intent.causation_id = Some(started.event_id.clone());
-        (started, intent)
+        planning_events(
+            artifact,
+            &PlanningEventsSpec {
+                scope: &self.scope(work_ref),
+                occurred_at: &self.observed_at.to_string(),
+                session_event_id: &format!("ctx-session-started:{work_ref}"),
+                intent_event_id: &format!("ctx-intent-observed:{work_ref}"),
+                correlation_id: &format!("plan-{work_ref}"),
+                session_causation_id: &format!("ctx-cause:{work_ref}"),
+                host_descriptor_digest: &sha256_hex("ctx-host:cli-managing"),
+                work_signature: &sha256_hex(&format!("ctx-work:{work_ref}")),
+            },
+        )
     }
 }
 

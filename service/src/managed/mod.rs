@@ -13,6 +13,7 @@ mod composition;
 mod consent;
 mod desired;
 mod error;
+mod events;
 mod reconcile;
 mod request;
 mod resolution;
@@ -28,6 +29,7 @@ pub use desired::{
     ManagedDesiredSetResult, reason as desired_reason, status as desired_status,
 };
 pub use error::{InputAuthorityError, ServiceError};
+pub use events::{PlanningEventsSpec, observation_payload, planning_events};
 pub use reconcile::{lease_id, owner_id};
 pub use request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
 pub use resolution::{

@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 use ctx_projections::check::{UtcMicros, sha256_hex};
 use ctx_projections::engine::ManualClock;
 use ctx_projections::query_store::QueryStoreError;
-use ctx_projections::{
-    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, Json, RandomSeed, ScopeRef, Surrogate,
-};
+use ctx_projections::{CURRENT_WORK_SCHEMA, EngineEvent, Json, ScopeRef, Surrogate};
 
 use super::composition::EngineAuditSink;
 use super::*;
@@ -106,40 +104,19 @@ fn events(artifact: &ArtifactHandle) -> (EngineEvent, EngineEvent) {
 }
 
 fn events_in(artifact: &ArtifactHandle, session: &str, plan: &str) -> (EngineEvent, EngineEvent) {
-    let common = |id: &str, kind, revision| {
-        let mut e = EngineEvent::bare(
-            &format!("{id}-{session}"),
-            kind,
-            scope(session),
-            revision,
-            NOW,
-        );
-        e.correlation_id = Some(plan.into());
-        e.engine_version = Some("ctx-engine-v1".into());
-        e.planner_version = Some(artifact.planning_schema_version().into());
-        e.policy_version = Some("policy-v1".into());
-        e.host_descriptor_digest = Some(digest("host-neutral-managing"));
-        e.catalog_snapshot_digest = Some(artifact.planning_environment_digest().into());
-        e.semantic_model_digest = Some(digest("semantic-model-disabled"));
-        e.semantic_index_digest = Some(digest("semantic-index-disabled"));
-        e.work_signature = Some(digest("managed-service-work"));
-        e.random_seed = RandomSeed::Int(0);
-        e
-    };
-    let mut started = common("event-session-started", EventKind::SessionStarted, 0);
-    started.payload = Json::object([("host_level", Json::str("managing"))]);
-    started.causation_id = Some("cause-session".into());
-    let mut intent = common("event-intent-observed", EventKind::IntentObserved, 1);
-    let reference = artifact.observation_reference();
-    intent.payload = Json::object([(
-        "observation_ref",
-        Json::object([
-            ("content_digest", Json::str(&reference.content_digest)),
-            ("opaque_id", Json::str(&reference.opaque_id)),
-            ("provider_id", Json::str(&reference.provider_id)),
-        ]),
-    )]);
-    intent.causation_id = Some(started.event_id.clone());
+    let (mut started, mut intent) = super::planning_events(
+        artifact,
+        &super::PlanningEventsSpec {
+            scope: &scope(session),
+            occurred_at: NOW,
+            session_event_id: &format!("event-session-started-{session}"),
+            intent_event_id: &format!("event-intent-observed-{session}"),
+            correlation_id: plan,
+            session_causation_id: "cause-session",
+            host_descriptor_digest: &digest("host-neutral-managing"),
+            work_signature: &digest("managed-service-work"),
+        },
+    );
     started.validate().unwrap();
     intent.validate().unwrap();
     (started, intent)

@@ -15,8 +15,7 @@ use ctx_projections::engine::{Clock, ManualClock, engine_stream};
 use ctx_projections::journal::Journal;
 use ctx_projections::query_store::QueryStore;
 use ctx_projections::{
-    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, PrivacyLabel, RandomSeed,
-    ScopeRef, Surrogate,
+    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
 };
 use ctx_service::catalog::{CapabilityCandidate, LoadedCatalog, WorkObservation, load_catalog_dir};
 use ctx_service::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
@@ -408,50 +407,22 @@ pub fn trusted_now() -> UtcMicros {
 
 /// `_events`: SessionStarted at revision 0 and IntentObserved at 1, bound to the artifact.
 pub fn events(artifact: &ArtifactHandle) -> (EngineEvent, EngineEvent) {
-    let common = |event_id: &str, kind: EventKind, expected_revision: u64| EngineEvent {
-        event_id: event_id.to_owned(),
-        kind,
-        scope: scope(),
-        expected_revision,
-        occurred_at: NOW.to_owned(),
-        payload: Json::object::<&str>([]),
-        privacy: PrivacyLabel::default(),
-        correlation_id: Some("plan-initial".to_owned()),
-        causation_id: None,
-        engine_version: Some("ctx-engine-v1".to_owned()),
-        planner_version: Some(artifact.planning_schema_version().to_owned()),
-        policy_version: Some("policy-v1".to_owned()),
-        host_descriptor_digest: Some(digest("host-neutral-managing")),
-        catalog_snapshot_digest: Some(artifact.planning_environment_digest().to_owned()),
-        semantic_model_digest: Some(digest("semantic-model-disabled")),
-        semantic_index_digest: Some(digest("semantic-index-disabled")),
-        work_signature: Some(digest("managed-service-work")),
-        random_seed: RandomSeed::Int(0),
-    };
-    let mut started = common("event-session-started", EventKind::SessionStarted, 0);
-    started.payload = Json::object([("host_level", Json::str("managing"))]);
-    started.causation_id = Some("cause-session".to_owned());
-    let mut intent = common("event-intent-observed", EventKind::IntentObserved, 1);
-    intent.payload = observation_payload(artifact);
-    intent.causation_id = Some(started.event_id.clone());
-    (started, intent)
+    ctx_service::planning_events(
+        artifact,
+        &ctx_service::PlanningEventsSpec {
+            scope: &scope(),
+            occurred_at: NOW,
+            session_event_id: "event-session-started",
+            intent_event_id: "event-intent-observed",
+            correlation_id: "plan-initial",
+            session_causation_id: "cause-session",
+            host_descriptor_digest: &digest("host-neutral-managing"),
+            work_signature: &digest("managed-service-work"),
+        },
+    )
 }
 
-/// `{"observation_ref": {provider_id, opaque_id, content_digest}}` of an artifact.
-pub fn observation_payload(artifact: &ArtifactHandle) -> Json {
-    let reference = artifact.observation_reference();
-    Json::object([(
-        "observation_ref",
-        Json::object([
-            (
-                "content_digest",
-                Json::str(reference.content_digest.as_str()),
-            ),
-            ("opaque_id", Json::str(reference.opaque_id.as_str())),
-            ("provider_id", Json::str(reference.provider_id.as_str())),
-        ]),
-    )])
-}
+pub use ctx_service::observation_payload;
 
 pub fn setup() -> Setup {
     setup_with(Options::default())
