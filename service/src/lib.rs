@@ -40,6 +40,7 @@ mod data_dir;
 pub mod decision;
 mod demo;
 mod error;
+pub mod hosts;
 pub mod install;
 pub mod managed;
 pub mod planning;

@@ -3,8 +3,11 @@
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
 pub(crate) mod audit;
+mod doctor;
 mod export;
+mod hook;
 pub(crate) mod host;
+mod init;
 mod inspect;
 mod person;
 
@@ -17,6 +20,7 @@ use ctx_journal::Timestamp;
 use crate::data_dir::{Layout, choose_data_dir};
 use crate::demo::run_demo;
 use crate::error::{CliError, EXIT_OK};
+use crate::hosts::{AgentHost, HostHome};
 
 pub use host::{HOST_INPUT_MAX_BYTES, HostCommand};
 
@@ -48,6 +52,12 @@ The person's commands (in their own terminal):
   consent approve DIGEST [--key FILE] [--yes]
   consent deny DIGEST [--key FILE] [--yes]
                                         show what the challenge installs, ask, sign, resolve
+
+Agent hosts (Claude Code, Codex):
+  init --host claude|codex              register ctx's hooks with the host, once
+  doctor [--json]                       what is installed, untrusted, drifted or conflicting
+  hook claude|codex EVENT               a host hook: the host's JSON on stdin, one JSON object
+                                        on stdout, exit 0 unless it deliberately blocks
 
   ctx --help | ctx --version
 
@@ -90,6 +100,19 @@ pub enum Command {
         key: Option<PathBuf>,
         yes: bool,
     },
+    /// `ctx hook claude|codex EVENT`: one hook call of an agent host.
+    Hook {
+        host: AgentHost,
+        event: &'static crate::hosts::HookEvent,
+    },
+    /// `ctx init --host claude|codex`: register ctx's hooks with a host.
+    Init {
+        host: AgentHost,
+    },
+    /// `ctx doctor [--json]`: what is installed, untrusted, drifted or conflicting.
+    Doctor {
+        json: bool,
+    },
 }
 
 /// A parsed command line: the command and the data directory option.
@@ -117,13 +140,14 @@ impl std::fmt::Debug for Streams<'_> {
 }
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 6] = [
+const VALUE_OPTIONS: [&str; 7] = [
     "--data-dir",
     "--output",
     "--input",
     "--catalog-dir",
     "--out",
     "--key",
+    "--host",
 ];
 
 /// Parses the arguments after the program name.
@@ -236,6 +260,37 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                 "`ctx consent approve|deny` needs the challenge digest".to_owned(),
             ));
         }
+        ["hook", host, event] => {
+            let host = AgentHost::parse(host).ok_or_else(|| {
+                CliError::Usage(format!("unknown host {host:?}; ctx knows claude and codex"))
+            })?;
+            let event = host.hook_event_named(event).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "unknown {host} hook event {event:?}; ctx registers {}",
+                    host.hook_events()
+                        .iter()
+                        .map(|e| e.ctx_name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            Command::Hook { host, event }
+        }
+        ["hook", ..] => {
+            return Err(CliError::Usage(
+                "`ctx hook` needs a host (claude or codex) and an event".to_owned(),
+            ));
+        }
+        ["init"] => {
+            let host = take("--host")
+                .ok_or_else(|| CliError::Usage("`ctx init` needs --host claude|codex".into()))?;
+            let name = host.to_string_lossy();
+            let host = AgentHost::parse(&name).ok_or_else(|| {
+                CliError::Usage(format!("unknown host {name:?}; ctx knows claude and codex"))
+            })?;
+            Command::Init { host }
+        }
+        ["doctor"] => Command::Doctor { json },
         ["key", "sign"] => Command::Host(HostCommand::KeySign {
             key: take("--key")
                 .ok_or_else(|| CliError::Usage("`ctx key sign` needs --key FILE".into()))?,
@@ -268,10 +323,15 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             "option --yes applies to `ctx consent approve|deny` only".to_owned(),
         ));
     }
-    if json && !matches!(command, Command::Audit { .. } | Command::Inspect { .. }) {
+    if json
+        && !matches!(
+            command,
+            Command::Audit { .. } | Command::Inspect { .. } | Command::Doctor { .. }
+        )
+    {
         return Err(CliError::Usage(
-            "option --json applies to `ctx audit` and `ctx inspect` only (host commands always \
-             speak JSON)"
+            "option --json applies to `ctx audit`, `ctx inspect` and `ctx doctor` only (host \
+             commands always speak JSON)"
                 .to_owned(),
         ));
     }
@@ -281,7 +341,9 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
 /// Commands of two words: a group and a verb.
 const KNOWN_GROUPS: [&str; 6] = ["catalog", "query", "desired", "consent", "policy", "key"];
 /// Commands of one word.
-const SINGLE_WORD: [&str; 5] = ["demo", "audit", "inspect", "export", "import"];
+const SINGLE_WORD: [&str; 7] = [
+    "demo", "audit", "inspect", "export", "import", "init", "doctor",
+];
 
 /// Runs one `ctx` command and returns its exit status. `env` looks up environment variables and
 /// `now` is the wall-clock time of this process (the trusted clock of every command).
@@ -372,9 +434,36 @@ fn execute(
                 out,
             )?
         }
+        // A hook never fails the host: every failure becomes a message in its JSON (exit 0).
+        Command::Hook { host, event } => {
+            let layout = layout();
+            let home = HostHome::from_env(&env);
+            hook::hook(*host, event, layout, home, now, input, out, err)
+        }
+        Command::Init { host } => {
+            let home = HostHome::from_env(&env).map_err(|e| CliError::Usage(e.to_string()))?;
+            init::init(
+                *host,
+                &layout()?,
+                invocation.data_dir.as_deref(),
+                &home,
+                &current_exe()?,
+                out,
+            )?
+        }
+        Command::Doctor { json } => {
+            let home = HostHome::from_env(&env).map_err(|e| CliError::Usage(e.to_string()))?;
+            doctor::doctor(&layout()?, &home, &current_exe()?, *json, out)?
+        }
     };
     out.flush()?;
     Ok(code)
+}
+
+/// The absolute path of this `ctx` binary: what the hosts' hook entries run.
+fn current_exe() -> Result<PathBuf, CliError> {
+    std::env::current_exe()
+        .map_err(|e| CliError::Unexpected(format!("the path of this ctx binary is unknown: {e}")))
 }
 
 #[cfg(test)]
