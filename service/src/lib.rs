@@ -34,12 +34,14 @@ macro_rules! fail_point {
 }
 pub(crate) use fail_point;
 
+pub mod activation;
 pub mod catalog;
 mod cli;
 mod data_dir;
 pub mod decision;
 mod demo;
 mod error;
+pub mod host_files;
 pub mod hosts;
 pub mod install;
 pub mod managed;

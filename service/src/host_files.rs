@@ -1,0 +1,1 @@
+//! Host files: locked, atomic, format-preserving edits (being built).
