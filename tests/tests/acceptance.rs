@@ -7,6 +7,7 @@
 // Tests may panic on failure: that is how they report it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod activation;
 mod cli;
 mod engine;
 mod journal;

@@ -2,5 +2,7 @@
 
 mod audit;
 mod demo;
+mod hook;
 mod host;
+mod init;
 mod person;

@@ -1,0 +1,1 @@
+//! Activation actuators against temporary home and project directories.

@@ -1,0 +1,1 @@
+//! `ctx hook`: the hosts' hook JSON round trip.

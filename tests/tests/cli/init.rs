@@ -1,0 +1,1 @@
+//! `ctx init --host` and `ctx doctor`.
