@@ -1,23 +1,690 @@
 //! `ctx hook claude|codex EVENT`: one hook call of an agent host (spec/cli.md §7).
+//!
+//! The host runs this as a short-lived process with its hook JSON on standard input and reads at
+//! most one JSON object from standard output. A hook never blocks the host because of ctx: every
+//! failure, bad input included, becomes a `systemMessage` and exit status 0 (an exit status 2
+//! would erase the person's prompt). Standard output carries only that JSON object.
+//!
+//! Every hook call is recorded on the session's stream of the journal (kind
+//! [`HOST_SESSION_KIND`]); the record's event id is a digest of the host's input, so a host that
+//! runs one hook twice with the same input records it once.
 
 use std::io::{Read, Write};
 
-use ctx_journal::Timestamp;
+use ctx_journal::{
+    AppendError, ExpectedRevision, Journal, NewRecord, OpenOptions, StreamAppend, StreamId,
+    Timestamp,
+};
+use ctx_projections::Json;
+use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
 
+use super::host::{
+    HostFailure, challenge_record, desired_json, ingest_catalog, query_json, uninstallable,
+};
 use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK};
 use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};
+use crate::managed::{JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest};
+use crate::policy::InstallConsentPolicy;
+use crate::runtime::{Runtime, RuntimeError, WorkRequest, logical_id};
+use ctx_projections::consent_store::ChallengeState;
+
+/// The largest hook input ctx reads; tool outcomes carry the tool's response, so this is larger
+/// than the host commands' limit.
+pub const HOOK_INPUT_MAX_BYTES: usize = 1024 * 1024;
+/// The hosts cap `additionalContext` and `systemMessage` at 10,000 characters (longer text is
+/// moved to a file the model may never read), so ctx never writes more.
+pub const HOOK_TEXT_MAX_CHARS: usize = 10_000;
+/// Journal record kind of a hook call on a host session's stream.
+pub const HOST_SESSION_KIND: &str = "ctx.host-session.v1";
+/// Stream namespace of host sessions: the key is `host ‖ "\n" ‖ session id`.
+pub const HOST_SESSION_NAMESPACE: &str = "ctx.host-session";
+/// How many of a session's records `session-start` reads to find pending consents.
+const SESSION_RECORDS_READ_MAX: usize = 256;
+
+/// What a hook does with the host, as a value: the JSON object to print, if any.
+type Reply = Option<Json>;
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn hook(
-    _host: AgentHost,
-    _event: &HookEvent,
-    _layout: Result<Layout, CliError>,
-    _home: Result<HostHome, HostHomeError>,
-    _now: Timestamp,
-    _input: &mut dyn Read,
-    _out: &mut dyn Write,
-    _err: &mut dyn Write,
+    host: AgentHost,
+    event: &HookEvent,
+    layout: Result<Layout, CliError>,
+    home: Result<HostHome, HostHomeError>,
+    now: Timestamp,
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
 ) -> u8 {
+    let reply = match run(host, event, layout, home, now, input) {
+        Ok(reply) => reply,
+        Err(message) => {
+            // The sentence goes to the host's log (standard error) and to the person.
+            let _ = writeln!(err, "ctx: hook {host} {}: {message}", event.ctx_name);
+            Some(Json::object([(
+                "systemMessage",
+                Json::str(clip(&format!("ctx: {message}"))),
+            )]))
+        }
+    };
+    if let Some(reply) = reply {
+        // A host that closed our standard output gets nothing; the exit status stays 0.
+        let _ = writeln!(out, "{reply}");
+    }
     EXIT_OK
+}
+
+/// The parts of a host's hook input every event uses.
+struct HookInput {
+    /// `<host>:<session_id>`: the session id the journal and work observations use.
+    session: String,
+    /// The host's `hook_event_name`.
+    host_event: &'static str,
+    value: Json,
+    digest: String,
+}
+
+impl HookInput {
+    fn str(&self, key: &str) -> Option<&str> {
+        self.value.get_str(key)
+    }
+
+    /// The absolute working directory of the session.
+    fn cwd(&self) -> Result<&str, String> {
+        let cwd = self
+            .str("cwd")
+            .ok_or("the hook input has no string field \"cwd\"")?;
+        if !std::path::Path::new(cwd).is_absolute() {
+            return Err(format!(
+                "the hook input's cwd {cwd:?} is not an absolute path"
+            ));
+        }
+        Ok(cwd)
+    }
+}
+
+fn run(
+    host: AgentHost,
+    event: &HookEvent,
+    layout: Result<Layout, CliError>,
+    _home: Result<HostHome, HostHomeError>,
+    now: Timestamp,
+    input: &mut dyn Read,
+) -> Result<Reply, String> {
+    let layout = layout.map_err(|e| e.to_string())?;
+    let input = read_input(host, event, input)?;
+    match event.ctx_name {
+        "session-start" => session_start(host, &layout, now, &input),
+        "user-prompt-submit" => prompt(host, &layout, now, &input),
+        "tool-outcome" => tool_outcome(host, &layout, now, &input),
+        "subagent" => subagent(host, &layout, now, &input),
+        "session-end" => session_end(host, &layout, now, &input),
+        other => Err(format!("ctx has no handler for hook event {other:?}")),
+    }
+}
+
+/// Reads and checks the host's JSON: an object of at most [`HOOK_INPUT_MAX_BYTES`] whose
+/// `session_id` is a token and whose `hook_event_name` (when present) is one this command was
+/// registered for. Unknown fields are kept: hosts add fields between releases.
+fn read_input(
+    host: AgentHost,
+    event: &HookEvent,
+    input: &mut dyn Read,
+) -> Result<HookInput, String> {
+    let mut bytes = Vec::new();
+    input
+        .take(HOOK_INPUT_MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("could not read the hook input: {e}"))?;
+    if bytes.len() > HOOK_INPUT_MAX_BYTES {
+        return Err(format!(
+            "the hook input is larger than {HOOK_INPUT_MAX_BYTES} bytes"
+        ));
+    }
+    let text = std::str::from_utf8(&bytes).map_err(|_| "the hook input is not UTF-8 text")?;
+    let value = Json::parse(text.trim()).map_err(|e| format!("the hook input is not JSON: {e}"))?;
+    if value.as_obj().is_none() {
+        return Err("the hook input is not a JSON object".to_owned());
+    }
+    let registered = |name: &str| {
+        host.hook_events()
+            .iter()
+            .find(|e| e.ctx_name == event.ctx_name && e.host_event == name)
+    };
+    let host_event = match value.get_str("hook_event_name") {
+        Some(name) => {
+            registered(name)
+                .ok_or_else(|| {
+                    format!(
+                        "hook_event_name {name:?} is not an event `ctx hook {host} {}` handles",
+                        event.ctx_name
+                    )
+                })?
+                .host_event
+        }
+        None => event.host_event,
+    };
+    let session_id = value
+        .get_str("session_id")
+        .ok_or("the hook input has no string field \"session_id\"")?;
+    let session = format!("{host}:{session_id}");
+    if !is_token(&session) {
+        return Err(format!(
+            "session_id {session_id:?} is not a token of letters, digits and . _ : @ - (at most \
+             120)"
+        ));
+    }
+    let digest = sha256_hex_bytes(&bytes);
+    Ok(HookInput {
+        session,
+        host_event,
+        value,
+        digest,
+    })
+}
+
+// ------------------------------------------------------------------------------------------------
+// Events
+// ------------------------------------------------------------------------------------------------
+
+/// SessionStart: records the session's scope (host, session, workspace digest of `cwd`), makes
+/// sure a catalog is there, and tells the model what still awaits the person's consent.
+fn session_start(
+    host: AgentHost,
+    layout: &Layout,
+    now: Timestamp,
+    input: &HookInput,
+) -> Result<Reply, String> {
+    let cwd = input.cwd()?;
+    ensure_catalog(layout)?;
+    let journal = open_journal(layout)?;
+    let pending = pending_challenges(&journal, layout, UtcMicros(now.0), host, &input.session)?;
+    record(
+        &journal,
+        host,
+        input,
+        now,
+        "session-start",
+        vec![
+            ("source", opt(input.str("source"))),
+            ("workspace_digest", Json::str(workspace_digest(cwd))),
+        ],
+    )?;
+    let mut context = format!(
+        "ctx manages the capabilities of this session (data directory {}).",
+        layout.root().display()
+    );
+    if !pending.is_empty() {
+        context.push_str(" Awaiting the person's consent: ");
+        context.push_str(
+            &pending
+                .iter()
+                .map(|(id, digest)| format!("{id} (challenge {digest})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        context.push('.');
+    }
+    Ok(Some(context_reply(input.host_event, &context, None)))
+}
+
+/// UserPromptSubmit: the prompt and working directory become a work observation; ctx plans at
+/// most five capabilities, chooses the ones this data directory can act on, installs what the
+/// policy pre-approves and publishes a consent challenge for the next one.
+fn prompt(
+    host: AgentHost,
+    layout: &Layout,
+    now: Timestamp,
+    input: &HookInput,
+) -> Result<Reply, String> {
+    let cwd = input.cwd()?.to_owned();
+    let prompt = input.str("prompt").unwrap_or_default().to_owned();
+    ensure_catalog(layout)?;
+    let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
+    ensure_policy(&runtime)?;
+    let work = WorkRequest {
+        session_id: input.session.clone(),
+        workspace: cwd.clone(),
+        prompt,
+        signals: Vec::new(),
+        languages: Vec::new(),
+        requested_limit: 5,
+    };
+    let work_ref = runtime.observe_work(&work).map_err(runtime_failure)?;
+    let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref)
+        .map_err(|e| failure(e.into()))?;
+    let prepared = runtime
+        .service()
+        .prepare(&query)
+        .map_err(|e| failure(e.into()))?;
+    let plan = query_json(&prepared, runtime.loaded());
+    let query_ref = prepared.query_ref().to_owned();
+    let selections = match plan.get("selections") {
+        Some(Json::Arr(items)) => items.as_slice(),
+        _ => &[],
+    };
+    // The person must set up manual capabilities; everything else this data directory can
+    // install (or load from the catalog) is chosen.
+    let chosen: Vec<&str> = selections
+        .iter()
+        .filter(|s| matches!(s.get_str("actionability"), Some("load" | "install")))
+        .filter_map(|s| s.get_str("capability_id"))
+        .filter(|id| uninstallable(runtime.loaded(), id).is_none())
+        .collect();
+    let manual: Vec<&str> = selections
+        .iter()
+        .filter(|s| s.get_str("actionability") == Some("manual"))
+        .filter_map(|s| s.get_str("capability_id"))
+        .collect();
+    let desired = if chosen.is_empty() {
+        None
+    } else {
+        // One choice per query: a repeated prompt is an exact retry, which resumes installs and
+        // publication instead of minting a new choice.
+        let request = ManagedDesiredSetRequest::new(
+            &query_ref,
+            &logical_id("choice", &query_ref),
+            &chosen,
+            None,
+        )
+        .map_err(|e| failure(e.into()))?;
+        let result = runtime
+            .service()
+            .set_desired(&request)
+            .map_err(|e| failure(e.into()))?;
+        Some(desired_json(&result))
+    };
+    let challenge = desired
+        .as_ref()
+        .and_then(|d| d.get("challenge"))
+        .filter(|c| **c != Json::Null);
+    let challenge_id = challenge.and_then(|c| c.get_str("capability_id"));
+    let challenge_digest = challenge.and_then(|c| c.get_str("challenge_digest"));
+    let journal = open_journal(layout)?;
+    record(
+        &journal,
+        host,
+        input,
+        now,
+        "prompt",
+        vec![
+            ("challenge_capability_id", opt(challenge_id)),
+            ("challenge_digest", opt(challenge_digest)),
+            (
+                "chosen_capability_ids",
+                Json::Arr(chosen.iter().map(|id| Json::str(*id)).collect()),
+            ),
+            ("plan_id", opt(plan.get_str("plan_id"))),
+            ("query_ref", Json::str(&query_ref)),
+            (
+                "status",
+                opt(desired.as_ref().and_then(|d| d.get_str("status"))),
+            ),
+            ("workspace_digest", Json::str(workspace_digest(&cwd))),
+        ],
+    )?;
+    let mut context = format!("ctx plan {}:", plan.get_str("plan_id").unwrap_or("?"));
+    if selections.is_empty() {
+        context.push_str(" no capability is worth offering for this prompt.");
+    }
+    let failed = desired
+        .as_ref()
+        .map(|d| strings(d, "failed_capability_ids"))
+        .unwrap_or_default();
+    for s in selections {
+        let id = s.get_str("capability_id").unwrap_or("?");
+        let label = s.get_str("label").unwrap_or_default();
+        let state = if Some(id) == challenge_id {
+            format!(
+                "needs the person's consent (challenge {})",
+                challenge_digest.unwrap_or("?")
+            )
+        } else if failed.iter().any(|f| f == id) {
+            "could not be installed".to_owned()
+        } else if manual.contains(&id) {
+            "needs manual setup by the person".to_owned()
+        } else if chosen.contains(&id) {
+            match s.get_str("actionability") {
+                Some("load") => "is available from the catalog".to_owned(),
+                _ => "is chosen for install".to_owned(),
+            }
+        } else {
+            "cannot be installed by this data directory".to_owned()
+        };
+        context.push_str(&format!(" {id} ({label}) {state}."));
+    }
+    let message = match (challenge_id, challenge_digest) {
+        (Some(id), Some(digest)) => Some(format!(
+            "ctx: {id} awaits your consent. In your own terminal run `ctx consent approve \
+             {digest}` (or `ctx consent deny {digest}`)."
+        )),
+        _ => None,
+    };
+    Ok(Some(context_reply(
+        input.host_event,
+        &context,
+        message.as_deref(),
+    )))
+}
+
+/// PostToolUse / PostToolUseFailure: records the use of a skill, an agent or an MCP tool and
+/// whether it succeeded. Other tools are not ctx's business and are not recorded.
+fn tool_outcome(
+    host: AgentHost,
+    layout: &Layout,
+    now: Timestamp,
+    input: &HookInput,
+) -> Result<Reply, String> {
+    let tool = input.str("tool_name").unwrap_or_default();
+    if !is_capability_tool(tool) {
+        return Ok(None);
+    }
+    let journal = open_journal(layout)?;
+    let duration = match input.value.get("duration_ms") {
+        Some(Json::Int(n)) => Json::Int(*n),
+        _ => Json::Null,
+    };
+    record(
+        &journal,
+        host,
+        input,
+        now,
+        "tool-outcome",
+        vec![
+            ("duration_ms", duration),
+            (
+                "succeeded",
+                Json::Bool(input.host_event != "PostToolUseFailure"),
+            ),
+            ("tool_name", Json::str(clip_bytes(tool, 128))),
+            (
+                "tool_use_id",
+                opt(input.str("tool_use_id").map(|s| clip_bytes(s, 128))),
+            ),
+        ],
+    )?;
+    Ok(None)
+}
+
+/// SubagentStart / SubagentStop: records which agent ran, and how long its last message was.
+fn subagent(
+    host: AgentHost,
+    layout: &Layout,
+    now: Timestamp,
+    input: &HookInput,
+) -> Result<Reply, String> {
+    let journal = open_journal(layout)?;
+    let message_chars = input.str("last_assistant_message").map_or(Json::Null, |m| {
+        Json::Int(i64::try_from(m.chars().count()).unwrap_or(i64::MAX))
+    });
+    let what = if input.host_event == "SubagentStart" {
+        "subagent-start"
+    } else {
+        "subagent-stop"
+    };
+    record(
+        &journal,
+        host,
+        input,
+        now,
+        what,
+        vec![
+            (
+                "agent_id",
+                opt(input.str("agent_id").map(|s| clip_bytes(s, 128))),
+            ),
+            (
+                "agent_type",
+                opt(input.str("agent_type").map(|s| clip_bytes(s, 128))),
+            ),
+            ("last_message_chars", message_chars),
+        ],
+    )?;
+    Ok(None)
+}
+
+/// SessionEnd: records that the session's scope closed.
+fn session_end(
+    host: AgentHost,
+    layout: &Layout,
+    now: Timestamp,
+    input: &HookInput,
+) -> Result<Reply, String> {
+    let journal = open_journal(layout)?;
+    record(
+        &journal,
+        host,
+        input,
+        now,
+        "session-end",
+        vec![(
+            "reason",
+            opt(input.str("reason").map(|s| clip_bytes(s, 64))),
+        )],
+    )?;
+    Ok(None)
+}
+
+// ------------------------------------------------------------------------------------------------
+// The session stream
+// ------------------------------------------------------------------------------------------------
+
+/// The journal stream of a host session.
+pub(crate) fn session_stream(host: AgentHost, session: &str) -> Result<StreamId, String> {
+    StreamId::derive(
+        HOST_SESSION_NAMESPACE,
+        format!("{host}\n{session}").as_bytes(),
+    )
+    .map_err(|e| format!("session {session:?} has no stream: {e}"))
+}
+
+fn open_journal(layout: &Layout) -> Result<Journal, String> {
+    Journal::open(
+        layout.journal(),
+        &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
+    )
+    .map_err(|e| format!("could not open the journal: {e}"))
+}
+
+/// Appends one hook call to the session's stream. The event id is a digest of the host's input,
+/// so the same call delivered twice is recorded once (the journal replays the first append).
+fn record(
+    journal: &Journal,
+    host: AgentHost,
+    input: &HookInput,
+    now: Timestamp,
+    what: &str,
+    fields: Vec<(&str, Json)>,
+) -> Result<(), String> {
+    let stream = session_stream(host, &input.session)?;
+    let mut payload = vec![
+        ("event", Json::str(what)),
+        ("hook_event_name", Json::str(input.host_event)),
+        ("host", Json::str(host.as_str())),
+        ("input_digest", Json::str(&input.digest)),
+        ("schema", Json::str(HOST_SESSION_KIND)),
+        ("session_id", Json::str(&input.session)),
+    ];
+    payload.extend(fields);
+    let payload = Json::object(payload).to_string().into_bytes();
+    let event_id = format!(
+        "hook-{}",
+        sha256_hex(&format!("{host}\n{what}\n{}", input.digest))
+    );
+    let append = StreamAppend::new(
+        stream,
+        ExpectedRevision::Any,
+        vec![NewRecord::new(event_id, HOST_SESSION_KIND, now, payload)],
+    );
+    match journal.append(append) {
+        // The host delivered this very input before (at another time, or after the plan moved
+        // on): the first delivery's record stands.
+        Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(format!("could not record the hook call: {e}")),
+    }
+}
+
+/// The challenges this session's prompts published that are still pending: (capability id,
+/// challenge digest), oldest first, without repeats.
+fn pending_challenges(
+    journal: &Journal,
+    layout: &Layout,
+    now: UtcMicros,
+    host: AgentHost,
+    session: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let stream = session_stream(host, session)?;
+    let records = journal
+        .read_stream(&stream, 1, SESSION_RECORDS_READ_MAX)
+        .map_err(|e| format!("could not read the session: {e}"))?;
+    let mut published: Vec<(String, String)> = Vec::new();
+    for record in &records {
+        let Ok(text) = std::str::from_utf8(&record.payload) else {
+            continue;
+        };
+        let Ok(value) = Json::parse(text) else {
+            continue;
+        };
+        if let (Some(id), Some(digest)) = (
+            value.get_str("challenge_capability_id"),
+            value.get_str("challenge_digest"),
+        ) && !published.iter().any(|(_, d)| d == digest)
+        {
+            published.push((id.to_owned(), digest.to_owned()));
+        }
+    }
+    // A challenge that expired, was decided or cannot be read any more awaits nothing.
+    Ok(published
+        .into_iter()
+        .filter(|(_, digest)| {
+            challenge_record(layout, digest, now)
+                .is_ok_and(|r| r.state() == ChallengeState::Pending)
+        })
+        .collect())
+}
+
+// ------------------------------------------------------------------------------------------------
+// Helpers
+// ------------------------------------------------------------------------------------------------
+
+/// Ingests the sample catalog compiled into ctx when the data directory has none yet, so a host
+/// that registered ctx's hooks works from its first session.
+fn ensure_catalog(layout: &Layout) -> Result<(), String> {
+    if layout.catalog().join("catalog.json").is_file() {
+        return Ok(());
+    }
+    ingest_catalog(layout, &None)
+        .map(|_| ())
+        .map_err(|f| f.message)
+}
+
+/// Persists the safe default install policy (every install asks the person) when none is: a
+/// signed consent is only accepted under an explicitly persisted policy, so without this the
+/// person could never approve what the hook asks for.
+fn ensure_policy(runtime: &Runtime) -> Result<(), String> {
+    let store = runtime.policy_store();
+    let persisted = store
+        .has_persisted()
+        .map_err(|e| format!("the install policy cannot be read: {e}"))?;
+    if !persisted {
+        store
+            .persist(&InstallConsentPolicy::safe_default())
+            .map_err(|e| format!("the install policy cannot be persisted: {e}"))?;
+    }
+    Ok(())
+}
+
+fn runtime_failure(e: RuntimeError) -> String {
+    failure(e.into())
+}
+
+fn failure(f: HostFailure) -> String {
+    format!("{} ({})", f.message, f.code)
+}
+
+/// Whether a tool is a capability ctx may have activated: a skill, an agent, or an MCP tool.
+fn is_capability_tool(name: &str) -> bool {
+    matches!(name, "Skill" | "Agent" | "Task") || name.starts_with("mcp__")
+}
+
+fn workspace_digest(cwd: &str) -> String {
+    sha256_hex(&format!("ctx-workspace:{cwd}"))
+}
+
+fn opt(value: Option<&str>) -> Json {
+    value.map_or(Json::Null, Json::str)
+}
+
+fn strings(value: &Json, key: &str) -> Vec<String> {
+    match value.get(key) {
+        Some(Json::Arr(items)) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The reply of an event that may add context: `hookSpecificOutput.additionalContext`, and a
+/// `systemMessage` for the person.
+fn context_reply(host_event: &str, context: &str, message: Option<&str>) -> Json {
+    let mut fields = vec![(
+        "hookSpecificOutput",
+        Json::object([
+            ("additionalContext", Json::str(clip(context))),
+            ("hookEventName", Json::str(host_event)),
+        ]),
+    )];
+    if let Some(message) = message {
+        fields.push(("systemMessage", Json::str(clip(message))));
+    }
+    Json::object(fields)
+}
+
+/// At most [`HOOK_TEXT_MAX_CHARS`] characters, marked when cut.
+fn clip(text: &str) -> String {
+    if text.chars().count() <= HOOK_TEXT_MAX_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(HOOK_TEXT_MAX_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// At most `max` bytes, cut at a character boundary: for host-supplied names stored in records.
+fn clip_bytes(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_keeps_the_hosts_limit_and_character_boundaries() {
+        let long = "é".repeat(HOOK_TEXT_MAX_CHARS + 5);
+        let clipped = clip(&long);
+        assert_eq!(clipped.chars().count(), HOOK_TEXT_MAX_CHARS);
+        assert!(clipped.ends_with('…'));
+        assert_eq!(clip("short"), "short");
+        assert_eq!(clip_bytes("aé", 2), "a");
+        assert_eq!(clip_bytes("abc", 8), "abc");
+    }
+
+    #[test]
+    fn only_capability_tools_are_recorded() {
+        for tool in ["Skill", "Agent", "Task", "mcp__github__create_issue"] {
+            assert!(is_capability_tool(tool), "{tool}");
+        }
+        for tool in ["Bash", "Read", "mcp", "skill"] {
+            assert!(!is_capability_tool(tool), "{tool}");
+        }
+    }
 }

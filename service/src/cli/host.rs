@@ -440,7 +440,7 @@ fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, HostFailu
     Ok(ManagedDesiredSetRequest::from_json(&value)?)
 }
 
-fn challenge_record(
+pub(crate) fn challenge_record(
     layout: &Layout,
     challenge_digest: &str,
     now: UtcMicros,
@@ -466,7 +466,7 @@ fn challenge_record(
 /// desired set: the service would publish a consent challenge and claim the install, and the skill
 /// store's eligibility gate would then refuse it on every attempt, leaving the claim
 /// indeterminate and the session busy.
-fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
+pub(crate) fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
     let entry = loaded
         .catalog()
         .entries()
@@ -544,7 +544,10 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure>
 
 /// Copies a catalog (validated by loading it) into the data directory, replacing the current
 /// one only when it differs.
-fn ingest_catalog(layout: &Layout, source: &Option<PathBuf>) -> Result<Json, HostFailure> {
+pub(crate) fn ingest_catalog(
+    layout: &Layout,
+    source: &Option<PathBuf>,
+) -> Result<Json, HostFailure> {
     let embedded = match source {
         Some(_) => None,
         None => Some(EmbeddedSample::write(layout)?),
@@ -741,7 +744,7 @@ fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
     }
 }
 
-fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCatalog) -> Json {
+pub(crate) fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCatalog) -> Json {
     let prepared = result.prepared();
     let label = |id: &str| {
         loaded
@@ -792,7 +795,7 @@ fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCatalog) -> Jso
     ])
 }
 
-fn desired_json(result: &ManagedDesiredSetResult) -> Json {
+pub(crate) fn desired_json(result: &ManagedDesiredSetResult) -> Json {
     Json::object([
         ("actions", actions_json(result.actions())),
         ("capability_ids", strs(result.capability_ids())),

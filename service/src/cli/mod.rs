@@ -359,8 +359,22 @@ pub fn run(
         err,
         err_is_terminal,
     } = streams;
+    let args: Vec<OsString> = args.into_iter().collect();
+    let is_hook = is_hook_call(&args);
     match execute(args, env, now, input, out, err, err_is_terminal) {
         Ok(code) => code,
+        // A hook call must not fail the host even when its command line is wrong (exit 2 would
+        // erase the person's prompt): the sentence becomes a message to the person.
+        Err(e) if is_hook => {
+            let _ = writeln!(err, "ctx: error: {e}");
+            let message = ctx_projections::Json::str(format!("ctx: {e}"));
+            let _ = writeln!(
+                out,
+                "{}",
+                ctx_projections::Json::object([("systemMessage", message)])
+            );
+            EXIT_OK
+        }
         Err(e) => {
             // If stderr is gone too there is nobody left to tell; the exit status still says it.
             let _ = writeln!(err, "ctx: error: {e}");
@@ -453,11 +467,32 @@ fn execute(
         }
         Command::Doctor { json } => {
             let home = HostHome::from_env(&env).map_err(|e| CliError::Usage(e.to_string()))?;
-            doctor::doctor(&layout()?, &home, &current_exe()?, *json, out)?
+            doctor::doctor(
+                &layout()?,
+                invocation.data_dir.as_deref(),
+                &home,
+                &current_exe()?,
+                *json,
+                out,
+            )?
         }
     };
     out.flush()?;
     Ok(code)
+}
+
+/// Whether a command line is a hook call: its first word that is not an option or an option's
+/// value is `hook`.
+fn is_hook_call(args: &[OsString]) -> bool {
+    let mut words = args.iter().map(|a| a.to_str().unwrap_or_default());
+    while let Some(word) = words.next() {
+        if VALUE_OPTIONS.contains(&word) {
+            words.next();
+        } else if !word.starts_with('-') {
+            return word == "hook";
+        }
+    }
+    false
 }
 
 /// The absolute path of this `ctx` binary: what the hosts' hook entries run.

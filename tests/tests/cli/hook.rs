@@ -1,1 +1,415 @@
-//! `ctx hook`: the hosts' hook JSON round trip.
+//! `ctx hook claude|codex EVENT`, run as the hosts run it: the hosts' documented hook JSON on
+//! standard input, at most one JSON object on standard output, exit status 0 whatever happens.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use ctx_projections::Json;
+
+use crate::support::{self, CtxRun, ctx_binary, run_ctx, run_ctx_env};
+
+/// The hook input a host sends for `host_event`, with the field names of the hosts' docs
+/// (../shared/notes/hosts.md §1d and §2): the common fields plus the event's own.
+fn hook_input(host: &str, host_event: &str, session: &str, cwd: &Path) -> Json {
+    let mut fields = vec![
+        ("cwd", Json::str(cwd.display().to_string())),
+        ("hook_event_name", Json::str(host_event)),
+        ("permission_mode", Json::str("default")),
+        ("session_id", Json::str(session)),
+        (
+            "transcript_path",
+            Json::str(format!("/tmp/transcripts/{session}.jsonl")),
+        ),
+    ];
+    if host == "codex" {
+        fields.push(("model", Json::str("gpt-5-codex")));
+        fields.push(("turn_id", Json::str("turn-1")));
+    }
+    match host_event {
+        "SessionStart" => fields.push(("source", Json::str("startup"))),
+        "UserPromptSubmit" => fields.push((
+            "prompt",
+            Json::str("add Playwright e2e tests for the checkout page"),
+        )),
+        "PostToolUse" | "PostToolUseFailure" => {
+            fields.push(("tool_name", Json::str("mcp__playwright__browser_click")));
+            fields.push((
+                "tool_input",
+                Json::object([("element", Json::str("Checkout"))]),
+            ));
+            fields.push(("tool_use_id", Json::str("toolu_01")));
+            fields.push(("tool_response", Json::object([("ok", Json::Bool(true))])));
+            fields.push(("duration_ms", Json::Int(42)));
+        }
+        "SubagentStart" => {
+            fields.push(("agent_id", Json::str("agent-1")));
+            fields.push(("agent_type", Json::str("code-reviewer")));
+        }
+        "SubagentStop" => {
+            fields.push(("agent_id", Json::str("agent-1")));
+            fields.push(("agent_type", Json::str("code-reviewer")));
+            fields.push(("stop_hook_active", Json::Bool(false)));
+            fields.push(("last_assistant_message", Json::str("Two findings.")));
+        }
+        "SessionEnd" => fields.push(("reason", Json::str("prompt_input_exit"))),
+        other => panic!("no sample input for {other}"),
+    }
+    Json::object(fields)
+}
+
+/// The hosts' registrations, written out from the notes (not from ctx's table): host, host event,
+/// ctx's event word, whether the event answers with context.
+const REGISTRATIONS: [(&str, &str, &str, bool); 13] = [
+    ("claude", "SessionStart", "session-start", true),
+    ("claude", "UserPromptSubmit", "user-prompt-submit", true),
+    ("claude", "PostToolUse", "tool-outcome", false),
+    ("claude", "PostToolUseFailure", "tool-outcome", false),
+    ("claude", "SubagentStart", "subagent", false),
+    ("claude", "SubagentStop", "subagent", false),
+    ("claude", "SessionEnd", "session-end", false),
+    ("codex", "SessionStart", "session-start", true),
+    ("codex", "UserPromptSubmit", "user-prompt-submit", true),
+    ("codex", "PostToolUse", "tool-outcome", false),
+    ("codex", "SubagentStart", "subagent", false),
+    ("codex", "SubagentStop", "subagent", false),
+    ("codex", "SessionEnd", "session-end", false),
+];
+
+fn hook(data: &Path, host: &str, event: &str, input: &Json) -> CtxRun {
+    run_ctx(data, &["hook", host, event], &input.to_string())
+}
+
+/// The one JSON object a hook printed, after checking the exit status and that standard output
+/// holds nothing else.
+fn reply(run: &CtxRun) -> Option<Json> {
+    assert_eq!(run.code, 0, "a hook always exits 0: {run:?}");
+    if run.stdout.is_empty() {
+        return None;
+    }
+    assert!(run.stdout.ends_with('\n'), "{run:?}");
+    let line = run.stdout.trim_end_matches('\n');
+    assert!(!line.contains('\n'), "one line only: {run:?}");
+    Some(Json::parse(line).unwrap_or_else(|e| panic!("not JSON ({e}): {run:?}")))
+}
+
+fn context(reply: &Json, host_event: &str) -> String {
+    let specific = reply.get("hookSpecificOutput").expect("hookSpecificOutput");
+    assert_eq!(specific.get_str("hookEventName"), Some(host_event));
+    let text = specific
+        .get_str("additionalContext")
+        .expect("additionalContext")
+        .to_owned();
+    assert!(text.chars().count() <= 10_000);
+    text
+}
+
+/// The payloads of the host-session records of a data directory, through `ctx export`.
+fn session_records(data: &Path) -> Vec<Json> {
+    let export = run_ctx(data, &["export"], "");
+    assert_eq!(export.code, 0, "{export:?}");
+    export
+        .stdout
+        .lines()
+        .filter_map(|line| Json::parse(line).ok())
+        .filter(|line| line.get_str("kind") == Some("ctx.host-session.v1"))
+        .map(|line| {
+            let hex = line.get_str("payload").expect("a payload");
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                .collect();
+            Json::parse(std::str::from_utf8(&bytes).expect("UTF-8")).expect("a JSON payload")
+        })
+        .collect()
+}
+
+#[test]
+fn every_registered_event_round_trips_for_both_hosts() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let project = dir.path().join("shop-api");
+    std::fs::create_dir_all(&project).unwrap();
+    for (host, host_event, word, answers) in REGISTRATIONS {
+        let session = format!("{host}-session-1");
+        let run = hook(
+            &data,
+            host,
+            word,
+            &hook_input(host, host_event, &session, &project),
+        );
+        assert!(run.stderr.is_empty(), "{host} {host_event}: {run:?}");
+        let reply = reply(&run);
+        if answers {
+            let reply = reply.unwrap_or_else(|| panic!("{host} {host_event} answers: {run:?}"));
+            let text = context(&reply, host_event);
+            assert!(text.starts_with("ctx "), "{text}");
+            if let Some(message) = reply.get_str("systemMessage") {
+                assert!(message.contains("ctx consent approve"), "{message}");
+            }
+        } else {
+            assert!(
+                reply.is_none(),
+                "{host} {host_event} prints nothing: {run:?}"
+            );
+        }
+    }
+    // Every call is on its session's stream, with the host's event name.
+    let records = session_records(&data);
+    for (host, host_event, _, _) in REGISTRATIONS {
+        let session = format!("{host}:{host}-session-1");
+        assert_eq!(
+            records
+                .iter()
+                .filter(|r| r.get_str("session_id") == Some(session.as_str())
+                    && r.get_str("hook_event_name") == Some(host_event))
+                .count(),
+            1,
+            "{host} {host_event}"
+        );
+    }
+    let failure = records
+        .iter()
+        .find(|r| r.get_str("hook_event_name") == Some("PostToolUseFailure"))
+        .unwrap();
+    assert_eq!(failure.get("succeeded"), Some(&Json::Bool(false)));
+    assert_eq!(
+        failure.get_str("tool_name"),
+        Some("mcp__playwright__browser_click")
+    );
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
+}
+
+#[test]
+fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let project = dir.path().join("infra");
+    std::fs::create_dir_all(&project).unwrap();
+    let mut input = hook_input("claude", "UserPromptSubmit", "s-7", &project);
+    if let Json::Obj(map) = &mut input {
+        map.insert(
+            "prompt".into(),
+            Json::str("write terraform for the new infrastructure"),
+        );
+    }
+    let run = hook(&data, "claude", "user-prompt-submit", &input);
+    let first = reply(&run).expect("a reply");
+    let text = context(&first, "UserPromptSubmit");
+    assert!(text.contains("skill:terraform"), "{text}");
+    let message = first
+        .get_str("systemMessage")
+        .expect("a message")
+        .to_owned();
+    let digest = message
+        .split("ctx consent approve ")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .expect("the approve command names the challenge")
+        .to_owned();
+    assert!(text.contains(&format!("challenge {digest}")), "{text}");
+    assert!(text.contains("skill:terraform"), "{text}");
+
+    // The same prompt delivered again is an exact retry: same challenge, one record.
+    let again = hook(&data, "claude", "user-prompt-submit", &input);
+    assert_eq!(reply_message(&again), Some(message.clone()));
+    let prompts = session_records(&data)
+        .into_iter()
+        .filter(|r| r.get_str("event") == Some("prompt"))
+        .count();
+    assert_eq!(prompts, 1);
+
+    let start = hook_input("claude", "SessionStart", "s-7", &project);
+    let resumed = reply(&hook(&data, "claude", "session-start", &start)).expect("a reply");
+    let text = context(&resumed, "SessionStart");
+    assert!(
+        text.contains(&format!("skill:terraform (challenge {digest})")),
+        "{text}"
+    );
+
+    let env = [("HOME", home.as_path())];
+    let key = run_ctx_env(&data, &["key", "init"], "", &env);
+    assert_eq!(key.code, 0, "{key:?}");
+    let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    assert_eq!(approved.code, 0, "{approved:?}");
+
+    let mut later = start.clone();
+    if let Json::Obj(map) = &mut later {
+        map.insert("source".into(), Json::str("resume"));
+    }
+    let resumed = reply(&hook(&data, "claude", "session-start", &later)).expect("a reply");
+    let text = context(&resumed, "SessionStart");
+    assert!(!text.contains("challenge"), "{text}");
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
+}
+
+fn reply_message(run: &CtxRun) -> Option<String> {
+    reply(run).and_then(|r| r.get_str("systemMessage").map(str::to_owned))
+}
+
+#[test]
+fn bad_input_never_blocks_the_host() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let project = dir.path().join("p");
+    std::fs::create_dir_all(&project).unwrap();
+    let valid = hook_input("claude", "UserPromptSubmit", "s-1", &project);
+    let mut relative = valid.clone();
+    let mut wrong_event = valid.clone();
+    let mut no_session = valid.clone();
+    let mut bad_session = valid.clone();
+    if let (Json::Obj(r), Json::Obj(w), Json::Obj(n), Json::Obj(b)) = (
+        &mut relative,
+        &mut wrong_event,
+        &mut no_session,
+        &mut bad_session,
+    ) {
+        r.insert("cwd".into(), Json::str("relative/dir"));
+        w.insert("hook_event_name".into(), Json::str("Stop"));
+        n.remove("session_id");
+        b.insert("session_id".into(), Json::str("has space"));
+    }
+    let cases: [(&str, String, &str); 7] = [
+        ("not JSON", "{not json".into(), "not JSON"),
+        ("not an object", "[1,2]".into(), "not a JSON object"),
+        ("relative cwd", relative.to_string(), "relative/dir"),
+        ("another event", wrong_event.to_string(), "\"Stop\""),
+        ("no session", no_session.to_string(), "session_id"),
+        ("bad session", bad_session.to_string(), "has space"),
+        ("empty", String::new(), "not JSON"),
+    ];
+    for (what, input, named) in cases {
+        let run = run_ctx(&data, &["hook", "claude", "user-prompt-submit"], &input);
+        let message = reply_message(&run).unwrap_or_else(|| panic!("{what}: {run:?}"));
+        assert!(message.starts_with("ctx: "), "{what}: {message}");
+        assert!(message.contains(named), "{what}: {message}");
+        assert!(run.stderr.contains(named), "{what}: {run:?}");
+    }
+    // A hook command line ctx does not know is a message too, never exit 2.
+    for args in [
+        &["hook", "claude", "pre-compact"][..],
+        &["hook", "cursor", "session-start"][..],
+        &["hook"][..],
+    ] {
+        let run = run_ctx(&data, args, &valid.to_string());
+        let message = reply_message(&run).unwrap_or_else(|| panic!("{args:?}: {run:?}"));
+        assert!(message.starts_with("ctx: "), "{args:?}: {message}");
+    }
+    // A data directory that cannot be used.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let run = run_ctx(
+        &file,
+        &["hook", "codex", "user-prompt-submit"],
+        &valid.to_string(),
+    );
+    assert!(reply_message(&run).is_some(), "{run:?}");
+    // More than the limit: read no further, answer with a message.
+    let mut child = Command::new(ctx_binary())
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["hook", "claude", "tool-outcome"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // ctx stops reading after the limit, so this write may end with a broken pipe.
+    let _ = stdin.write_all(&vec![b' '; 2 * 1024 * 1024]);
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let run = CtxRun {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    let message = reply_message(&run).expect("a message");
+    assert!(message.contains("larger than 1048576 bytes"), "{message}");
+}
+
+#[test]
+fn a_repeated_delivery_is_recorded_once_and_other_tools_not_at_all() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let project = dir.path().join("p");
+    let input = hook_input("claude", "PostToolUse", "s-1", &project);
+    for _ in 0..2 {
+        assert!(reply(&hook(&data, "claude", "tool-outcome", &input)).is_none());
+    }
+    let mut bash = input.clone();
+    if let Json::Obj(map) = &mut bash {
+        map.insert("tool_name".into(), Json::str("Bash"));
+    }
+    assert!(reply(&hook(&data, "codex", "tool-outcome", &bash)).is_none());
+    let records = session_records(&data);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].get_str("event"), Some("tool-outcome"));
+    assert_eq!(records[0].get("duration_ms"), Some(&Json::Int(42)));
+}
+
+#[test]
+fn concurrent_hook_processes_share_one_data_directory() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let project = dir.path().join("p");
+    std::fs::create_dir_all(&project).unwrap();
+    // The first prompt ingests the catalog; then eight sessions at once, each a prompt, a tool
+    // outcome and a session end.
+    assert!(
+        reply(&hook(
+            &data,
+            "claude",
+            "user-prompt-submit",
+            &hook_input("claude", "UserPromptSubmit", "warm", &project),
+        ))
+        .is_some()
+    );
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let data = data.clone();
+            let project = project.clone();
+            std::thread::spawn(move || {
+                let host = if i % 2 == 0 { "claude" } else { "codex" };
+                let session = format!("par-{i}");
+                let mut runs = Vec::new();
+                for (event, word) in [
+                    ("UserPromptSubmit", "user-prompt-submit"),
+                    ("PostToolUse", "tool-outcome"),
+                    ("SessionEnd", "session-end"),
+                ] {
+                    runs.push((
+                        event,
+                        hook(
+                            &data,
+                            host,
+                            word,
+                            &hook_input(host, event, &session, &project),
+                        ),
+                    ));
+                }
+                runs
+            })
+        })
+        .collect();
+    for handle in handles {
+        for (event, run) in handle.join().unwrap() {
+            let reply = reply(&run);
+            if event == "UserPromptSubmit" {
+                let reply = reply.expect("a reply");
+                context(&reply, event);
+                if let Some(message) = reply.get_str("systemMessage") {
+                    assert!(message.contains("ctx consent approve"), "{message}");
+                }
+            } else {
+                assert!(reply.is_none(), "{run:?}");
+            }
+        }
+    }
+    assert_eq!(session_records(&data).len(), 1 + 8 * 3);
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
+}
