@@ -8,6 +8,7 @@
 //! runs once because a retry re-submits the identical committed events, which the engine answers
 //! from its duplicate index without calling the planner.
 
+mod activate;
 mod authority;
 mod composition;
 mod consent;
@@ -23,6 +24,10 @@ mod service;
 #[cfg(test)]
 mod tests;
 
+pub use activate::{
+    ACTIVATION_STEPS_MAX, ActivationDriver, ActivationReport, ActuatorObservation,
+    failpoints as activation_failpoints,
+};
 pub use composition::{EngineComposition, JOURNAL_LOCK_WAIT, open_engine_composition};
 pub use desired::{
     DESIRED_CAPABILITIES_MAX, DesiredResultParts, ManagedDesiredSetRequest,
