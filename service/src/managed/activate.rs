@@ -13,7 +13,9 @@
 use ctx_projections::contract::expected_material_receipt;
 use ctx_projections::engine::{ActivationGuard, AuthorizeError, Engine, ProcessError};
 use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json};
+use ctx_projections::{
+    ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json, SessionStatus,
+};
 
 use super::error::ServiceError;
 use super::request::ManagedQueryInput;
@@ -148,6 +150,55 @@ impl ManagedQueryService {
             }
         }
         Ok(report)
+    }
+}
+
+impl ManagedQueryService {
+    /// Ends the engine session of the query `query_ref` (`SessionEnded`, event id
+    /// `ctx-session-ended:<query ref>`), after which reconcile deactivates its active
+    /// capabilities one per revision; [`ManagedQueryService::advance_activations`] carries them
+    /// out. Returns false when the session had ended already.
+    pub fn end_session(&self, query_ref: &str) -> Result<bool, ServiceError> {
+        let mut state = self.begin()?;
+        let _lifecycle = self.lifecycle();
+        let runtime = self.runtime(&mut state)?;
+        let record = runtime.store.load(query_ref)?;
+        let artifact = self.config.registry.reopen(
+            record.artifact_manifest_digest(),
+            record.planning_environment_digest(),
+        )?;
+        let input = ManagedQueryInput::new(
+            artifact,
+            record.session_started().clone(),
+            record.decision_event().clone(),
+        );
+        let composition = self.composition(runtime, &input)?;
+        let engine = composition.engine();
+        let scope = &record.decision_event().scope;
+        let event_id = format!("ctx-session-ended:{query_ref}");
+        for _ in 0..RECEIPT_ATTEMPTS_MAX {
+            let snapshot = engine.snapshot(scope)?;
+            match snapshot.state() {
+                None => return Ok(false),
+                Some(s) if s.session_status == SessionStatus::Ended => return Ok(false),
+                Some(_) => {}
+            }
+            let now = self.now()?;
+            let mut event = EngineEvent::bare(
+                &event_id,
+                EventKind::SessionEnded,
+                scope.clone(),
+                snapshot.revision(),
+                &now.to_string(),
+            );
+            event.privacy = record.decision_event().privacy;
+            match engine.process(&event, None) {
+                Ok(_) => return Ok(true),
+                Err(ProcessError::RevisionConflict { .. }) => {}
+                Err(e) => return Err(ServiceError::Engine(e)),
+            }
+        }
+        Err(execution("the session end remained contended"))
     }
 }
 
@@ -348,6 +399,7 @@ mod tests {
     struct Recorder {
         calls: RefCell<Vec<(String, bool)>>,
         refuse: bool,
+        refuse_deactivation: bool,
     }
 
     impl ActivationDriver for Recorder {
@@ -373,6 +425,11 @@ mod tests {
             }
         }
         fn deactivate(&self, _: &HostAction) -> ActuatorObservation {
+            if self.refuse_deactivation {
+                return ActuatorObservation::Refused {
+                    reason: "the person edited it".into(),
+                };
+            }
             ActuatorObservation::Applied {
                 verification_digest: sha256_hex("gone"),
             }
@@ -446,6 +503,61 @@ mod tests {
             .unwrap();
         assert!(again.is_empty(), "{again:?}");
         assert_eq!(driver.calls.borrow().len(), loads.len());
+    }
+
+    #[test]
+    fn ending_the_session_deactivates_what_was_activated() {
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, query_ref, loads) = chosen_loads(dir.path(), "rust tests with cargo");
+        let driver = Recorder::default();
+        let report = runtime
+            .service()
+            .advance_activations(&query_ref, &driver)
+            .unwrap();
+        assert_eq!(report.activated.len(), loads.len());
+        assert!(runtime.service().end_session(&query_ref).unwrap());
+        assert!(!runtime.service().end_session(&query_ref).unwrap(), "once");
+        let report = runtime
+            .service()
+            .advance_activations(&query_ref, &driver)
+            .unwrap();
+        let mut deactivated = report.deactivated.clone();
+        deactivated.sort();
+        let mut expected = loads.clone();
+        expected.sort();
+        assert_eq!(deactivated, expected, "{report:?}");
+        let again = runtime
+            .service()
+            .advance_activations(&query_ref, &driver)
+            .unwrap();
+        assert!(again.is_empty(), "{again:?}");
+    }
+
+    #[test]
+    fn a_refused_deactivation_is_a_failed_receipt_and_is_not_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let (runtime, query_ref, loads) = chosen_loads(dir.path(), "rust tests with cargo");
+        let driver = Recorder {
+            refuse_deactivation: true,
+            ..Recorder::default()
+        };
+        runtime
+            .service()
+            .advance_activations(&query_ref, &driver)
+            .unwrap();
+        assert!(runtime.service().end_session(&query_ref).unwrap());
+        let report = runtime
+            .service()
+            .advance_activations(&query_ref, &driver)
+            .unwrap();
+        assert!(report.deactivated.is_empty(), "{report:?}");
+        assert_eq!(report.refused.len(), loads.len(), "{report:?}");
+        // The failures are recorded: the engine blocks those deactivations.
+        let again = runtime
+            .service()
+            .advance_activations(&query_ref, &Recorder::default())
+            .unwrap();
+        assert!(again.is_empty(), "{again:?}");
     }
 
     #[test]
