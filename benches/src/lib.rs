@@ -1,12 +1,14 @@
 //! ctx-benches: criterion benches for the ctx journal (`benches/journal.rs`) and the side-by-side
 //! peer comparison behind the `ctx-bench compare` binary (raw fsync limits, SQLite WAL, raw redb
-//! and the journal, measured in one run on the same disk).
+//! and the journal, measured in one run on the same disk), and `ctx-bench hook-latency`, the
+//! cold-start wall time of the `ctx` process an agent host starts for every prompt.
 //!
 //! The library part holds what both share: the workload (events, payloads, event ids, stream ids)
 //! and the measurement helpers. Every figure is produced from inputs built outside the timed
 //! section wherever the measured operation is cheap enough for input building to matter.
 
 pub mod compare;
+pub mod hook_latency;
 pub mod measure;
 pub mod workload;
 
@@ -15,3 +17,17 @@ pub type BenchError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The result type of the bench code.
 pub type BenchResult<T> = Result<T, BenchError>;
+
+/// The workspace's target directory: `CARGO_TARGET_DIR` if set, else `<workspace>/target` found
+/// from this crate's manifest dir, else `./target`.
+pub fn target_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match manifest.parent() {
+        Some(root) if root.join("Cargo.toml").is_file() => root.join("target"),
+        _ => PathBuf::from("target"),
+    }
+}

@@ -9,6 +9,8 @@
 //! `ctx_projections::identity`, so the engine and the catalog agree on every digest formula.
 
 mod error;
+#[cfg(test)]
+mod flag_tests;
 mod format;
 mod load;
 mod observation;
