@@ -35,6 +35,9 @@ pub const HOOK_INPUT_MAX_BYTES: usize = 1024 * 1024;
 /// The hosts cap `additionalContext` and `systemMessage` at 10,000 characters (longer text is
 /// moved to a file the model may never read), so ctx never writes more.
 pub const HOOK_TEXT_MAX_CHARS: usize = 10_000;
+/// The longest host session id: with the host's name and a prompt's digest it must stay a
+/// 128-byte token.
+pub const HOOK_SESSION_ID_MAX_BYTES: usize = 96;
 /// Journal record kind of a hook call on a host session's stream.
 pub const HOST_SESSION_KIND: &str = "ctx.host-session.v1";
 /// Stream namespace of host sessions: the key is `host ‖ "\n" ‖ session id`.
@@ -168,10 +171,10 @@ fn read_input(
         .get_str("session_id")
         .ok_or("the hook input has no string field \"session_id\"")?;
     let session = format!("{host}:{session_id}");
-    if !is_token(&session) {
+    if session_id.len() > HOOK_SESSION_ID_MAX_BYTES || !is_token(&session) {
         return Err(format!(
             "session_id {session_id:?} is not a token of letters, digits and . _ : @ - (at most \
-             120)"
+             {HOOK_SESSION_ID_MAX_BYTES} bytes)"
         ));
     }
     let digest = sha256_hex_bytes(&bytes);
@@ -242,8 +245,10 @@ fn prompt(
     ensure_catalog(layout)?;
     let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
     ensure_policy(&runtime)?;
+    // The engine keys a planning session by its session id and plans it once, so each prompt
+    // is its own engine session: the host session with the input's digest.
     let work = WorkRequest {
-        session_id: input.session.clone(),
+        session_id: format!("{}:{}", input.session, &input.digest[..16]),
         workspace: cwd.clone(),
         prompt,
         signals: Vec::new(),

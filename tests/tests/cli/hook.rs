@@ -413,3 +413,36 @@ fn concurrent_hook_processes_share_one_data_directory() {
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
 }
+
+#[test]
+fn every_prompt_of_one_session_is_planned() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let project = dir.path().join("p");
+    std::fs::create_dir_all(&project).unwrap();
+    for prompt in [
+        "write rust tests with cargo",
+        "add Playwright e2e tests for checkout",
+        "write terraform for the new infrastructure",
+    ] {
+        let mut input = hook_input("codex", "UserPromptSubmit", "one-session", &project);
+        if let Json::Obj(map) = &mut input {
+            map.insert("prompt".into(), Json::str(prompt));
+        }
+        let run = hook(&data, "codex", "user-prompt-submit", &input);
+        let reply = reply(&run).expect("a reply");
+        let text = context(&reply, "UserPromptSubmit");
+        assert!(text.starts_with("ctx plan plan-"), "{prompt}: {text}");
+        if let Some(message) = reply.get_str("systemMessage") {
+            assert!(
+                message.contains("ctx consent approve"),
+                "{prompt}: {message}"
+            );
+        }
+    }
+    let prompts = session_records(&data)
+        .into_iter()
+        .filter(|r| r.get_str("event") == Some("prompt"))
+        .count();
+    assert_eq!(prompts, 3);
+}
