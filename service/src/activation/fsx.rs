@@ -1,0 +1,329 @@
+//! Directory-relative filesystem steps of the actuators: every operation names a child of an
+//! open directory (`openat`, `symlinkat`, `renameat2`, `unlinkat`, `fstatat` without following
+//! a final symbolic link), so the check and the step see the same directory even if a path
+//! above it is swapped meanwhile.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::DirBuilderExt as _;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, CWD, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::error::ActivationError;
+
+const S_IFMT: u32 = 0o170_000;
+const S_IFREG: u32 = 0o100_000;
+const S_IFDIR: u32 = 0o040_000;
+const S_IFLNK: u32 = 0o120_000;
+
+/// Mode of the directories ctx creates (staging, store, missing host directories).
+pub(crate) const DIR_MODE: u32 = 0o700;
+/// Mode of the files ctx creates.
+pub(crate) const FILE_MODE: u32 = 0o600;
+
+/// The type of a directory entry, not following a final symbolic link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryType {
+    File,
+    Directory,
+    Symlink,
+    Other,
+}
+
+/// What a bounded read of a regular file found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Content {
+    Bytes(Vec<u8>),
+    /// Longer than the limit: the size only.
+    TooLarge(u64),
+}
+
+/// An open directory and the path it was opened by (for messages and for building paths the
+/// host will read).
+#[derive(Debug)]
+pub(crate) struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+fn errno_io(e: Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+impl Dir {
+    /// Opens the directory at `path` (following symbolic links above and at it: the host does).
+    pub(crate) fn open(path: &Path) -> Result<Dir, ActivationError> {
+        let fd = rustix::fs::openat(
+            CWD,
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| ActivationError::io("open the directory", path)(errno_io(e)))?;
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Creates `path` and its missing parents (mode 0700), then opens it.
+    pub(crate) fn ensure(path: &Path) -> Result<Dir, ActivationError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(path)
+            .map_err(ActivationError::io("create the directory", path))?;
+        Dir::open(path)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn child(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// The type of `name`, or `None` when there is no such entry.
+    pub(crate) fn entry_type(&self, name: &str) -> Result<Option<EntryType>, ActivationError> {
+        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                #[allow(clippy::unnecessary_cast)]
+                let mode = st.st_mode as u32;
+                Ok(Some(match mode & S_IFMT {
+                    S_IFREG => EntryType::File,
+                    S_IFDIR => EntryType::Directory,
+                    S_IFLNK => EntryType::Symlink,
+                    _ => EntryType::Other,
+                }))
+            }
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(ActivationError::io("inspect", self.child(name))(errno_io(
+                e,
+            ))),
+        }
+    }
+
+    /// The text of the symbolic link `name`.
+    pub(crate) fn read_link(&self, name: &str) -> Result<PathBuf, ActivationError> {
+        let text = rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .map_err(|e| ActivationError::io("read the link", self.child(name))(errno_io(e)))?;
+        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(text.as_bytes())))
+    }
+
+    /// Reads the regular file `name` (not through a link), at most `max` bytes.
+    pub(crate) fn read_file(&self, name: &str, max: usize) -> Result<Content, ActivationError> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|e| ActivationError::io("open", self.child(name))(errno_io(e)))?;
+        read_bounded(File::from(fd), max, &self.child(name))
+    }
+
+    /// Creates the symbolic link `name` → `target`; an existing `name` is an error.
+    pub(crate) fn symlink(&self, target: &Path, name: &str) -> Result<(), ActivationError> {
+        rustix::fs::symlinkat(target, &self.fd, name)
+            .map_err(|e| ActivationError::io("create the link", self.child(name))(errno_io(e)))
+    }
+
+    /// Creates the file `name` exclusively (mode 0600) with `bytes` and fsyncs it.
+    pub(crate) fn write_new(&self, name: &str, bytes: &[u8]) -> Result<(), ActivationError> {
+        let path = self.child(name);
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_bits_truncate(FILE_MODE as _),
+        )
+        .map_err(|e| ActivationError::io("create", &path)(errno_io(e)))?;
+        let mut file = File::from(fd);
+        file.write_all(bytes)
+            .map_err(ActivationError::io("write", &path))?;
+        file.sync_all().map_err(ActivationError::io("fsync", &path))
+    }
+
+    /// Creates the directory `name` (mode 0700).
+    pub(crate) fn mkdir(&self, name: &str) -> Result<(), ActivationError> {
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_bits_truncate(DIR_MODE as _))
+            .map_err(|e| ActivationError::io("create the directory", self.child(name))(errno_io(e)))
+    }
+
+    /// Opens the child directory `name` without following a link at it.
+    pub(crate) fn open_child(&self, name: &str) -> Result<Dir, ActivationError> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| ActivationError::io("open the directory", self.child(name))(errno_io(e)))?;
+        Ok(Dir {
+            fd,
+            path: self.child(name),
+        })
+    }
+
+    /// Renames `name` to `to/to_name`, failing with `AlreadyExists` when `to_name` exists
+    /// (`RENAME_NOREPLACE` on Linux; elsewhere a check right before a plain rename).
+    pub(crate) fn rename_noreplace(
+        &self,
+        name: &str,
+        to: &Dir,
+        to_name: &str,
+    ) -> Result<(), std::io::Error> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            rustix::fs::renameat_with(
+                &self.fd,
+                name,
+                &to.fd,
+                to_name,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(errno_io)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            match rustix::fs::statat(&to.fd, to_name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => return Err(std::io::Error::from(ErrorKind::AlreadyExists)),
+                Err(Errno::NOENT) => {}
+                Err(e) => return Err(errno_io(e)),
+            }
+            rustix::fs::renameat(&self.fd, name, &to.fd, to_name).map_err(errno_io)
+        }
+    }
+
+    /// Swaps `name` and `to/to_name`, both of which must exist (`RENAME_EXCHANGE` on Linux).
+    /// Elsewhere a plain rename replaces `to_name`, and the replaced entry is gone: `Ok(false)`
+    /// says no swap happened.
+    pub(crate) fn exchange(
+        &self,
+        name: &str,
+        to: &Dir,
+        to_name: &str,
+    ) -> Result<bool, std::io::Error> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            rustix::fs::renameat_with(
+                &self.fd,
+                name,
+                &to.fd,
+                to_name,
+                rustix::fs::RenameFlags::EXCHANGE,
+            )
+            .map_err(errno_io)
+            .map(|()| true)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            rustix::fs::renameat(&self.fd, name, &to.fd, to_name)
+                .map_err(errno_io)
+                .map(|()| false)
+        }
+    }
+
+    /// Removes the non-directory entry `name`.
+    pub(crate) fn unlink(&self, name: &str) -> Result<(), ActivationError> {
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())
+            .map_err(|e| ActivationError::io("remove", self.child(name))(errno_io(e)))
+    }
+
+    /// Removes the empty directory `name`.
+    pub(crate) fn rmdir(&self, name: &str) -> Result<(), ActivationError> {
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
+            .map_err(|e| ActivationError::io("remove the directory", self.child(name))(errno_io(e)))
+    }
+
+    /// fsyncs the directory, making entry creations, renames and removals durable.
+    pub(crate) fn sync(&self) -> Result<(), ActivationError> {
+        rustix::fs::fsync(&self.fd)
+            .map_err(|e| ActivationError::io("fsync the directory", &self.path)(errno_io(e)))
+    }
+
+    /// The names in the directory (without `.` and `..`), UTF-8 names only: ctx never creates
+    /// others, and the host's own names that are not UTF-8 cannot collide with ctx's.
+    pub(crate) fn names(&self) -> Result<Vec<String>, ActivationError> {
+        let list = |e: Errno| ActivationError::io("list", &self.path)(errno_io(e));
+        let dup = rustix::fs::openat(
+            &self.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(list)?;
+        let entries = rustix::fs::Dir::read_from(dup.as_fd()).map_err(list)?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(list)?;
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name != "." && name != ".." {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// The owner and permission bits of the directory itself.
+    pub(crate) fn owner_and_mode(&self) -> Result<(u32, u32), ActivationError> {
+        let st = rustix::fs::fstat(&self.fd)
+            .map_err(|e| ActivationError::io("inspect", &self.path)(errno_io(e)))?;
+        #[allow(clippy::unnecessary_cast)]
+        Ok((st.st_uid as u32, st.st_mode as u32 & 0o7_777))
+    }
+}
+
+/// Reads at most `max` bytes of `file` (one more to tell a longer file).
+pub(crate) fn read_bounded(
+    mut file: File,
+    max: usize,
+    path: &Path,
+) -> Result<Content, ActivationError> {
+    let meta = file
+        .metadata()
+        .map_err(ActivationError::io("inspect", path))?;
+    if !meta.is_file() {
+        return Err(ActivationError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source: std::io::Error::new(ErrorKind::InvalidInput, "not a regular file"),
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(max).min(max) + 1);
+    (&mut file)
+        .take(u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(ActivationError::io("read", path))?;
+    if bytes.len() > max {
+        return Ok(Content::TooLarge(meta.len()));
+    }
+    Ok(Content::Bytes(bytes))
+}
+
+/// Reads the file at `path` following links (as the host does), at most `max` bytes; `None`
+/// when there is nothing readable there.
+pub(crate) fn read_followed(path: &Path, max: usize) -> Option<Content> {
+    let file = File::open(path).ok()?;
+    read_bounded(file, max, path).ok()
+}
+
+/// `path` as UTF-8 text, as the ledger stores it.
+pub(crate) fn utf8(path: &Path) -> Result<&str, ActivationError> {
+    path.to_str().ok_or_else(|| ActivationError::NonUtf8Path {
+        path: path.to_path_buf(),
+    })
+}
+
+/// The effective user id of this process.
+pub(crate) fn effective_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
