@@ -149,6 +149,11 @@ impl Layout {
     pub fn work(&self) -> PathBuf {
         self.root.join("work")
     }
+
+    /// The activation store: one directory per skill body, the target of the hosts' skill links.
+    pub fn activation_store(&self) -> PathBuf {
+        self.root.join("activation-store")
+    }
 }
 
 #[cfg(test)]

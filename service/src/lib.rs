@@ -41,6 +41,7 @@ mod data_dir;
 pub mod decision;
 mod demo;
 mod error;
+pub mod host_actuator;
 pub mod host_files;
 pub mod hosts;
 pub mod install;

@@ -230,11 +230,18 @@ pub fn run_ctx(data_dir: &Path, args: &[&str], stdin: &str) -> CtxRun {
 /// [`run_ctx`] with extra environment variables.
 pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &Path)]) -> CtxRun {
     use std::io::Write as _;
+    // Never the real home: hooks activate capabilities under $HOME, and the person's commands
+    // keep their key there. A test that needs its own home passes HOME in `envs`.
+    let home = data_dir.with_extension("home");
     let mut child = Command::new(ctx_binary())
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
         .env_remove("CTX_DATA_DIR")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env("HOME", &home)
+        .env("CODEX_HOME", home.join(".codex"))
         .envs(envs.iter().map(|(k, v)| (*k, *v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

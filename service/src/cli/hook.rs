@@ -23,8 +23,11 @@ use super::host::{
 };
 use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK};
+use crate::host_actuator::HostActivationDriver;
 use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};
-use crate::managed::{JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest};
+use crate::managed::{
+    ActivationReport, JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest,
+};
 use crate::policy::InstallConsentPolicy;
 use crate::runtime::{Runtime, RuntimeError, WorkRequest, logical_id};
 use ctx_projections::consent_store::ChallengeState;
@@ -42,8 +45,10 @@ pub const HOOK_SESSION_ID_MAX_BYTES: usize = 96;
 pub const HOST_SESSION_KIND: &str = "ctx.host-session.v1";
 /// Stream namespace of host sessions: the key is `host ‖ "\n" ‖ session id`.
 pub const HOST_SESSION_NAMESPACE: &str = "ctx.host-session";
-/// How many of a session's records `session-start` reads to find pending consents.
-const SESSION_RECORDS_READ_MAX: usize = 256;
+/// How many of a session's records a hook reads.
+const SESSION_RECORDS_READ_MAX: usize = 1024;
+/// How many of a session's latest queries a hook advances activations of.
+const SESSION_QUERIES_MAX: usize = 16;
 
 /// What a hook does with the host, as a value: the JSON object to print, if any.
 type Reply = Option<Json>;
@@ -110,18 +115,19 @@ fn run(
     host: AgentHost,
     event: &HookEvent,
     layout: Result<Layout, CliError>,
-    _home: Result<HostHome, HostHomeError>,
+    home: Result<HostHome, HostHomeError>,
     now: Timestamp,
     input: &mut dyn Read,
 ) -> Result<Reply, String> {
     let layout = layout.map_err(|e| e.to_string())?;
     let input = read_input(host, event, input)?;
+    let home = home.map_err(|e| e.to_string());
     match event.ctx_name {
-        "session-start" => session_start(host, &layout, now, &input),
-        "user-prompt-submit" => prompt(host, &layout, now, &input),
+        "session-start" => session_start(host, &layout, &home, now, &input),
+        "user-prompt-submit" => prompt(host, &layout, &home, now, &input),
         "tool-outcome" => tool_outcome(host, &layout, now, &input),
         "subagent" => subagent(host, &layout, now, &input),
-        "session-end" => session_end(host, &layout, now, &input),
+        "session-end" => session_end(host, &layout, &home, now, &input),
         other => Err(format!("ctx has no handler for hook event {other:?}")),
     }
 }
@@ -195,13 +201,30 @@ fn read_input(
 fn session_start(
     host: AgentHost,
     layout: &Layout,
+    home: &Result<HostHome, String>,
     now: Timestamp,
     input: &HookInput,
 ) -> Result<Reply, String> {
     let cwd = input.cwd()?;
     ensure_catalog(layout)?;
     let journal = open_journal(layout)?;
-    let pending = pending_challenges(&journal, layout, UtcMicros(now.0), host, &input.session)?;
+    let session = read_session(&journal, host, &input.session)?;
+    // What the person approved since the session's last prompt becomes visible now.
+    let activations = if session_queries(&session).is_empty() {
+        Activations::default()
+    } else {
+        let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
+        activate(
+            host,
+            layout,
+            home,
+            cwd,
+            &runtime,
+            &session_queries(&session),
+            now,
+        )
+    };
+    let pending = pending_challenges(&session, layout, UtcMicros(now.0));
     record(
         &journal,
         host,
@@ -217,6 +240,7 @@ fn session_start(
         "ctx manages the capabilities of this session (data directory {}).",
         layout.root().display()
     );
+    activations.describe(&mut context);
     if !pending.is_empty() {
         context.push_str(" Awaiting the person's consent: ");
         context.push_str(
@@ -228,7 +252,16 @@ fn session_start(
         );
         context.push('.');
     }
-    Ok(Some(context_reply(input.host_event, &context, None)))
+    let mut reply = context_reply(input.host_event, &context, None);
+    // Claude Code re-scans its skills when a SessionStart hook installed some (notes §1d).
+    if host == AgentHost::Claude
+        && activations.skill_activated
+        && let Json::Obj(map) = &mut reply
+        && let Some(Json::Obj(specific)) = map.get_mut("hookSpecificOutput")
+    {
+        specific.insert("reloadSkills".to_owned(), Json::Bool(true));
+    }
+    Ok(Some(reply))
 }
 
 /// UserPromptSubmit: the prompt and working directory become a work observation; ctx plans at
@@ -237,6 +270,7 @@ fn session_start(
 fn prompt(
     host: AgentHost,
     layout: &Layout,
+    home: &Result<HostHome, String>,
     now: Timestamp,
     input: &HookInput,
 ) -> Result<Reply, String> {
@@ -306,6 +340,12 @@ fn prompt(
     let challenge_id = challenge.and_then(|c| c.get_str("capability_id"));
     let challenge_digest = challenge.and_then(|c| c.get_str("challenge_digest"));
     let journal = open_journal(layout)?;
+    // This prompt's choice and every earlier prompt's of the session (approved meanwhile).
+    let mut queries = session_queries(&read_session(&journal, host, &input.session)?);
+    if !queries.contains(&query_ref) {
+        queries.push(query_ref.clone());
+    }
+    let activations = activate(host, layout, home, &cwd, &runtime, &queries, now);
     record(
         &journal,
         host,
@@ -348,6 +388,8 @@ fn prompt(
             "could not be installed".to_owned()
         } else if manual.contains(&id) {
             "needs manual setup by the person".to_owned()
+        } else if activations.is_active(id) {
+            "is active".to_owned()
         } else if chosen.contains(&id) {
             match s.get_str("actionability") {
                 Some("load") => "is available from the catalog".to_owned(),
@@ -358,6 +400,7 @@ fn prompt(
         };
         context.push_str(&format!(" {id} ({label}) {state}."));
     }
+    activations.describe(&mut context);
     let message = match (challenge_id, challenge_digest) {
         (Some(id), Some(digest)) => Some(format!(
             "ctx: {id} awaits your consent. In your own terminal run `ctx consent approve \
@@ -448,26 +491,139 @@ fn subagent(
     Ok(None)
 }
 
-/// SessionEnd: records that the session's scope closed.
+/// SessionEnd: ends the engine session of every prompt of the session, takes away what they
+/// activated (unless another session still holds it), and records that the scope closed.
 fn session_end(
     host: AgentHost,
     layout: &Layout,
+    home: &Result<HostHome, String>,
     now: Timestamp,
     input: &HookInput,
 ) -> Result<Reply, String> {
     let journal = open_journal(layout)?;
+    let queries = session_queries(&read_session(&journal, host, &input.session)?);
+    let mut notes = Vec::new();
+    if !queries.is_empty() {
+        let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
+        for query_ref in &queries {
+            if let Err(e) = runtime.service().end_session(query_ref) {
+                notes.push(format!("{query_ref}: {e}"));
+            }
+        }
+        let cwd = input.cwd().unwrap_or("/");
+        let activations = activate(host, layout, home, cwd, &runtime, &queries, now);
+        notes.extend(activations.errors);
+    }
     record(
         &journal,
         host,
         input,
         now,
         "session-end",
-        vec![(
-            "reason",
-            opt(input.str("reason").map(|s| clip_bytes(s, 64))),
-        )],
+        vec![
+            (
+                "reason",
+                opt(input.str("reason").map(|s| clip_bytes(s, 64))),
+            ),
+            (
+                "notes",
+                Json::Arr(
+                    notes
+                        .iter()
+                        .map(|n| Json::str(clip_bytes(n, 256)))
+                        .collect(),
+                ),
+            ),
+        ],
     )?;
     Ok(None)
+}
+
+// ------------------------------------------------------------------------------------------------
+// Activation
+// ------------------------------------------------------------------------------------------------
+
+/// What the activations of one hook call did.
+#[derive(Debug, Default)]
+struct Activations {
+    report: ActivationReport,
+    skill_activated: bool,
+    /// Sentences about queries the driver could not advance.
+    errors: Vec<String>,
+}
+
+impl Activations {
+    fn is_active(&self, id: &str) -> bool {
+        self.report.activated.iter().any(|a| a == id)
+    }
+
+    /// Appends what changed on the host to the model's context.
+    fn describe(&self, context: &mut String) {
+        let r = &self.report;
+        if !r.activated.is_empty() {
+            context.push_str(&format!(" Activated now: {}.", r.activated.join(", ")));
+        }
+        if !r.deactivated.is_empty() {
+            context.push_str(&format!(" Deactivated: {}.", r.deactivated.join(", ")));
+        }
+        for (id, why) in r.refused.iter().chain(&r.indeterminate) {
+            context.push_str(&format!(" {id} was not activated: {why}."));
+        }
+        for e in &self.errors {
+            context.push_str(&format!(" {e}."));
+        }
+    }
+}
+
+/// Carries out the pending activations (and, after a session end, deactivations) of `queries`
+/// with this host's actuator. Failures are reported, never fatal: planning already happened.
+#[allow(clippy::too_many_arguments)]
+fn activate(
+    host: AgentHost,
+    layout: &Layout,
+    home: &Result<HostHome, String>,
+    cwd: &str,
+    runtime: &Runtime,
+    queries: &[String],
+    now: Timestamp,
+) -> Activations {
+    let mut out = Activations::default();
+    let home = match home {
+        Ok(home) => home.clone(),
+        Err(e) => {
+            out.errors.push(format!("ctx activates nothing here: {e}"));
+            return out;
+        }
+    };
+    let journal = match open_journal(layout) {
+        Ok(j) => j,
+        Err(e) => {
+            out.errors.push(e);
+            return out;
+        }
+    };
+    let driver = HostActivationDriver::new(
+        host,
+        home,
+        Some(std::path::Path::new(cwd)),
+        &layout.activation_store(),
+        journal,
+        runtime.loaded(),
+        now,
+    );
+    for query_ref in queries {
+        match runtime.service().advance_activations(query_ref, &driver) {
+            Ok(report) => {
+                out.skill_activated |= report.activated.iter().any(|id| id.starts_with("skill:"));
+                out.report.activated.extend(report.activated);
+                out.report.deactivated.extend(report.deactivated);
+                out.report.refused.extend(report.refused);
+                out.report.indeterminate.extend(report.indeterminate);
+            }
+            Err(e) => out.errors.push(format!("activation stopped: {e}")),
+        }
+    }
+    out
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -529,27 +685,39 @@ fn record(
     }
 }
 
-/// The challenges this session's prompts published that are still pending: (capability id,
-/// challenge digest), oldest first, without repeats.
-fn pending_challenges(
-    journal: &Journal,
-    layout: &Layout,
-    now: UtcMicros,
-    host: AgentHost,
-    session: &str,
-) -> Result<Vec<(String, String)>, String> {
+/// The payloads of a session's records, oldest first (at most [`SESSION_RECORDS_READ_MAX`]).
+fn read_session(journal: &Journal, host: AgentHost, session: &str) -> Result<Vec<Json>, String> {
     let stream = session_stream(host, session)?;
     let records = journal
         .read_stream(&stream, 1, SESSION_RECORDS_READ_MAX)
         .map_err(|e| format!("could not read the session: {e}"))?;
+    Ok(records
+        .iter()
+        .filter_map(|r| std::str::from_utf8(&r.payload).ok())
+        .filter_map(|t| Json::parse(t).ok())
+        .collect())
+}
+
+/// The queries of a session's prompts, oldest first, without repeats, the last
+/// [`SESSION_QUERIES_MAX`].
+fn session_queries(session: &[Json]) -> Vec<String> {
+    let mut queries: Vec<String> = Vec::new();
+    for value in session {
+        if let Some(q) = value.get_str("query_ref")
+            && !queries.iter().any(|known| known == q)
+        {
+            queries.push(q.to_owned());
+        }
+    }
+    let skip = queries.len().saturating_sub(SESSION_QUERIES_MAX);
+    queries.split_off(skip)
+}
+
+/// The challenges this session's prompts published that are still pending: (capability id,
+/// challenge digest), oldest first, without repeats.
+fn pending_challenges(session: &[Json], layout: &Layout, now: UtcMicros) -> Vec<(String, String)> {
     let mut published: Vec<(String, String)> = Vec::new();
-    for record in &records {
-        let Ok(text) = std::str::from_utf8(&record.payload) else {
-            continue;
-        };
-        let Ok(value) = Json::parse(text) else {
-            continue;
-        };
+    for value in session {
         if let (Some(id), Some(digest)) = (
             value.get_str("challenge_capability_id"),
             value.get_str("challenge_digest"),
@@ -559,13 +727,13 @@ fn pending_challenges(
         }
     }
     // A challenge that expired, was decided or cannot be read any more awaits nothing.
-    Ok(published
+    published
         .into_iter()
         .filter(|(_, digest)| {
             challenge_record(layout, digest, now)
                 .is_ok_and(|r| r.state() == ChallengeState::Pending)
         })
-        .collect())
+        .collect()
 }
 
 // ------------------------------------------------------------------------------------------------

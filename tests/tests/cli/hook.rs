@@ -312,6 +312,7 @@ fn bad_input_never_blocks_the_host() {
         .arg("--data-dir")
         .arg(&data)
         .args(["hook", "claude", "tool-outcome"])
+        .env("HOME", dir.path().join("home"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -445,4 +446,184 @@ fn every_prompt_of_one_session_is_planned() {
         .filter(|r| r.get_str("event") == Some("prompt"))
         .count();
     assert_eq!(prompts, 3);
+}
+
+fn hook_env(data: &Path, home: &Path, host: &str, event: &str, input: &Json) -> CtxRun {
+    run_ctx_env(
+        data,
+        &["hook", host, event],
+        &input.to_string(),
+        &[("HOME", home), ("CODEX_HOME", &home.join(".codex"))],
+    )
+}
+
+fn with_prompt(mut input: Json, prompt: &str) -> Json {
+    if let Json::Obj(map) = &mut input {
+        map.insert("prompt".into(), Json::str(prompt));
+    }
+    input
+}
+
+/// The sample catalog's bytes of a skill, read from the repository (not through ctx).
+fn catalog_skill(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../service/catalog/skills")
+        .join(name)
+        .join("SKILL.md");
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
+    for (host, skills_dir) in [("claude", ".claude/skills"), ("codex", ".agents/skills")] {
+        let dir = support::tempdir();
+        let data = dir.path().join("ctx");
+        let home = dir.path().join("home");
+        let project = dir.path().join("crate");
+        std::fs::create_dir_all(&project).unwrap();
+        let input = with_prompt(
+            hook_input(host, "UserPromptSubmit", "s-1", &project),
+            "write rust tests with cargo",
+        );
+        let answer =
+            reply(&hook_env(&data, &home, host, "user-prompt-submit", &input)).expect("a reply");
+        let text = context(&answer, "UserPromptSubmit");
+        assert!(
+            text.contains("skill:rust (") && text.contains(") is active."),
+            "{text}"
+        );
+        assert!(text.contains("Activated now: "), "{text}");
+        for name in ["rust", "rust-testing"] {
+            let link = home.join(skills_dir).join(name);
+            let meta = std::fs::symlink_metadata(&link).unwrap();
+            assert!(meta.file_type().is_symlink(), "{host}: {}", link.display());
+            assert_eq!(
+                std::fs::read(link.join("SKILL.md")).unwrap(),
+                catalog_skill(name),
+                "{host} {name}"
+            );
+        }
+        // A second prompt of the same session that plans rust again holds it too; the session
+        // end takes both away once.
+        let again = with_prompt(
+            hook_input(host, "UserPromptSubmit", "s-1", &project),
+            "fix the ownership errors in this rust crate",
+        );
+        reply(&hook_env(&data, &home, host, "user-prompt-submit", &again)).expect("a reply");
+        let end = hook_input(host, "SessionEnd", "s-1", &project);
+        assert!(reply(&hook_env(&data, &home, host, "session-end", &end)).is_none());
+        for name in ["rust", "rust-testing"] {
+            let link = home.join(skills_dir).join(name);
+            assert!(
+                std::fs::symlink_metadata(&link).is_err(),
+                "{host}: {} is gone",
+                link.display()
+            );
+        }
+        let audit = run_ctx(&data, &["audit"], "");
+        assert_eq!(audit.code, 0, "{audit:?}");
+    }
+}
+
+#[test]
+fn a_persons_own_skill_is_never_replaced_and_the_model_is_told() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let project = dir.path().join("crate");
+    std::fs::create_dir_all(&project).unwrap();
+    let own = home.join(".claude/skills/rust");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(own.join("SKILL.md"), b"---\nname: rust\n---\nmine\n").unwrap();
+    let input = with_prompt(
+        hook_input("claude", "UserPromptSubmit", "s-1", &project),
+        "write rust tests with cargo",
+    );
+    let reply = reply(&hook_env(
+        &data,
+        &home,
+        "claude",
+        "user-prompt-submit",
+        &input,
+    ))
+    .expect("a reply");
+    let text = context(&reply, "UserPromptSubmit");
+    assert!(text.contains("skill:rust was not activated: "), "{text}");
+    assert_eq!(
+        std::fs::read(own.join("SKILL.md")).unwrap(),
+        b"---\nname: rust\n---\nmine\n"
+    );
+    assert!(
+        !std::fs::symlink_metadata(&own)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // The session end leaves the person's skill alone.
+    let end = hook_input("claude", "SessionEnd", "s-1", &project);
+    reply_none(&hook_env(&data, &home, "claude", "session-end", &end));
+    assert_eq!(
+        std::fs::read(own.join("SKILL.md")).unwrap(),
+        b"---\nname: rust\n---\nmine\n"
+    );
+}
+
+fn reply_none(run: &CtxRun) {
+    assert!(reply(run).is_none(), "{run:?}");
+}
+
+#[test]
+fn an_approved_install_is_activated_at_the_next_session_start() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let project = dir.path().join("infra");
+    std::fs::create_dir_all(&project).unwrap();
+    let input = with_prompt(
+        hook_input("claude", "UserPromptSubmit", "s-9", &project),
+        "write terraform for the new infrastructure",
+    );
+    let first = reply(&hook_env(
+        &data,
+        &home,
+        "claude",
+        "user-prompt-submit",
+        &input,
+    ))
+    .expect("a reply");
+    let message = first.get_str("systemMessage").expect("a consent message");
+    let digest = message
+        .split("ctx consent approve ")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .expect("a digest")
+        .to_owned();
+    assert!(
+        std::fs::symlink_metadata(home.join(".claude/skills/terraform")).is_err(),
+        "nothing before consent"
+    );
+    let env = [("HOME", home.as_path())];
+    assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
+    let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    assert_eq!(approved.code, 0, "{approved:?}");
+    let mut resume = hook_input("claude", "SessionStart", "s-9", &project);
+    if let Json::Obj(map) = &mut resume {
+        map.insert("source".into(), Json::str("resume"));
+    }
+    let reply =
+        reply(&hook_env(&data, &home, "claude", "session-start", &resume)).expect("a reply");
+    let text = context(&reply, "SessionStart");
+    assert!(text.contains("Activated now: skill:terraform"), "{text}");
+    assert_eq!(
+        reply
+            .get("hookSpecificOutput")
+            .and_then(|s| s.get("reloadSkills")),
+        Some(&Json::Bool(true))
+    );
+    assert_eq!(
+        std::fs::read(home.join(".claude/skills/terraform/SKILL.md")).unwrap(),
+        catalog_skill("terraform")
+    );
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
 }
