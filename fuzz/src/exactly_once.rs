@@ -711,6 +711,7 @@ fn open_service(
         clock,
         policy_store_root: Some(policy_root.to_path_buf()),
         skill_cas: Some(skill_cas.clone()),
+        material_store: None,
         consent: Some(ConsentBrokerConfig {
             audience: AUDIENCE.to_owned(),
             workspace_identity_digest: digest("managed-service-workspace"),

@@ -140,6 +140,11 @@ impl Layout {
         self.root.join("skills")
     }
 
+    /// The material store: the installed agents and MCP servers (their consented catalog bytes).
+    pub fn materials(&self) -> PathBuf {
+        self.root.join("materials")
+    }
+
     /// The registered human device keys (public keys only).
     pub fn verifiers(&self) -> PathBuf {
         self.root.join("verifiers")

@@ -37,15 +37,41 @@ pub mod failpoints {
 #[derive(Debug, Clone, Default)]
 pub struct InstallActuators {
     skill: Option<Arc<SkillCasRuntimeConfig>>,
+    /// The material store of agents and MCP servers ([`crate::skill_cas::CasGate::Materials`]).
+    material: Option<Arc<SkillCasRuntimeConfig>>,
 }
 
 impl InstallActuators {
     pub fn new(skill: Option<Arc<SkillCasRuntimeConfig>>) -> InstallActuators {
-        InstallActuators { skill }
+        InstallActuators {
+            skill,
+            material: None,
+        }
+    }
+
+    /// Adds the material store that installs agents and MCP servers.
+    pub fn with_material_store(
+        mut self,
+        material: Option<Arc<SkillCasRuntimeConfig>>,
+    ) -> InstallActuators {
+        self.material = material;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
-        self.skill.is_none()
+        self.skill.is_none() && self.material.is_none()
+    }
+
+    /// The store that installs `kind`: the skill CAS for skills, the material store for agents and
+    /// MCP servers.
+    fn store_for(&self, kind: &str) -> Option<&Arc<SkillCasRuntimeConfig>> {
+        if kind == crate::skill_cas::SKILL_KIND {
+            self.skill.as_ref()
+        } else if crate::skill_cas::MATERIAL_KINDS.contains(&kind) {
+            self.material.as_ref()
+        } else {
+            None
+        }
     }
 
     /// The execution binding of the actuator that installs `action` (reference managed-service
@@ -56,16 +82,21 @@ impl InstallActuators {
         action: &HostAction,
         descriptor: &Json,
     ) -> Result<InstallExecutionBinding, ServiceError> {
-        let Some(skill) = &self.skill else {
+        if self.is_empty() {
             return Err(ServiceError::NoActuator);
-        };
+        }
         let kind = descriptor.get_str("kind").unwrap_or_default();
         if action.payload.get_str("capability_kind") != Some(kind) {
             return Err(ServiceError::Execution(
                 "install action and descriptor capability kinds differ".into(),
             ));
         }
-        if kind != "skill" || descriptor.get_str("installer_id") != Some(skill.installer_id()) {
+        let Some(skill) = self.store_for(kind) else {
+            return Err(ServiceError::Execution(
+                "no trusted driver matches the install descriptor kind".into(),
+            ));
+        };
+        if descriptor.get_str("installer_id") != Some(skill.installer_id()) {
             return Err(ServiceError::Execution(
                 "no trusted driver matches the install descriptor kind".into(),
             ));
@@ -89,8 +120,10 @@ impl InstallActuators {
         Ok(first)
     }
 
-    fn skill(&self) -> Result<&SkillCasRuntimeConfig, ServiceError> {
-        self.skill.as_deref().ok_or(ServiceError::NoActuator)
+    fn store(&self, descriptor: &Json) -> Result<&SkillCasRuntimeConfig, ServiceError> {
+        self.store_for(descriptor.get_str("kind").unwrap_or_default())
+            .map(Arc::as_ref)
+            .ok_or(ServiceError::NoActuator)
     }
 }
 
@@ -273,7 +306,7 @@ fn observe(
     binding: &InstallExecutionBinding,
     claim_was_new: bool,
 ) -> Result<Option<InstallDriverObservation>, ExecuteError> {
-    let skill = actuators.skill()?;
+    let skill = actuators.store(authority.descriptor)?;
     let Ok(mut driver) = skill.connect(authority.action, authority.descriptor, binding) else {
         return Ok(None);
     };

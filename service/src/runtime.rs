@@ -35,7 +35,7 @@ use crate::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink,
 use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
 use crate::policy::InstallPolicyStore;
 use crate::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
-use crate::skill_cas::{BodySourceError, SkillBodySource, SkillCasRuntimeConfig};
+use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntimeConfig};
 
 /// The planner version every artifact of this runtime binds.
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
@@ -645,6 +645,7 @@ impl Runtime {
             layout.registry(),
             layout.work(),
             layout.skills(),
+            layout.materials(),
         ] {
             private_dir(&dir)?;
         }
@@ -659,11 +660,19 @@ impl Runtime {
         });
         let skill_cas = SkillCasRuntimeConfig::new(
             &layout.skills(),
-            bodies,
+            bodies.clone(),
             SKILL_INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
         .map_err(|e| component("the skill store refused")(e.to_string()))?;
+        let material_store = SkillCasRuntimeConfig::new(
+            &layout.materials(),
+            bodies,
+            SKILL_INSTALLER_ID,
+            &sha256_hex("ctx-host:cli"),
+        )
+        .map_err(|e| component("the material store refused")(e.to_string()))?
+        .with_gate(CasGate::Materials);
         let clock = Arc::new(ManualClock::new(now));
         let service_clock: Arc<dyn Clock> = clock.clone();
         let service = open_managed_query_service(ManagedQueryServiceConfig {
@@ -679,6 +688,7 @@ impl Runtime {
             clock: service_clock,
             policy_store_root: Some(layout.install_policy()),
             skill_cas: Some(Arc::new(skill_cas)),
+            material_store: Some(Arc::new(material_store)),
             consent: Some(consent_config(layout)),
             verifier_registry: verifier_registry(layout)?,
         })?;

@@ -208,23 +208,17 @@ fn session_start(
     let cwd = input.cwd()?;
     ensure_catalog(layout)?;
     let journal = open_journal(layout)?;
-    let session = read_session(&journal, host, &input.session)?;
-    // What the person approved since the session's last prompt becomes visible now.
-    let activations = if session_queries(&session).is_empty() {
-        Activations::default()
+    let queries = session_queries(&read_session(&journal, host, &input.session)?);
+    // What the person approved since the session's last prompt becomes visible now, and what
+    // still awaits them is listed.
+    let (activations, pending) = if queries.is_empty() {
+        (Activations::default(), Vec::new())
     } else {
         let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
-        activate(
-            host,
-            layout,
-            home,
-            cwd,
-            &runtime,
-            &session_queries(&session),
-            now,
-        )
+        let activations = activate(host, layout, home, cwd, &runtime, &queries, now);
+        let pending = pending_challenges(&runtime, &queries, layout, UtcMicros(now.0));
+        (activations, pending)
     };
-    let pending = pending_challenges(&session, layout, UtcMicros(now.0));
     record(
         &journal,
         host,
@@ -713,27 +707,32 @@ fn session_queries(session: &[Json]) -> Vec<String> {
     queries.split_off(skip)
 }
 
-/// The challenges this session's prompts published that are still pending: (capability id,
-/// challenge digest), oldest first, without repeats.
-fn pending_challenges(session: &[Json], layout: &Layout, now: UtcMicros) -> Vec<(String, String)> {
-    let mut published: Vec<(String, String)> = Vec::new();
-    for value in session {
-        if let (Some(id), Some(digest)) = (
-            value.get_str("challenge_capability_id"),
-            value.get_str("challenge_digest"),
-        ) && !published.iter().any(|(_, d)| d == digest)
-        {
-            published.push((id.to_owned(), digest.to_owned()));
+/// The consent challenges the session's queries wait on now: (capability id, challenge digest),
+/// oldest query first. A query publishes its next challenge when the person decides the one
+/// before, so the engine's current state is asked, not the prompts' records.
+fn pending_challenges(
+    runtime: &Runtime,
+    queries: &[String],
+    layout: &Layout,
+    now: UtcMicros,
+) -> Vec<(String, String)> {
+    let mut pending: Vec<(String, String)> = Vec::new();
+    for query_ref in queries {
+        let Ok(result) = runtime.service().reopen(query_ref) else {
+            continue;
+        };
+        let Some(challenge) = result.challenge() else {
+            continue;
+        };
+        let digest = challenge.challenge_digest();
+        // A challenge that expired or was decided awaits nothing.
+        let waiting = challenge_record(layout, digest, now)
+            .is_ok_and(|r| r.state() == ChallengeState::Pending);
+        if waiting && !pending.iter().any(|(_, d)| d == digest) {
+            pending.push((challenge.capability_id().to_owned(), digest.to_owned()));
         }
     }
-    // A challenge that expired, was decided or cannot be read any more awaits nothing.
-    published
-        .into_iter()
-        .filter(|(_, digest)| {
-            challenge_record(layout, digest, now)
-                .is_ok_and(|r| r.state() == ChallengeState::Pending)
-        })
-        .collect()
+    pending
 }
 
 // ------------------------------------------------------------------------------------------------

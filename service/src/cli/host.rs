@@ -461,31 +461,29 @@ pub(crate) fn challenge_record(
         .map_err(|e| HostFailure::from(ServiceError::from(e)))
 }
 
-/// Why the only installer of a data directory, the skill store, could never install the catalog
-/// entry `capability_id`, or `None` when it can (or the entry needs no install). Checked before a
-/// desired set: the service would publish a consent challenge and claim the install, and the skill
-/// store's eligibility gate would then refuse it on every attempt, leaving the claim
-/// indeterminate and the session busy.
+/// Why no installer of a data directory — the skill store, and the material store of agents and
+/// MCP servers — could ever install the catalog entry `capability_id`, or `None` when one can (or
+/// the entry needs no install). Checked before a desired set: the service would publish a consent
+/// challenge and claim the install, and the store's eligibility gate would then refuse it on every
+/// attempt, leaving the claim indeterminate and the session busy.
 pub(crate) fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
+    use crate::skill_cas::{CasGate, SKILL_KIND};
     let entry = loaded
         .catalog()
         .entries()
         .iter()
         .find(|e| e.id == capability_id)?;
     let install = entry.install.as_ref()?;
-    if crate::skill_cas::installs(
-        entry.kind.as_str(),
-        install.permission_expansion,
-        install.credential_requirement,
-    ) {
+    let kind = entry.kind.as_str();
+    let (pe, cr) = (install.permission_expansion, install.credential_requirement);
+    if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
         return None;
     }
-    Some(if entry.kind.as_str() == crate::skill_cas::SKILL_KIND {
+    Some(if kind == SKILL_KIND {
         "the skill store installs no skill that expands permissions or needs credentials".to_owned()
     } else {
         format!(
-            "no {} installer is configured (only skills are installed here)",
-            entry.kind
+            "no {kind} installer is configured (skills, agents and MCP servers are installed here)"
         )
     })
 }

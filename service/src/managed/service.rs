@@ -44,6 +44,9 @@ pub struct ManagedQueryServiceConfig {
     /// The skill content-addressed store actuator; `None` refuses physical installs ("no
     /// physical installation actuator").
     pub skill_cas: Option<Arc<SkillCasRuntimeConfig>>,
+    /// The material store that installs agents and MCP servers (a store with
+    /// `CasGate::Materials`); `None` installs none.
+    pub material_store: Option<Arc<SkillCasRuntimeConfig>>,
     /// The consent broker's identity; `None` refuses interactive consent publication.
     pub consent: Option<ConsentBrokerConfig>,
     /// The trusted verifiers of signed human decisions; `None` refuses `resolve_consent`.
@@ -175,7 +178,8 @@ pub fn open_managed_query_service(
     }
     let lifecycle = lifecycle_lock(&config.data_dir);
     Ok(ManagedQueryService {
-        actuators: InstallActuators::new(config.skill_cas.clone()),
+        actuators: InstallActuators::new(config.skill_cas.clone())
+            .with_material_store(config.material_store.clone()),
         policy_store,
         lifecycle,
         config,

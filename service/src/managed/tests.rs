@@ -239,6 +239,7 @@ fn open_service(
         clock: clock.clone(),
         policy_store_root: None,
         skill_cas: None,
+        material_store: None,
         consent: None,
         verifier_registry: None,
     })

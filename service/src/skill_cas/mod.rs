@@ -59,6 +59,36 @@ pub fn installs(kind: &str, permission_expansion: bool, credential_requirement: 
     kind == SKILL_KIND && !permission_expansion && !credential_requirement
 }
 
+/// The kinds a material store installs (ctx's addition to the reference): agents and MCP servers,
+/// whatever their flags. Their install publishes the consented catalog bytes only; what they may
+/// do is the person's consent to give, which the install policy demands for every flagged
+/// install, and what the host does with them is the activation's business.
+pub const MATERIAL_KINDS: [&str; 2] = ["agent", "mcp-server"];
+
+/// What a content-addressed store admits (its eligibility gate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasGate {
+    /// The reference's skill CAS: a `skill` without permission expansion or credentials.
+    Skills,
+    /// A material store: an agent or an MCP server ([`MATERIAL_KINDS`]).
+    Materials,
+}
+
+impl CasGate {
+    /// Whether an install of `kind` with these flags passes the gate.
+    pub fn admits(
+        self,
+        kind: &str,
+        permission_expansion: bool,
+        credential_requirement: bool,
+    ) -> bool {
+        match self {
+            CasGate::Skills => installs(kind, permission_expansion, credential_requirement),
+            CasGate::Materials => MATERIAL_KINDS.contains(&kind),
+        }
+    }
+}
+
 /// Why the trusted body resolver could not produce a skill body. The detail is kept for `Debug`
 /// only: it may name private sources.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,6 +121,7 @@ pub struct SkillCasRuntimeConfig {
     body_source: Arc<dyn SkillBodySource>,
     installer_id: String,
     host_identity_digest: String,
+    gate: CasGate,
 }
 
 impl fmt::Debug for SkillCasRuntimeConfig {
@@ -130,7 +161,19 @@ impl SkillCasRuntimeConfig {
             body_source,
             installer_id: installer_id.to_owned(),
             host_identity_digest: host_identity_digest.to_owned(),
+            gate: CasGate::Skills,
         })
+    }
+
+    /// The same store with another eligibility gate: [`CasGate::Materials`] makes it the material
+    /// store of agents and MCP servers (keep it in its own root).
+    pub fn with_gate(mut self, gate: CasGate) -> SkillCasRuntimeConfig {
+        self.gate = gate;
+        self
+    }
+
+    pub fn gate(&self) -> CasGate {
+        self.gate
     }
 
     pub fn installer_id(&self) -> &str {
@@ -181,6 +224,7 @@ impl SkillCasRuntimeConfig {
     ) -> Result<SkillCasDriver, SkillCasError> {
         self.recapture(NOT_ELIGIBLE)?;
         let payload = &action.payload;
+        let kind = descriptor.get_str("kind").unwrap_or_default();
         let eligible = binding.validate().is_ok()
             && binding.target_identity_digest == self.target_identity_digest
             // Rust-side additions (the reference's registry checks these before connecting):
@@ -193,12 +237,12 @@ impl SkillCasRuntimeConfig {
             // The reference's own conditions.
             && validate_install_plan_descriptor(descriptor).is_ok()
             && descriptor.get_str("schema") == Some(INSTALL_DESCRIPTOR_SCHEMA_V2)
-            && installs(
-                descriptor.get_str("kind").unwrap_or_default(),
+            && self.gate.admits(
+                kind,
                 descriptor.get("permission_expansion") != Some(&Json::Bool(false)),
                 descriptor.get("credential_requirement") != Some(&Json::Bool(false)),
             )
-            && payload.get_str("capability_kind") == Some(SKILL_KIND);
+            && payload.get_str("capability_kind") == Some(kind);
         if !eligible {
             return Err(cas_error(NOT_ELIGIBLE, None));
         }
@@ -214,7 +258,7 @@ impl SkillCasRuntimeConfig {
         validate_material_identity(material)
             .map_err(|e| cas_error("install result material is invalid", Some(Box::new(e))))?;
         let matches = descriptor_matches_result_material(descriptor, material)
-            && material.get_str("kind") == Some(SKILL_KIND)
+            && material.get_str("kind") == Some(kind)
             && payload
                 .get("install_plan_descriptor")
                 .is_none_or(|journaled| journaled == descriptor);

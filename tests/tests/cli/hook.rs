@@ -483,17 +483,17 @@ fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
         std::fs::create_dir_all(&project).unwrap();
         let input = with_prompt(
             hook_input(host, "UserPromptSubmit", "s-1", &project),
-            "write rust tests with cargo",
+            "write go tests",
         );
         let answer =
             reply(&hook_env(&data, &home, host, "user-prompt-submit", &input)).expect("a reply");
         let text = context(&answer, "UserPromptSubmit");
         assert!(
-            text.contains("skill:rust (") && text.contains(") is active."),
+            text.contains("skill:go (") && text.contains(") is active."),
             "{text}"
         );
         assert!(text.contains("Activated now: "), "{text}");
-        for name in ["rust", "rust-testing"] {
+        for name in ["go", "go-testing"] {
             let link = home.join(skills_dir).join(name);
             let meta = std::fs::symlink_metadata(&link).unwrap();
             assert!(meta.file_type().is_symlink(), "{host}: {}", link.display());
@@ -503,16 +503,16 @@ fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
                 "{host} {name}"
             );
         }
-        // A second prompt of the same session that plans rust again holds it too; the session
+        // A second prompt of the same session that plans go again holds it too; the session
         // end takes both away once.
         let again = with_prompt(
             hook_input(host, "UserPromptSubmit", "s-1", &project),
-            "fix the ownership errors in this rust crate",
+            "write go tests for the parser",
         );
         reply(&hook_env(&data, &home, host, "user-prompt-submit", &again)).expect("a reply");
         let end = hook_input(host, "SessionEnd", "s-1", &project);
         assert!(reply(&hook_env(&data, &home, host, "session-end", &end)).is_none());
-        for name in ["rust", "rust-testing"] {
+        for name in ["go", "go-testing"] {
             let link = home.join(skills_dir).join(name);
             assert!(
                 std::fs::symlink_metadata(&link).is_err(),
@@ -532,12 +532,12 @@ fn a_persons_own_skill_is_never_replaced_and_the_model_is_told() {
     let home = dir.path().join("home");
     let project = dir.path().join("crate");
     std::fs::create_dir_all(&project).unwrap();
-    let own = home.join(".claude/skills/rust");
+    let own = home.join(".claude/skills/go");
     std::fs::create_dir_all(&own).unwrap();
-    std::fs::write(own.join("SKILL.md"), b"---\nname: rust\n---\nmine\n").unwrap();
+    std::fs::write(own.join("SKILL.md"), b"---\nname: go\n---\nmine\n").unwrap();
     let input = with_prompt(
         hook_input("claude", "UserPromptSubmit", "s-1", &project),
-        "write rust tests with cargo",
+        "write go tests",
     );
     let reply = reply(&hook_env(
         &data,
@@ -548,10 +548,10 @@ fn a_persons_own_skill_is_never_replaced_and_the_model_is_told() {
     ))
     .expect("a reply");
     let text = context(&reply, "UserPromptSubmit");
-    assert!(text.contains("skill:rust was not activated: "), "{text}");
+    assert!(text.contains("skill:go was not activated: "), "{text}");
     assert_eq!(
         std::fs::read(own.join("SKILL.md")).unwrap(),
-        b"---\nname: rust\n---\nmine\n"
+        b"---\nname: go\n---\nmine\n"
     );
     assert!(
         !std::fs::symlink_metadata(&own)
@@ -564,7 +564,7 @@ fn a_persons_own_skill_is_never_replaced_and_the_model_is_told() {
     reply_none(&hook_env(&data, &home, "claude", "session-end", &end));
     assert_eq!(
         std::fs::read(own.join("SKILL.md")).unwrap(),
-        b"---\nname: rust\n---\nmine\n"
+        b"---\nname: go\n---\nmine\n"
     );
 }
 
@@ -626,4 +626,122 @@ fn an_approved_install_is_activated_at_the_next_session_start() {
     );
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
+}
+
+/// The challenges a session start lists as awaiting consent: (capability id, digest).
+fn awaiting(text: &str) -> Vec<(String, String)> {
+    let Some(list) = text.split("Awaiting the person's consent: ").nth(1) else {
+        return Vec::new();
+    };
+    list.trim_end_matches('.')
+        .split(", ")
+        .filter_map(|item| {
+            let (id, rest) = item.split_once(" (challenge ")?;
+            Some((id.to_owned(), rest.trim_end_matches(')').to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_the_end() {
+    for host in ["claude", "codex"] {
+        let dir = support::tempdir();
+        let data = dir.path().join("ctx");
+        let home = dir.path().join("home");
+        let project = dir.path().join("app");
+        std::fs::create_dir_all(&project).unwrap();
+        let env = [("HOME", home.as_path())];
+        assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
+        let decide = |digest: &str, verb: &str| {
+            let run = run_ctx_env(&data, &["consent", verb, digest, "--yes"], "", &env);
+            assert_eq!(run.code, 0, "{host} {verb}: {run:?}");
+        };
+        let start = |source: &str| {
+            let mut input = hook_input(host, "SessionStart", "s-1", &project);
+            if let Json::Obj(map) = &mut input {
+                map.insert("source".into(), Json::str(source));
+            }
+            let answer =
+                reply(&hook_env(&data, &home, host, "session-start", &input)).expect("a reply");
+            context(&answer, "SessionStart")
+        };
+        for prompt in [
+            "what time is it in another timezone",
+            "review the code quality and find bugs",
+        ] {
+            let input = with_prompt(
+                hook_input(host, "UserPromptSubmit", "s-1", &project),
+                prompt,
+            );
+            reply(&hook_env(&data, &home, host, "user-prompt-submit", &input)).expect("a reply");
+        }
+        // Approve the time server and the code reviewer; deny everything else, one challenge
+        // after the other as the session start lists them.
+        let mut activated = String::new();
+        for _ in 0..8 {
+            let text = start("resume");
+            activated.push_str(&text);
+            let Some((id, digest)) = awaiting(&text).into_iter().next() else {
+                break;
+            };
+            let verb = if id == "mcp-server:time" || id == "agent:code-reviewer" {
+                "approve"
+            } else {
+                "deny"
+            };
+            decide(&digest, verb);
+        }
+        let text = start("resume");
+        activated.push_str(&text);
+        assert!(awaiting(&text).is_empty(), "{host}: {text}");
+        assert!(activated.contains("mcp-server:time"), "{host}: {activated}");
+        assert!(
+            activated.contains("agent:code-reviewer"),
+            "{host}: {activated}"
+        );
+        let catalog = Path::new(env!("CARGO_MANIFEST_DIR")).join("../service/catalog");
+        let agent = std::fs::read(catalog.join("agents/code-reviewer.md")).unwrap();
+        let server =
+            Json::parse(&std::fs::read_to_string(catalog.join("mcp-servers/time.json")).unwrap())
+                .unwrap();
+        let server = server
+            .get("mcpServers")
+            .and_then(|m| m.get("time"))
+            .unwrap();
+        let (agent_file, config) = match host {
+            "claude" => (
+                home.join(".claude/agents/ctx/code-reviewer.md"),
+                project.join(".mcp.json"),
+            ),
+            _ => (
+                home.join(".codex/agents/code-reviewer.toml"),
+                home.join(".codex/config.toml"),
+            ),
+        };
+        let text = std::fs::read_to_string(&config).unwrap();
+        if host == "claude" {
+            assert_eq!(std::fs::read(&agent_file).unwrap(), agent, "byte for byte");
+            let written = Json::parse(&text).unwrap();
+            assert_eq!(
+                written.get("mcpServers").and_then(|m| m.get("time")),
+                Some(server),
+                "{text}"
+            );
+        } else {
+            let toml = std::fs::read_to_string(&agent_file).unwrap();
+            assert!(toml.contains("name = \"code-reviewer\""), "{toml}");
+            assert!(toml.contains("developer_instructions"), "{toml}");
+            assert!(text.contains("[mcp_servers.time]"), "{text}");
+            let command = server.get_str("command").unwrap();
+            assert!(text.contains(&format!("command = \"{command}\"")), "{text}");
+        }
+
+        let end = hook_input(host, "SessionEnd", "s-1", &project);
+        reply_none(&hook_env(&data, &home, host, "session-end", &end));
+        assert!(!agent_file.exists(), "{host}: the agent is gone");
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(!text.contains("time"), "{host}: the server is gone: {text}");
+        let audit = run_ctx(&data, &["audit"], "");
+        assert_eq!(audit.code, 0, "{audit:?}");
+    }
 }

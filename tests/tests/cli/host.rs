@@ -411,12 +411,23 @@ fn a_capability_no_installer_here_can_install_is_refused_before_anything_is_writ
     };
     let before = head(&data);
     assert!(matches!(before, Some(Json::Int(n)) if n > 0), "{before:?}");
-    // A skill whose install expands permissions, and an MCP server: the skill store installs
-    // neither, so nothing is reserved, published or claimed.
-    for id in ["skill:cargo-clippy-fix", "mcp-server:playwright"] {
-        assert!(planned(id), "{id} is not planned: {query}");
-        let message = refused(&data, &["desired", "set"], &choose(id), 1, "no-actuator");
-        assert!(message.contains(id), "{message}");
-    }
-    assert_eq!(head(&data), before, "the refusals wrote nothing");
+    // A skill whose install expands permissions: the skill store installs none, so nothing is
+    // reserved, published or claimed.
+    let id = "skill:cargo-clippy-fix";
+    assert!(planned(id), "{id} is not planned: {query}");
+    let message = refused(&data, &["desired", "set"], &choose(id), 1, "no-actuator");
+    assert!(message.contains(id), "{message}");
+    assert!(message.contains("expands permissions"), "{message}");
+    assert_eq!(head(&data), before, "the refusal wrote nothing");
+    // An MCP server (which always expands permissions) goes to the material store, after the
+    // person's consent.
+    let id = "mcp-server:playwright";
+    assert!(planned(id), "{id} is not planned: {query}");
+    let run = run_ctx(&data, &["desired", "set"], &choose(id));
+    assert_eq!(run.code, 1, "consent required: {run:?}");
+    assert!(
+        run.stdout
+            .contains("\"capability_id\":\"mcp-server:playwright\""),
+        "{run:?}"
+    );
 }

@@ -586,6 +586,7 @@ pub fn config(
         clock,
         policy_store_root: None,
         skill_cas: None,
+        material_store: None,
         consent: None,
         verifier_registry: None,
     }
