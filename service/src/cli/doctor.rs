@@ -3,14 +3,19 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ctx_journal::{Journal, OpenOptions};
 
 use ctx_projections::Json;
 
 use super::init::{EventState, Registration, Status, classify, hooks_file, host_directories};
+use crate::activation::{Actuator, JournalLedger, TargetInspection, TargetStatus};
 use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
 use crate::host_files::{JsonNode, json_text, parse_json, read_host_file};
 use crate::hosts::{AgentHost, HostHome};
+use crate::managed::JOURNAL_LOCK_WAIT;
 
 /// The `schema` of `ctx doctor --json`.
 pub(crate) const DOCTOR_SCHEMA: &str = "ctx.doctor.v1";
@@ -48,8 +53,9 @@ struct HostReport {
     trust: Option<(Trust, String)>,
     /// `(role, path, exists)`.
     directories: Vec<(&'static str, PathBuf, bool)>,
-    /// The capabilities ctx activated with this host. Reserved for the activation module
-    /// (service/src/activation), which will fill it in; `null` in the JSON until then.
+    /// The host entries ctx's activation ledger answers for (spec/activation.md): capability,
+    /// path and status (`active`, `drifted`, `missing`, `pending`, `unreadable`); `null` when the
+    /// data directory has no journal.
     activations: Option<Json>,
 }
 
@@ -61,7 +67,14 @@ impl HostReport {
     }
 
     fn ok(&self) -> bool {
-        matches!(self.file, FileState::Present | FileState::Absent)
+        let activations_ok = match &self.activations {
+            Some(Json::Arr(items)) => items
+                .iter()
+                .all(|a| matches!(a.get_str("status"), Some("active" | "missing"))),
+            _ => true,
+        };
+        activations_ok
+            && matches!(self.file, FileState::Present | FileState::Absent)
             && self.events.iter().all(|e| e.status == Status::Installed)
             && self.directories.iter().all(|(_, _, exists)| *exists)
             && !matches!(self.trust, Some((Trust::Untrusted, _)))
@@ -286,8 +299,28 @@ fn write_host(report: &HostReport, out: &mut dyn Write) -> std::io::Result<()> {
             writeln!(out, "  {:<12} {detail}", trust_name(*trust))?;
         }
         match &report.activations {
-            None => writeln!(out, "  activations  not reported by this version")?,
-            Some(activations) => writeln!(out, "  activations  {}", activations.to_cja())?,
+            None => writeln!(
+                out,
+                "  activations  none (the data directory has no journal)"
+            )?,
+            Some(Json::Arr(items)) if items.is_empty() => {
+                writeln!(out, "  activations  none")?;
+            }
+            Some(Json::Arr(items)) => {
+                for a in items {
+                    writeln!(
+                        out,
+                        "  {:<12} {} at {}{}",
+                        a.get_str("status").unwrap_or("?"),
+                        a.get_str("capability_id").unwrap_or("?"),
+                        a.get_str("target").unwrap_or("?"),
+                        a.get_str("detail")
+                            .map(|d| format!(" ({d})"))
+                            .unwrap_or_default()
+                    )?;
+                }
+            }
+            Some(other) => writeln!(out, "  activations  {}", other.to_cja())?,
         }
     }
     Ok(())
@@ -303,12 +336,23 @@ pub(crate) fn doctor(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
-    let reports: Vec<HostReport> = AgentHost::ALL
+    let mut reports: Vec<HostReport> = AgentHost::ALL
         .into_iter()
         .map(|host| {
             Registration::new(host, exe, data_dir_option).map(|r| host_report(host, home, &r))
         })
         .collect::<Result<_, _>>()?;
+    if let Some(inspections) = activations(layout, home)? {
+        for report in &mut reports {
+            report.activations = Some(Json::Arr(
+                inspections
+                    .iter()
+                    .filter(|i| i.target.host == report.host)
+                    .map(activation_json)
+                    .collect(),
+            ));
+        }
+    }
     let any_registered = reports.iter().any(HostReport::registered);
     let ok = any_registered
         && reports
@@ -351,4 +395,58 @@ pub(crate) fn doctor(
         }
     }
     Ok(if ok { EXIT_OK } else { EXIT_OUTCOME })
+}
+
+/// What the activation ledger says about every host entry ctx answers for; `None` when the data
+/// directory has no journal (nothing was ever activated from it).
+fn activations(
+    layout: &Layout,
+    home: &HostHome,
+) -> Result<Option<Vec<TargetInspection>>, CliError> {
+    if !layout.journal().join("journal.redb").is_file() {
+        return Ok(None);
+    }
+    let journal = Journal::open(
+        layout.journal(),
+        &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
+    )?;
+    let actuator = Actuator::new(
+        home.clone(),
+        &layout.activation_store(),
+        Arc::new(JournalLedger::new(journal)),
+    );
+    let inspections = actuator
+        .inspect()
+        .map_err(|e| CliError::Unexpected(format!("the activation ledger cannot be read: {e}")))?;
+    Ok(Some(inspections))
+}
+
+fn activation_json(i: &TargetInspection) -> Json {
+    let (status, detail) = match &i.status {
+        TargetStatus::Active => ("active", None),
+        TargetStatus::Drifted => ("drifted", Some("changed since ctx activated it".to_owned())),
+        TargetStatus::Missing => ("missing", Some("removed since ctx activated it".to_owned())),
+        TargetStatus::Pending {
+            operation,
+            revision,
+        } => (
+            "pending",
+            Some(format!(
+                "{} intent at ledger revision {revision} awaits recovery",
+                operation.as_str()
+            )),
+        ),
+        TargetStatus::Unreadable { detail } => ("unreadable", Some(detail.clone())),
+    };
+    let mut fields = vec![
+        ("capability_id", Json::str(&i.capability_id)),
+        ("kind", Json::str(i.target.kind.as_str())),
+        ("name", Json::str(&i.name)),
+        ("status", Json::str(status)),
+        ("target", Json::str(i.target.display())),
+    ];
+    if let Some(detail) = detail {
+        fields.push(("detail", Json::str(detail)));
+    }
+    Json::object(fields)
 }

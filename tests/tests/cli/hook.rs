@@ -503,6 +503,50 @@ fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
                 "{host} {name}"
             );
         }
+        // ctx doctor lists what ctx activated, and notices a person's change.
+        let doctor = |data: &Path| {
+            let run = run_ctx_env(
+                data,
+                &["doctor", "--json"],
+                "",
+                &[("HOME", &home), ("CODEX_HOME", &home.join(".codex"))],
+            );
+            let report = Json::parse(run.stdout.trim_end()).expect("doctor JSON");
+            let hosts = report.get("hosts").and_then(Json::as_arr).unwrap().clone();
+            let mine = hosts
+                .into_iter()
+                .find(|h| h.get_str("host") == Some(host))
+                .unwrap();
+            let listed: Vec<Json> = mine
+                .get("activations")
+                .and_then(Json::as_arr)
+                .unwrap()
+                .to_vec();
+            listed
+        };
+        let listed = doctor(&data);
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert!(
+            listed.iter().all(|a| a.get_str("status") == Some("active")),
+            "{listed:?}"
+        );
+        let link = home.join(skills_dir).join("go-testing");
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&project, &link).unwrap();
+        let drifted = doctor(&data)
+            .into_iter()
+            .find(|a| a.get_str("capability_id") == Some("skill:go-testing"))
+            .unwrap();
+        assert_eq!(drifted.get_str("status"), Some("drifted"), "{drifted:?}");
+        std::fs::remove_file(&link).unwrap();
+        assert_eq!(
+            doctor(&data)
+                .into_iter()
+                .find(|a| a.get_str("capability_id") == Some("skill:go-testing"))
+                .and_then(|a| a.get_str("status").map(str::to_owned))
+                .as_deref(),
+            Some("missing")
+        );
         // A second prompt of the same session that plans go again holds it too; the session
         // end takes both away once.
         let again = with_prompt(
@@ -512,7 +556,7 @@ fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
         reply(&hook_env(&data, &home, host, "user-prompt-submit", &again)).expect("a reply");
         let end = hook_input(host, "SessionEnd", "s-1", &project);
         assert!(reply(&hook_env(&data, &home, host, "session-end", &end)).is_none());
-        for name in ["go", "go-testing"] {
+        for name in ["go"] {
             let link = home.join(skills_dir).join(name);
             assert!(
                 std::fs::symlink_metadata(&link).is_err(),
