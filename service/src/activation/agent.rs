@@ -52,6 +52,11 @@ pub(crate) struct AgentMaterial {
     pub(crate) model: Option<String>,
     pub(crate) effort: Option<String>,
     pub(crate) tools: Option<Vec<String>>,
+    /// The Claude-only frontmatter keys that guard or widen what the agent does (`hooks`,
+    /// `mcpServers`, `permissionMode`): Codex has no equivalent, so such an agent is refused
+    /// there rather than translated without its guard (a read-only agent whose hook blocks writes
+    /// would lose that hook).
+    pub(crate) claude_only: Vec<&'static str>,
     /// The body (the system prompt) without leading blank lines and trailing whitespace.
     pub(crate) instructions: String,
 }
@@ -92,6 +97,10 @@ pub(crate) fn parse(name: &str, body: &[u8]) -> Result<AgentMaterial, Activation
         model: fm.scalar("model").map_err(invalid)?.map(str::to_owned),
         effort: fm.scalar("effort").map_err(invalid)?.map(str::to_owned),
         tools: fm.list("tools").map_err(invalid)?,
+        claude_only: ["hooks", "mcpServers", "permissionMode"]
+            .into_iter()
+            .filter(|key| fm.get(key).is_some())
+            .collect(),
         instructions,
     })
 }

@@ -699,6 +699,17 @@ impl Actuator {
             }
             (CapabilityKind::Agent, AgentHost::Codex, Place::Entry(p)) => {
                 let material: AgentMaterial = agent::parse(name, body)?;
+                if !material.claude_only.is_empty() {
+                    return Err(ActivationError::UnsupportedForHost {
+                        host: AgentHost::Codex,
+                        name: name.to_owned(),
+                        reason: format!(
+                            "its {} cannot be carried over to a Codex agent, and the agent must \
+                             not run without them",
+                            material.claude_only.join(", ")
+                        ),
+                    });
+                }
                 let toml = agent::codex_toml(&material);
                 agent::check_codex_toml(&material, &toml).map_err(|reason| {
                     ActivationError::InvalidMaterial {

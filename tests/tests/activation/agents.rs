@@ -21,7 +21,13 @@ const REVIEWER_MD: &str = "---\nname: strict-reviewer\ndescription: Reviews \"ri
                            bypassPermissions\nhooks:\n  Stop:\n    - hooks: []\n---\n\nYou \
                            review diffs.\n\tQuote \"\"\" and backslash \\ stay text.\n\n";
 
-/// The Codex agent for [`REVIEWER_MD`], written out by hand.
+/// [`REVIEWER_MD`] without the Claude-only keys (`permissionMode`, `hooks`), which Codex refuses.
+const REVIEWER_PLAIN_MD: &str = "---\nname: strict-reviewer\ndescription: Reviews \"risky\" \
+                                 diffs; paths like C:\\temp count\ntools: Read, Grep, Glob, \
+                                 Bash(git diff *)\nmodel: opus\neffort: medium\n---\n\nYou \
+                                 review diffs.\n\tQuote \"\"\" and backslash \\ stay text.\n\n";
+
+/// The Codex agent for [`REVIEWER_PLAIN_MD`], written out by hand.
 const REVIEWER_TOML: &str = "name = \"strict-reviewer\"\ndescription = \"Reviews \\\"risky\\\" \
                              diffs; paths like C:\\\\temp count\"\nmodel_reasoning_effort = \
                              \"medium\"\nsandbox_mode = \"read-only\"\ndeveloper_instructions = \
@@ -74,7 +80,7 @@ fn codex_agent_is_translated_byte_exact_and_removed() {
         AgentHost::Codex,
         AGENT,
         "strict-reviewer",
-        REVIEWER_MD.as_bytes(),
+        REVIEWER_PLAIN_MD.as_bytes(),
     )
     .unwrap();
     let file = f.codex_home().join("agents/strict-reviewer.toml");
@@ -261,4 +267,32 @@ fn agent_material_that_does_not_name_itself_is_refused() {
         "{err:?}"
     );
     assert_eq!(f.head(), 0);
+}
+
+#[test]
+fn an_agent_whose_hooks_or_permissions_codex_cannot_carry_is_refused_there() {
+    let _shared = support::shared();
+    let f = Fixture::new();
+    let head = f.head();
+    let refused = f
+        .activate(
+            AgentHost::Codex,
+            AGENT,
+            "strict-reviewer",
+            REVIEWER_MD.as_bytes(),
+        )
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(message.contains("hooks, permissionMode"), "{message}");
+    assert!(!f.codex_home().join("agents/strict-reviewer.toml").exists());
+    assert_eq!(f.head(), head, "nothing recorded");
+    // The catalog's db-reader, whose hook blocks writes, is one of them.
+    let db_reader = catalog("agents/db-reader.md");
+    assert!(
+        f.activate(AgentHost::Codex, AGENT, "db-reader", &db_reader)
+            .is_err()
+    );
+    // Claude Code takes it as it is.
+    f.activate(AgentHost::Claude, AGENT, "db-reader", &db_reader)
+        .unwrap();
 }
