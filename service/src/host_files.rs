@@ -20,7 +20,9 @@ use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{
+    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -132,8 +134,8 @@ pub struct UpdateOutcome {
 ///
 /// 1. Creates missing parent directories (default mode: `~/.claude` is the person's, not a
 ///    private ctx directory) and takes an exclusive advisory lock on the sidecar
-///    `<dir>/.<name>.ctx-lock` (never removed: removing a lock file races with a waiter that has
-///    it open), waiting up to [`HOST_FILE_LOCK_WAIT`].
+///    [`lock_path`] (never removed: removing a lock file races with a waiter that has it open),
+///    waiting up to [`HOST_FILE_LOCK_WAIT`].
 /// 2. Reads the file (`None` when absent; more than [`HOST_FILE_MAX_BYTES`] is refused) and
 ///    calls `edit` with it. `edit` returns the new bytes, or `None` for "nothing to change".
 /// 3. Writes the new bytes to `<dir>/.<name>.ctx-tmp` with the file's permission bits, fsyncs
@@ -301,8 +303,41 @@ struct SidecarLock {
     _file: File,
 }
 
+/// The lock file of the host file `<dir>/<name>`: in a private per-user directory of the system's
+/// temporary directory, named by the SHA-256 of the file's canonical path, so that no lock file is
+/// left in the person's directories (a `.mcp.json` lock in a repository would show in `git
+/// status`). The directory must be a real directory owned by this user and private to it.
+pub fn lock_path(dir: &Path, name: &OsStr) -> Result<PathBuf, HostFileError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source: io::Error| HostFileError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let canonical = fs::canonicalize(dir).map_err(io("resolve", dir))?;
+    let uid = rustix::process::geteuid().as_raw();
+    let locks = std::env::temp_dir().join(format!("ctx-host-locks-{uid}"));
+    match fs::DirBuilder::new().mode(0o700).create(&locks) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io("create the lock directory", &locks)(e)),
+    }
+    let meta = fs::symlink_metadata(&locks).map_err(io("inspect the lock directory", &locks))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(HostFileError::BadPath { path: locks });
+    }
+    let mut key = canonical.into_os_string();
+    key.push("/");
+    key.push(name);
+    let digest = Sha256::digest(key.as_encoded_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(locks.join(format!("{hex}{LOCK_SUFFIX}")))
+}
+
 fn lock_sidecar(dir: &Path, name: &OsStr, target: &Path) -> Result<SidecarLock, HostFileError> {
-    let lock = dir.join(sidecar_name(name, LOCK_SUFFIX));
+    let lock = lock_path(dir, name)?;
     let fd = rustix::fs::open(
         &lock,
         OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
@@ -1499,10 +1534,16 @@ mod tests {
         assert_eq!(outcome.after, Some(sha256(b"{}\n")));
         assert_eq!(fs::read(&path).unwrap(), b"{}\n");
         assert!(
-            dir.path()
+            lock_path(&dir.path().join("nested"), OsStr::new("settings.json"))
+                .unwrap()
+                .exists()
+        );
+        assert!(
+            !dir.path()
                 .join("nested")
                 .join(".settings.json.ctx-lock")
-                .exists()
+                .exists(),
+            "no lock file among the person's files"
         );
         assert!(
             !dir.path()
@@ -1627,7 +1668,7 @@ mod tests {
     fn a_second_process_waits_for_the_lock() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.json");
-        let lock = File::create(dir.path().join(".f.json.ctx-lock")).unwrap();
+        let lock = File::create(lock_path(dir.path(), OsStr::new("f.json")).unwrap()).unwrap();
         lock.lock().unwrap();
         let path2 = path.clone();
         let writer = std::thread::spawn(move || {
