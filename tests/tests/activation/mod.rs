@@ -3,6 +3,7 @@
 mod agents;
 mod catalog;
 mod crash;
+mod engine;
 mod fixture;
 mod ledger;
 mod mcp;
