@@ -68,6 +68,23 @@ fn every_catalog_material_activates_or_is_refused_with_a_reason() {
         }
     }
     let activation_time = started.elapsed();
+    // Claude Code takes every material; Codex refuses exactly the ones it would read differently
+    // (an agent's guarding hook, `${VAR}` in an MCP server's arguments). No sample skill shadows a
+    // skill bundled with Claude Code.
+    let refused_names: Vec<&str> = refused
+        .iter()
+        .map(|r| r.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        refused_names,
+        [
+            "codex agent db-reader",
+            "codex mcp-server dbhub",
+            "codex mcp-server filesystem",
+            "codex mcp-server git",
+        ],
+        "{refused:#?}"
+    );
     let inspected = f.actuator.inspect().unwrap();
     assert_eq!(inspected.len(), activated.len());
     let started = Instant::now();
