@@ -788,3 +788,69 @@ fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_th
         assert_eq!(audit.code, 0, "{audit:?}");
     }
 }
+
+#[test]
+fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let project = dir.path().join("p");
+    std::fs::create_dir_all(&project).unwrap();
+    let link = home.join(".claude/skills/go");
+    let sessions: Vec<String> = (0..6).map(|i| format!("shared-{i}")).collect();
+    // Six sessions prompt at once; every one plans and holds skill:go.
+    let handles: Vec<_> = sessions
+        .iter()
+        .map(|session| {
+            let (data, home, project, session) =
+                (data.clone(), home.clone(), project.clone(), session.clone());
+            std::thread::spawn(move || {
+                let input = with_prompt(
+                    hook_input("claude", "UserPromptSubmit", &session, &project),
+                    "write go tests",
+                );
+                hook_env(&data, &home, "claude", "user-prompt-submit", &input)
+            })
+        })
+        .collect();
+    for handle in handles {
+        let run = handle.join().unwrap();
+        let answer = reply(&run).expect("a reply");
+        let text = context(&answer, "UserPromptSubmit");
+        assert!(text.contains("skill:go ("), "{text}");
+        assert!(answer.get_str("systemMessage").is_none(), "{run:?}");
+    }
+    assert_eq!(
+        std::fs::read(link.join("SKILL.md")).unwrap(),
+        catalog_skill("go")
+    );
+    // All but one end, concurrently: the shared skill stays for the last.
+    let (last, others) = sessions.split_last().unwrap();
+    let handles: Vec<_> = others
+        .iter()
+        .map(|session| {
+            let (data, home, project, session) =
+                (data.clone(), home.clone(), project.clone(), session.clone());
+            std::thread::spawn(move || {
+                let end = hook_input("claude", "SessionEnd", &session, &project);
+                hook_env(&data, &home, "claude", "session-end", &end)
+            })
+        })
+        .collect();
+    for handle in handles {
+        reply_none(&handle.join().unwrap());
+    }
+    assert_eq!(
+        std::fs::read(link.join("SKILL.md")).unwrap(),
+        catalog_skill("go"),
+        "still held by {last}"
+    );
+    let end = hook_input("claude", "SessionEnd", last, &project);
+    reply_none(&hook_env(&data, &home, "claude", "session-end", &end));
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "gone with the last"
+    );
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
+}
