@@ -18,7 +18,6 @@ use ctx_projections::{
 };
 
 use super::error::ServiceError;
-use super::request::ManagedQueryInput;
 use super::service::ManagedQueryService;
 use crate::install::RECEIPT_ATTEMPTS_MAX;
 
@@ -86,16 +85,7 @@ impl ManagedQueryService {
         let _lifecycle = self.lifecycle();
         let runtime = self.runtime(&mut state)?;
         let record = runtime.store.load(query_ref)?;
-        let artifact = self.config.registry.reopen(
-            record.artifact_manifest_digest(),
-            record.planning_environment_digest(),
-        )?;
-        let input = ManagedQueryInput::new(
-            artifact,
-            record.session_started().clone(),
-            record.decision_event().clone(),
-        );
-        let composition = self.composition(runtime, &input)?;
+        let composition = self.record_composition(runtime, &record)?;
         let engine = composition.engine();
         let Some(host_descriptor) = record.session_started().host_descriptor_digest.clone() else {
             return Err(ServiceError::Execution(
@@ -163,16 +153,7 @@ impl ManagedQueryService {
         let _lifecycle = self.lifecycle();
         let runtime = self.runtime(&mut state)?;
         let record = runtime.store.load(query_ref)?;
-        let artifact = self.config.registry.reopen(
-            record.artifact_manifest_digest(),
-            record.planning_environment_digest(),
-        )?;
-        let input = ManagedQueryInput::new(
-            artifact,
-            record.session_started().clone(),
-            record.decision_event().clone(),
-        );
-        let composition = self.composition(runtime, &input)?;
+        let composition = self.record_composition(runtime, &record)?;
         let engine = composition.engine();
         let scope = &record.decision_event().scope;
         let event_id = format!("ctx-session-ended:{query_ref}");

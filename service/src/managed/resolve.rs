@@ -57,7 +57,7 @@ impl ManagedQueryService {
         )?;
         let challenge = record.challenge();
         let (parent, desired) = consent_owner(&runtime.store, challenge)?;
-        let composition = self.consent_composition(runtime, &parent)?;
+        let composition = self.record_composition(runtime, &parent)?;
         let engine = composition.engine();
         let pending = record.state() == ChallengeState::Pending;
         let policy = if pending {
@@ -208,8 +208,9 @@ impl ManagedQueryService {
             .map_err(|_| ServiceError::Identity("trusted consent clock is unavailable"))
     }
 
-    /// The composition of a consent owner's artifact (re-authenticated from the registry).
-    fn consent_composition(
+    /// The composition of a stored query's artifact (re-authenticated from the registry): the
+    /// engine of a consent owner, or of a query whose activations run.
+    pub(crate) fn record_composition(
         &self,
         runtime: &Runtime,
         parent: &ctx_projections::query_store::QueryRecord,
@@ -462,7 +463,7 @@ impl ManagedQueryService {
             ));
         }
         let held = policy_store.hold(challenge.policy_snapshot_digest())?;
-        let composition = self.consent_composition(runtime, &parent)?;
+        let composition = self.record_composition(runtime, &parent)?;
         let engine = composition.engine();
         let checks = AuthorityChecks {
             require_pending_head: true,
