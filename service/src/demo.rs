@@ -10,7 +10,7 @@ use ctx_journal::Timestamp;
 use ctx_projections::Json;
 use ctx_projections::check::UtcMicros;
 
-use crate::cli::host::{HostCommand, field, run_step};
+use crate::cli::host::{HostCommand, field, run_step, strings};
 use crate::data_dir::{DataDir, Layout};
 use crate::error::CliError;
 
@@ -34,16 +34,6 @@ pub struct DemoSummary {
     pub installed_now: bool,
     /// Records the final audit verified.
     pub audited_records: u64,
-}
-
-fn list(value: &Json, key: &str) -> Vec<String> {
-    match value.get(key) {
-        Some(Json::Arr(items)) => items
-            .iter()
-            .filter_map(|i| i.as_str().map(str::to_owned))
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 fn flag(value: &Json, key: &str) -> &'static str {
@@ -171,8 +161,8 @@ pub fn run_demo(
                 Json::Int(n) => *n,
                 _ => 0,
             }),
-            list(s, "reason_codes").join(", "),
-            list(s, "matching_signals").join(", ")
+            strings(s, "reason_codes").join(", "),
+            strings(s, "matching_signals").join(", ")
         )?;
     }
     // The skill store installs skills whose install neither expands permissions nor needs

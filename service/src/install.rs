@@ -393,12 +393,37 @@ pub fn install_receipt(
     revision: u64,
     observed_at: &str,
 ) -> EngineEvent {
-    let applied = guard.outcome() == InstallOutcome::Applied;
-    let kind = if applied {
-        EventKind::ActionApplied
+    let event_id = format!("ctx-install-receipt-{}", guard.execution_outcome_digest());
+    if guard.outcome() == InstallOutcome::Applied {
+        action_receipt(
+            action,
+            &event_id,
+            revision,
+            observed_at,
+            Ok(expected_install_receipt(action)),
+        )
     } else {
-        EventKind::ActionFailed
-    };
+        action_receipt(
+            action,
+            &event_id,
+            revision,
+            observed_at,
+            Err("install-driver-verified-absent"),
+        )
+    }
+}
+
+/// The receipt event of a host action at `revision`: `ActionApplied` with the exact
+/// `verification` the reducer demands (`Ok`), or `ActionFailed` with an error code (`Err`). It
+/// names the action (id, kind, content digest, precondition revision) and inherits its privacy,
+/// plan (correlation) and id (causation).
+pub(crate) fn action_receipt(
+    action: &HostAction,
+    event_id: &str,
+    revision: u64,
+    occurred_at: &str,
+    result: Result<Json, &str>,
+) -> EngineEvent {
     let mut fields = vec![
         ("action_id", Json::str(&action.action_id)),
         ("action_kind", Json::str(action.kind.as_str())),
@@ -408,21 +433,17 @@ pub fn install_receipt(
             Json::from(action.precondition_revision),
         ),
     ];
-    if applied {
-        fields.push(("verification", expected_install_receipt(action)));
-    } else {
-        fields.push((
-            "error",
-            Json::object([("code", Json::str("install-driver-verified-absent"))]),
-        ));
-    }
-    let mut event = EngineEvent::bare(
-        &format!("ctx-install-receipt-{}", guard.execution_outcome_digest()),
-        kind,
-        action.scope.clone(),
-        revision,
-        observed_at,
-    );
+    let kind = match result {
+        Ok(verification) => {
+            fields.push(("verification", verification));
+            EventKind::ActionApplied
+        }
+        Err(code) => {
+            fields.push(("error", Json::object([("code", Json::str(code))])));
+            EventKind::ActionFailed
+        }
+    };
+    let mut event = EngineEvent::bare(event_id, kind, action.scope.clone(), revision, occurred_at);
     event.payload = Json::object(fields);
     event.privacy = action.privacy;
     event.correlation_id = action.plan_id.clone();

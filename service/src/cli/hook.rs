@@ -19,7 +19,8 @@ use ctx_projections::Json;
 use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
 
 use super::host::{
-    HostFailure, challenge_record, desired_json, ingest_catalog, query_json, uninstallable,
+    HostFailure, challenge_record, desired_json, ingest_catalog, opt_str, query_json, strings,
+    uninstallable,
 };
 use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK};
@@ -226,7 +227,7 @@ fn session_start(
         now,
         "session-start",
         vec![
-            ("source", opt(input.str("source"))),
+            ("source", opt_str(input.str("source"))),
             ("workspace_digest", Json::str(workspace_digest(cwd))),
         ],
     )?;
@@ -347,17 +348,17 @@ fn prompt(
         now,
         "prompt",
         vec![
-            ("challenge_capability_id", opt(challenge_id)),
-            ("challenge_digest", opt(challenge_digest)),
+            ("challenge_capability_id", opt_str(challenge_id)),
+            ("challenge_digest", opt_str(challenge_digest)),
             (
                 "chosen_capability_ids",
                 Json::Arr(chosen.iter().map(|id| Json::str(*id)).collect()),
             ),
-            ("plan_id", opt(plan.get_str("plan_id"))),
+            ("plan_id", opt_str(plan.get_str("plan_id"))),
             ("query_ref", Json::str(&query_ref)),
             (
                 "status",
-                opt(desired.as_ref().and_then(|d| d.get_str("status"))),
+                opt_str(desired.as_ref().and_then(|d| d.get_str("status"))),
             ),
             ("workspace_digest", Json::str(workspace_digest(&cwd))),
         ],
@@ -441,7 +442,7 @@ fn tool_outcome(
             ("tool_name", Json::str(clip_bytes(tool, 128))),
             (
                 "tool_use_id",
-                opt(input.str("tool_use_id").map(|s| clip_bytes(s, 128))),
+                opt_str(input.str("tool_use_id").map(|s| clip_bytes(s, 128))),
             ),
         ],
     )?;
@@ -473,11 +474,11 @@ fn subagent(
         vec![
             (
                 "agent_id",
-                opt(input.str("agent_id").map(|s| clip_bytes(s, 128))),
+                opt_str(input.str("agent_id").map(|s| clip_bytes(s, 128))),
             ),
             (
                 "agent_type",
-                opt(input.str("agent_type").map(|s| clip_bytes(s, 128))),
+                opt_str(input.str("agent_type").map(|s| clip_bytes(s, 128))),
             ),
             ("last_message_chars", message_chars),
         ],
@@ -517,7 +518,7 @@ fn session_end(
         vec![
             (
                 "reason",
-                opt(input.str("reason").map(|s| clip_bytes(s, 64))),
+                opt_str(input.str("reason").map(|s| clip_bytes(s, 64))),
             ),
             (
                 "notes",
@@ -781,20 +782,6 @@ fn is_capability_tool(name: &str) -> bool {
 
 fn workspace_digest(cwd: &str) -> String {
     sha256_hex(&format!("ctx-workspace:{cwd}"))
-}
-
-fn opt(value: Option<&str>) -> Json {
-    value.map_or(Json::Null, Json::str)
-}
-
-fn strings(value: &Json, key: &str) -> Vec<String> {
-    match value.get(key) {
-        Some(Json::Arr(items)) => items
-            .iter()
-            .filter_map(|i| i.as_str().map(str::to_owned))
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// The reply of an event that may add context: `hookSpecificOutput.additionalContext`, and a

@@ -356,6 +356,17 @@ pub(crate) fn run_step(
         })
 }
 
+/// The strings of an array field of a result (non-strings and a missing field are skipped).
+pub(crate) fn strings(value: &Json, key: &str) -> Vec<String> {
+    match value.get(key) {
+        Some(Json::Arr(items)) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A string field of a result, `?` when absent (for display only).
 pub(crate) fn field<'a>(value: &'a Json, key: &str) -> &'a str {
     value.get_str(key).unwrap_or("?")
@@ -687,7 +698,7 @@ fn strs(items: &[String]) -> Json {
     Json::Arr(items.iter().map(Json::str).collect())
 }
 
-fn opt_str(value: Option<&str>) -> Json {
+pub(crate) fn opt_str(value: Option<&str>) -> Json {
     value.map_or(Json::Null, Json::str)
 }
 

@@ -13,13 +13,11 @@
 use ctx_projections::contract::expected_material_receipt;
 use ctx_projections::engine::{ActivationGuard, AuthorizeError, Engine, ProcessError};
 use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{
-    ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json, SessionStatus,
-};
+use ctx_projections::{ActionKind, EffectKind, EngineEvent, EventKind, HostAction, SessionStatus};
 
 use super::error::ServiceError;
 use super::service::ManagedQueryService;
-use crate::install::RECEIPT_ATTEMPTS_MAX;
+use crate::install::{RECEIPT_ATTEMPTS_MAX, action_receipt};
 
 /// How many receipts one call commits at most: every receipt may emit the next action (an
 /// activation frees capacity, a deactivation makes room), and at most five capabilities are active.
@@ -329,29 +327,12 @@ fn material_receipt(
     revision: u64,
     occurred_at: &str,
 ) -> EngineEvent {
-    let mut fields = vec![
-        ("action_id", Json::str(&action.action_id)),
-        ("action_kind", Json::str(action.kind.as_str())),
-        ("action_content_digest", Json::str(action.content_digest())),
-        (
-            "action_precondition_revision",
-            Json::from(action.precondition_revision),
-        ),
-    ];
-    if kind == EventKind::ActionApplied {
-        fields.push(("verification", expected_material_receipt(action)));
+    let result = if kind == EventKind::ActionApplied {
+        Ok(expected_material_receipt(action))
     } else {
-        fields.push((
-            "error",
-            Json::object([("code", Json::str("host-target-conflict"))]),
-        ));
-    }
-    let mut event = EngineEvent::bare(event_id, kind, action.scope.clone(), revision, occurred_at);
-    event.payload = Json::object(fields);
-    event.privacy = action.privacy;
-    event.correlation_id = action.plan_id.clone();
-    event.causation_id = Some(action.action_id.clone());
-    event
+        Err("host-target-conflict")
+    };
+    action_receipt(action, event_id, revision, occurred_at, result)
 }
 
 /// Fail points (feature `failpoints`) of the activation seams.
