@@ -260,3 +260,14 @@ pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// The bytes of a file of the sample catalog, read from the repository (not through ctx).
+pub fn catalog_file(rel: &str) -> Vec<u8> {
+    let path = ctx_service::catalog::sample_catalog_dir().join(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The sample catalog's `SKILL.md` of the skill `name`.
+pub fn catalog_skill(name: &str) -> Vec<u8> {
+    catalog_file(&format!("skills/{name}/SKILL.md"))
+}

@@ -70,14 +70,6 @@ fn driver<'a>(runtime: &'a Runtime, data: &Path, home: &Path) -> HostActivationD
     )
 }
 
-fn catalog_skill(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../service/catalog/skills")
-        .join(name)
-        .join("SKILL.md");
-    std::fs::read(path).unwrap()
-}
-
 /// Both skills are links into the store, holding the catalog's bytes.
 fn assert_active(home: &Path) {
     for name in ["go", "go-testing"] {
@@ -92,7 +84,7 @@ fn assert_active(home: &Path) {
         );
         assert_eq!(
             std::fs::read(link.join("SKILL.md")).unwrap(),
-            catalog_skill(name)
+            support::catalog_skill(name)
         );
     }
 }

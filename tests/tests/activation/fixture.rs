@@ -144,7 +144,7 @@ fn open(root: &Path) -> (Journal, Actuator) {
 
 /// A file of the sample catalog (`service/catalog/<rel>`).
 pub fn catalog(rel: &str) -> Vec<u8> {
-    fs::read(ctx_service::catalog::sample_catalog_dir().join(rel)).unwrap()
+    crate::support::catalog_file(rel)
 }
 
 /// The names in a directory, sorted (empty when it does not exist).

@@ -2,7 +2,7 @@
 //! standard input, at most one JSON object on standard output, exit status 0 whatever happens.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use ctx_projections::Json;
@@ -75,6 +75,33 @@ const REGISTRATIONS: [(&str, &str, &str, bool); 13] = [
     ("codex", "SubagentStop", "subagent", false),
     ("codex", "SessionEnd", "session-end", false),
 ];
+
+/// A temporary data directory, home and project directory.
+struct Machine {
+    dir: tempfile::TempDir,
+    project: String,
+}
+
+impl Machine {
+    fn new(project: &str) -> Machine {
+        let dir = support::tempdir();
+        std::fs::create_dir_all(dir.path().join(project)).unwrap();
+        Machine {
+            dir,
+            project: project.to_owned(),
+        }
+    }
+
+    /// The data directory, the home directory and the project directory.
+    fn paths(&self) -> (PathBuf, PathBuf, PathBuf) {
+        let root = self.dir.path();
+        (
+            root.join("ctx"),
+            root.join("home"),
+            root.join(&self.project),
+        )
+    }
+}
 
 fn hook(data: &Path, host: &str, event: &str, input: &Json) -> CtxRun {
     run_ctx(data, &["hook", host, event], &input.to_string())
@@ -183,11 +210,8 @@ fn every_registered_event_round_trips_for_both_hosts() {
 
 #[test]
 fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
-    let dir = support::tempdir();
-    let data = dir.path().join("ctx");
-    let home = dir.path().join("home");
-    let project = dir.path().join("infra");
-    std::fs::create_dir_all(&project).unwrap();
+    let machine = Machine::new("infra");
+    let (data, home, project) = machine.paths();
     let mut input = hook_input("claude", "UserPromptSubmit", "s-7", &project);
     if let Json::Obj(map) = &mut input {
         map.insert(
@@ -464,23 +488,11 @@ fn with_prompt(mut input: Json, prompt: &str) -> Json {
     input
 }
 
-/// The sample catalog's bytes of a skill, read from the repository (not through ctx).
-fn catalog_skill(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../service/catalog/skills")
-        .join(name)
-        .join("SKILL.md");
-    std::fs::read(path).unwrap()
-}
-
 #[test]
 fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
     for (host, skills_dir) in [("claude", ".claude/skills"), ("codex", ".agents/skills")] {
-        let dir = support::tempdir();
-        let data = dir.path().join("ctx");
-        let home = dir.path().join("home");
-        let project = dir.path().join("crate");
-        std::fs::create_dir_all(&project).unwrap();
+        let machine = Machine::new("crate");
+        let (data, home, project) = machine.paths();
         let input = with_prompt(
             hook_input(host, "UserPromptSubmit", "s-1", &project),
             "write go tests",
@@ -499,7 +511,7 @@ fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
             assert!(meta.file_type().is_symlink(), "{host}: {}", link.display());
             assert_eq!(
                 std::fs::read(link.join("SKILL.md")).unwrap(),
-                catalog_skill(name),
+                support::catalog_skill(name),
                 "{host} {name}"
             );
         }
@@ -570,11 +582,8 @@ fn a_prompt_activates_catalog_skills_and_the_session_end_takes_them_away() {
 
 #[test]
 fn a_persons_own_skill_is_never_replaced_and_the_model_is_told() {
-    let dir = support::tempdir();
-    let data = dir.path().join("ctx");
-    let home = dir.path().join("home");
-    let project = dir.path().join("crate");
-    std::fs::create_dir_all(&project).unwrap();
+    let machine = Machine::new("crate");
+    let (data, home, project) = machine.paths();
     let own = home.join(".claude/skills/go");
     std::fs::create_dir_all(&own).unwrap();
     std::fs::write(own.join("SKILL.md"), b"---\nname: go\n---\nmine\n").unwrap();
@@ -617,11 +626,8 @@ fn reply_none(run: &CtxRun) {
 
 #[test]
 fn an_approved_install_is_activated_at_the_next_session_start() {
-    let dir = support::tempdir();
-    let data = dir.path().join("ctx");
-    let home = dir.path().join("home");
-    let project = dir.path().join("infra");
-    std::fs::create_dir_all(&project).unwrap();
+    let machine = Machine::new("infra");
+    let (data, home, project) = machine.paths();
     let input = with_prompt(
         hook_input("claude", "UserPromptSubmit", "s-9", &project),
         "write terraform for the new infrastructure",
@@ -665,7 +671,7 @@ fn an_approved_install_is_activated_at_the_next_session_start() {
     );
     assert_eq!(
         std::fs::read(home.join(".claude/skills/terraform/SKILL.md")).unwrap(),
-        catalog_skill("terraform")
+        support::catalog_skill("terraform")
     );
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
@@ -688,11 +694,8 @@ fn awaiting(text: &str) -> Vec<(String, String)> {
 #[test]
 fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_the_end() {
     for host in ["claude", "codex"] {
-        let dir = support::tempdir();
-        let data = dir.path().join("ctx");
-        let home = dir.path().join("home");
-        let project = dir.path().join("app");
-        std::fs::create_dir_all(&project).unwrap();
+        let machine = Machine::new("app");
+        let (data, home, project) = machine.paths();
         let env = [("HOME", home.as_path())];
         assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
         let decide = |digest: &str, verb: &str| {
@@ -742,11 +745,9 @@ fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_th
             activated.contains("agent:code-reviewer"),
             "{host}: {activated}"
         );
-        let catalog = Path::new(env!("CARGO_MANIFEST_DIR")).join("../service/catalog");
-        let agent = std::fs::read(catalog.join("agents/code-reviewer.md")).unwrap();
-        let server =
-            Json::parse(&std::fs::read_to_string(catalog.join("mcp-servers/time.json")).unwrap())
-                .unwrap();
+        let agent = support::catalog_file("agents/code-reviewer.md");
+        let server = support::catalog_file("mcp-servers/time.json");
+        let server = Json::parse(std::str::from_utf8(&server).unwrap()).unwrap();
         let server = server
             .get("mcpServers")
             .and_then(|m| m.get("time"))
@@ -791,11 +792,8 @@ fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_th
 
 #[test]
 fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
-    let dir = support::tempdir();
-    let data = dir.path().join("ctx");
-    let home = dir.path().join("home");
-    let project = dir.path().join("p");
-    std::fs::create_dir_all(&project).unwrap();
+    let machine = Machine::new("p");
+    let (data, home, project) = machine.paths();
     let link = home.join(".claude/skills/go");
     let sessions: Vec<String> = (0..6).map(|i| format!("shared-{i}")).collect();
     // Six sessions prompt at once; every one plans and holds skill:go.
@@ -822,7 +820,7 @@ fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
     }
     assert_eq!(
         std::fs::read(link.join("SKILL.md")).unwrap(),
-        catalog_skill("go")
+        support::catalog_skill("go")
     );
     // All but one end, concurrently: the shared skill stays for the last.
     let (last, others) = sessions.split_last().unwrap();
@@ -842,7 +840,7 @@ fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
     }
     assert_eq!(
         std::fs::read(link.join("SKILL.md")).unwrap(),
-        catalog_skill("go"),
+        support::catalog_skill("go"),
         "still held by {last}"
     );
     let end = hook_input("claude", "SessionEnd", last, &project);
