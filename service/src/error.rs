@@ -87,6 +87,13 @@ pub enum CliError {
         announced: u64,
         announced_streams: u64,
     },
+    /// A host's file (`settings.json`, `hooks.json`) could not be edited: the person's file is
+    /// refused (not JSON, wrong shape, too large) or the machine failed. Nothing was written.
+    #[error("{step}: {source}; nothing was written")]
+    HostFile {
+        step: &'static str,
+        source: crate::host_files::HostFileError,
+    },
     /// The import as a whole was refused or failed (a non-empty target journal, storage).
     #[error("import failed: {0}")]
     Import(Box<ImportError>),
@@ -128,6 +135,9 @@ impl CliError {
             // Input files that cannot be read are bad input; output files that cannot be written
             // are the machine's problem.
             CliError::File { action, .. } if *action == FILE_READ => EXIT_USAGE,
+            // The person's file at fault is bad input; anything else is the machine's.
+            CliError::HostFile { source, .. } if source.is_bad_file() => EXIT_USAGE,
+            CliError::HostFile { .. } => EXIT_INTERNAL,
             CliError::AuditFailed { .. }
             | CliError::ImportRecord { .. }
             | CliError::ImportIncomplete { .. } => EXIT_INTEGRITY,

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::data_dir::Layout;
-use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE};
+use crate::error::{CliError, EXIT_OK};
 use crate::host_files::{
     self, HostFileError, JsonEditError, JsonNode, append_element, json_text, parse_json,
     update_locked,
@@ -312,19 +312,9 @@ pub(super) fn host_directories(host: AgentHost, home: &HostHome) -> [(&'static s
     }
 }
 
-/// A host file error as a command failure: the person's file refused is bad input (exit 2),
-/// anything else is the machine's (exit 3). `CliError::Step` prints `<step>: <sentence>`
-/// without the usage text a `Usage` error would add.
-fn host_file_failure(step: &'static str, e: &HostFileError) -> CliError {
-    CliError::Step {
-        step,
-        message: format!("{e}; nothing was written"),
-        exit: if e.is_bad_file() {
-            EXIT_USAGE
-        } else {
-            EXIT_INTERNAL
-        },
-    }
+/// A host file error as a command failure (exit 2 when the person's file is at fault, else 3).
+fn host_file_failure(step: &'static str, e: HostFileError) -> CliError {
+    CliError::HostFile { step, source: e }
 }
 
 fn hex(bytes: &[u8; 32]) -> String {
@@ -378,7 +368,7 @@ pub(crate) fn init(
         // content hash, and a rewrite would also wake every watcher of the file).
         Ok((edited != text).then(|| edited.into_bytes()))
     })
-    .map_err(|e| host_file_failure(step, &e))?;
+    .map_err(|e| host_file_failure(step, e))?;
     verify(&outcome.target, &registration, &states)?;
 
     writeln!(out, "{step}: hooks in {}", outcome.target.display())?;
