@@ -335,8 +335,15 @@ fn prompt(
     let challenge_id = challenge.and_then(|c| c.get_str("capability_id"));
     let challenge_digest = challenge.and_then(|c| c.get_str("challenge_digest"));
     let journal = open_journal(layout)?;
-    // This prompt's choice and every earlier prompt's of the session (approved meanwhile).
-    let mut queries = session_queries(&read_session(&journal, host, &input.session)?);
+    // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
+    // have decided meanwhile). An earlier prompt without a challenge had its activations carried
+    // out at the time; the session start retries everything.
+    let mut queries = session_queries(
+        &read_session(&journal, host, &input.session)?
+            .into_iter()
+            .filter(|r| r.get_str("challenge_digest").is_some())
+            .collect::<Vec<_>>(),
+    );
     if !queries.contains(&query_ref) {
         queries.push(query_ref.clone());
     }

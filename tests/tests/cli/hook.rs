@@ -625,6 +625,46 @@ fn reply_none(run: &CtxRun) {
 }
 
 #[test]
+fn an_approved_install_is_activated_at_the_next_prompt() {
+    let machine = Machine::new("infra");
+    let (data, home, project) = machine.paths();
+    let prompt = |text: &str| {
+        let input = with_prompt(
+            hook_input("claude", "UserPromptSubmit", "s-3", &project),
+            text,
+        );
+        reply(&hook_env(
+            &data,
+            &home,
+            "claude",
+            "user-prompt-submit",
+            &input,
+        ))
+        .expect("a reply")
+    };
+    let first = prompt("write terraform for the new infrastructure");
+    let message = first.get_str("systemMessage").expect("a consent message");
+    let digest = message
+        .split("ctx consent approve ")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .expect("a digest")
+        .to_owned();
+    let env = [("HOME", home.as_path())];
+    assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
+    let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    assert_eq!(approved.code, 0, "{approved:?}");
+    // A prompt about something else: the earlier prompt's approved install becomes active.
+    let next = prompt("write go tests");
+    let text = context(&next, "UserPromptSubmit");
+    assert!(text.contains("skill:terraform"), "{text}");
+    assert_eq!(
+        std::fs::read(home.join(".claude/skills/terraform/SKILL.md")).unwrap(),
+        support::catalog_skill("terraform")
+    );
+}
+
+#[test]
 fn an_approved_install_is_activated_at_the_next_session_start() {
     let machine = Machine::new("infra");
     let (data, home, project) = machine.paths();
