@@ -6,6 +6,9 @@
 //! whitespace or entry order) have the same digests, and any content change changes them.
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use sha2::{Digest as _, Sha256};
 
 use ctx_projections::Json;
 use ctx_projections::check::cja_digest;
@@ -29,6 +32,12 @@ pub const RETRIEVAL_ADAPTER_VERSION: &str = "ctx.catalog-retrieval-v1";
 pub const CATALOG_ENTRY_PROJECTION: &str = "ctx.catalog-entry.graph-v4";
 
 /// A validated catalog with its digests and descriptors.
+/// How many parsed catalogs a process keeps (see [`Catalog::parse`]).
+const PARSED_MAX: usize = 4;
+
+/// The catalogs this process parsed last, by the SHA-256 of their text.
+static PARSED: Mutex<Vec<([u8; 32], Catalog)>> = Mutex::new(Vec::new());
+
 #[derive(Debug, Clone)]
 pub struct Catalog {
     namespace: String,
@@ -57,6 +66,24 @@ impl Catalog {
     /// Parses and validates a `ctx.catalog-v1` text. Body files are not read here; see
     /// [`super::load_catalog`] for the loader that verifies them.
     pub fn parse(json_text: &str) -> Result<Catalog, CatalogError> {
+        // Parsing is a pure function of the text, and one `ctx` process parses the same catalog
+        // several times (the runtime's catalog, and every artifact the registry re-authenticates):
+        // the last few results are kept by the text's SHA-256. The bytes are still read and the
+        // bodies still verified by every caller; only the parse is shared.
+        let key: [u8; 32] = Sha256::digest(json_text.as_bytes()).into();
+        let mut parsed = PARSED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, catalog)) = parsed.iter().find(|(k, _)| *k == key) {
+            return Ok(catalog.clone());
+        }
+        let catalog = Catalog::parse_uncached(json_text)?;
+        if parsed.len() == PARSED_MAX {
+            parsed.remove(0);
+        }
+        parsed.push((key, catalog.clone()));
+        Ok(catalog)
+    }
+
+    fn parse_uncached(json_text: &str) -> Result<Catalog, CatalogError> {
         let parsed = parse_document(json_text)?;
         let namespace_digest = cja_digest(&Json::object([
             ("namespace", Json::str(&parsed.namespace)),
