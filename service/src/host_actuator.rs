@@ -75,7 +75,8 @@ impl<'a> HostActivationDriver<'a> {
     }
 
     /// The action's target: kind and name from its capability id.
-    fn target(&self, action: &HostAction) -> Result<(ActivationTarget, String), String> {
+    /// The action's capability: kind and name from its capability id.
+    fn capability(&self, action: &HostAction) -> Result<(CapabilityKind, String, String), String> {
         let id = action
             .entity_id
             .as_deref()
@@ -85,9 +86,15 @@ impl<'a> HostActivationDriver<'a> {
             .ok_or_else(|| format!("capability id {id:?} has no kind"))?;
         let kind = CapabilityKind::parse(kind)
             .ok_or_else(|| format!("{id}: ctx activates no {kind} on an agent host"))?;
-        let target = ActivationTarget::new(self.host, kind, name, self.project.as_deref())
-            .map_err(|e| e.to_string())?;
-        Ok((target, id.to_owned()))
+        Ok((kind, name.to_owned(), id.to_owned()))
+    }
+
+    /// The project directory a target of `kind` depends on: only a Claude Code MCP server's (it
+    /// lives in the project's `.mcp.json`); every other target is in the home directory.
+    fn placement(&self, kind: CapabilityKind) -> Option<PathBuf> {
+        (self.host == AgentHost::Claude && kind == CapabilityKind::McpServer)
+            .then(|| self.project.clone())
+            .flatten()
     }
 
     /// The catalog bytes whose SHA-256 is the action's material identity.
@@ -112,41 +119,42 @@ impl<'a> HostActivationDriver<'a> {
         })
     }
 
-    fn holders_stream(&self, target: &ActivationTarget) -> Result<StreamId, String> {
-        let project = target
-            .project()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        let key = format!(
-            "{}\n{}\n{}\n{project}",
-            self.host,
-            target.kind(),
-            target.name()
-        );
+    /// The holder stream of a capability on this host (whatever the project: a record names
+    /// its project, so a deactivation finds where its activation went).
+    fn holders_stream(&self, kind: CapabilityKind, name: &str) -> Result<StreamId, String> {
+        let key = format!("{}\n{kind}\n{name}", self.host);
         StreamId::derive(HOLDERS_NAMESPACE, key.as_bytes()).map_err(|e| e.to_string())
     }
 
-    /// Records that the engine session of `action` holds (or released) the target. The event id
-    /// names the holder and the operation, so a repeated call records once.
+    /// Records that the engine session of `action` holds (or released) the capability's entry
+    /// placed in `project`. The event id names the holder, the action and the operation, so a
+    /// repeated call records once and a later activation of the same session holds again.
     fn hold(
         &self,
-        target: &ActivationTarget,
+        kind: CapabilityKind,
+        name: &str,
+        project: Option<&Path>,
         action: &HostAction,
         hold: bool,
     ) -> Result<(), String> {
-        let stream = self.holders_stream(target)?;
+        let stream = self.holders_stream(kind, name)?;
         let holder = holder_of(action);
         let operation = if hold { "hold" } else { "release" };
+        let project = project.map(|p| p.display().to_string());
         let payload = Json::object([
             ("holder", Json::str(&holder)),
             ("operation", Json::str(operation)),
+            ("project", Json::opt_str(project.as_deref())),
             ("schema", Json::str(HOLDER_KIND)),
         ])
         .to_string()
         .into_bytes();
         let event_id = format!(
             "holder-{}",
-            sha256_hex(&format!("{}\n{holder}\n{operation}", stream))
+            sha256_hex(&format!(
+                "{stream}\n{holder}\n{}\n{operation}",
+                action.action_id
+            ))
         );
         let append = StreamAppend::new(
             stream,
@@ -159,28 +167,37 @@ impl<'a> HostActivationDriver<'a> {
         }
     }
 
-    /// The engine sessions that hold the target now.
-    fn holders(&self, target: &ActivationTarget) -> Result<Vec<String>, String> {
-        let stream = self.holders_stream(target)?;
+    /// The engine sessions that hold the capability's entries now, with the project of each.
+    fn holders(&self, kind: CapabilityKind, name: &str) -> Result<Vec<Holder>, String> {
+        let stream = self.holders_stream(kind, name)?;
         let records = self
             .journal
             .read_stream(&stream, 1, HOLDER_RECORDS_MAX)
             .map_err(|e| format!("could not read the holders: {e}"))?;
-        let mut holders: Vec<String> = Vec::new();
+        let mut holders: Vec<Holder> = Vec::new();
         for record in records {
             let value = std::str::from_utf8(&record.payload)
                 .ok()
                 .and_then(|t| Json::parse(t).ok())
                 .ok_or("a holder record is not JSON")?;
-            let holder = value.get_str("holder").unwrap_or_default().to_owned();
-            match value.get_str("operation") {
-                Some("hold") if !holders.contains(&holder) => holders.push(holder),
-                Some("release") => holders.retain(|h| *h != holder),
-                _ => {}
+            let holder = Holder {
+                holder: value.get_str("holder").unwrap_or_default().to_owned(),
+                project: value.get_str("project").map(PathBuf::from),
+            };
+            holders.retain(|h| h.holder != holder.holder);
+            if value.get_str("operation") == Some("hold") {
+                holders.push(holder);
             }
         }
         Ok(holders)
     }
+}
+
+/// An engine session holding a host entry, and the project the entry was placed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    holder: String,
+    project: Option<PathBuf>,
 }
 
 /// The engine session an action belongs to.
@@ -207,10 +224,19 @@ impl ActivationDriver for HostActivationDriver<'_> {
 
     fn activate(&self, action: &HostAction, apply: bool) -> ActuatorObservation {
         let indeterminate = |reason: String| ActuatorObservation::Indeterminate { reason };
-        let (target, id) = match self.target(action) {
-            Ok(t) => t,
+        let (kind, name, id) = match self.capability(action) {
+            Ok(c) => c,
             Err(reason) => return ActuatorObservation::Refused { reason },
         };
+        let target = match ActivationTarget::new(self.host, kind, &name, self.project.as_deref()) {
+            Ok(t) => t,
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let placement = self.placement(kind);
         let body = match self.body(action, &id) {
             Ok(b) => b,
             Err(reason) => return ActuatorObservation::Refused { reason },
@@ -232,7 +258,7 @@ impl ActivationDriver for HostActivationDriver<'_> {
         };
         // The holder first: a crash after the step leaves a holder whose entry is active, never
         // an active entry nobody holds.
-        if let Err(e) = self.hold(&target, action, true) {
+        if let Err(e) = self.hold(kind, &name, placement.as_deref(), action, true) {
             return indeterminate(e);
         }
         match self.actuator.activate(&request) {
@@ -254,7 +280,7 @@ impl ActivationDriver for HostActivationDriver<'_> {
                 | ActivationError::InvalidMaterial { .. }
                 | ActivationError::InvalidName { .. }),
             ) => {
-                let _ = self.hold(&target, action, false);
+                let _ = self.hold(kind, &name, placement.as_deref(), action, false);
                 ActuatorObservation::Refused {
                     reason: e.to_string(),
                 }
@@ -264,28 +290,45 @@ impl ActivationDriver for HostActivationDriver<'_> {
     }
 
     fn deactivate(&self, action: &HostAction) -> ActuatorObservation {
-        let (target, _) = match self.target(action) {
-            Ok(t) => t,
+        let (kind, name, _) = match self.capability(action) {
+            Ok(c) => c,
             Err(reason) => return ActuatorObservation::Refused { reason },
         };
-        if let Err(e) = self.hold(&target, action, false) {
-            return ActuatorObservation::Indeterminate { reason: e };
-        }
-        let others = match self.holders(&target) {
+        let holders = match self.holders(kind, &name) {
             Ok(h) => h,
             Err(reason) => return ActuatorObservation::Indeterminate { reason },
         };
+        // Where this session's activation put the entry (the session may end in another
+        // directory than the one it activated from).
+        let me = holder_of(action);
+        let placement = holders
+            .iter()
+            .find(|h| h.holder == me)
+            .map_or_else(|| self.placement(kind), |h| h.project.clone());
+        if let Err(e) = self.hold(kind, &name, placement.as_deref(), action, false) {
+            return ActuatorObservation::Indeterminate { reason: e };
+        }
         let released = |why: &str| ActuatorObservation::Applied {
             verification_digest: sha256_hex(&format!(
-                "ctx-deactivation-verification-v1\n{}\n{}\n{why}",
-                self.host,
-                target.name()
+                "ctx-deactivation-verification-v1\n{}\n{name}\n{why}",
+                self.host
             )),
         };
-        if !others.is_empty() {
+        if holders
+            .iter()
+            .any(|h| h.holder != me && h.project == placement)
+        {
             // Another engine session still holds the entry: this one no longer does.
             return released("held-elsewhere");
         }
+        let target = match ActivationTarget::new(self.host, kind, &name, placement.as_deref()) {
+            Ok(t) => t,
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
+        };
         let mut result = self.actuator.deactivate(&target);
         if matches!(result, Err(ActivationError::PendingIntent { .. })) {
             if let Err(e) = self.actuator.recover() {

@@ -820,8 +820,13 @@ fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_th
             assert!(text.contains(&format!("command = \"{command}\"")), "{text}");
         }
 
-        let end = hook_input(host, "SessionEnd", "s-1", &project);
+        // The session ends in another directory than it activated from: what it activated in
+        // the project is still found and taken away.
+        let elsewhere = project.with_file_name("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let end = hook_input(host, "SessionEnd", "s-1", &elsewhere);
         reply_none(&hook_env(&data, &home, host, "session-end", &end));
+        assert!(!elsewhere.join(".mcp.json").exists(), "{host}");
         assert!(!agent_file.exists(), "{host}: the agent is gone");
         let text = std::fs::read_to_string(&config).unwrap();
         assert!(!text.contains("time"), "{host}: the server is gone: {text}");
