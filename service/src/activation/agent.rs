@@ -68,14 +68,7 @@ pub(crate) fn parse(name: &str, body: &[u8]) -> Result<AgentMaterial, Activation
         name: name.to_owned(),
         reason,
     };
-    let text = std::str::from_utf8(body).map_err(|_| invalid("it is not UTF-8".to_owned()))?;
-    let fm = frontmatter::parse(text).map_err(invalid)?;
-    let declared = fm.scalar("name").map_err(invalid)?;
-    if declared != Some(name) {
-        return Err(invalid(format!(
-            "its frontmatter name is {declared:?}, not {name:?}"
-        )));
-    }
+    let fm = frontmatter::parse_named(name, body)?;
     let description = fm
         .scalar("description")
         .map_err(invalid)?

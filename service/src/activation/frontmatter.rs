@@ -233,6 +233,27 @@ fn strip_comment(v: &str) -> &str {
     }
 }
 
+/// The frontmatter of the UTF-8 material of `name`, which must declare `name: <name>` (a skill's
+/// directory and an agent's identity are its name). Errors are the material's, naming it.
+pub(crate) fn parse_named<'a>(
+    name: &str,
+    body: &'a [u8],
+) -> Result<Frontmatter<'a>, super::ActivationError> {
+    let invalid = |reason: String| super::ActivationError::InvalidMaterial {
+        name: name.to_owned(),
+        reason,
+    };
+    let text = std::str::from_utf8(body).map_err(|_| invalid("it is not UTF-8".to_owned()))?;
+    let fm = parse(text).map_err(invalid)?;
+    let declared = fm.scalar("name").map_err(invalid)?;
+    if declared != Some(name) {
+        return Err(invalid(format!(
+            "its frontmatter name is {declared:?}, not {name:?}"
+        )));
+    }
+    Ok(fm)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

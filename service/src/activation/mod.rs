@@ -938,14 +938,7 @@ fn check_skill(name: &str, body: &[u8]) -> Result<(), ActivationError> {
         name: name.to_owned(),
         reason,
     };
-    let text = std::str::from_utf8(body).map_err(|_| invalid("it is not UTF-8".to_owned()))?;
-    let fm = frontmatter::parse(text).map_err(invalid)?;
-    let declared = fm.scalar("name").map_err(invalid)?;
-    if declared != Some(name) {
-        return Err(invalid(format!(
-            "its frontmatter name is {declared:?}, not {name:?}"
-        )));
-    }
+    let fm = frontmatter::parse_named(name, body)?;
     let description = fm.scalar("description").map_err(invalid)?.unwrap_or("");
     let chars = description.chars().count();
     if description.trim().is_empty() || chars > SKILL_DESCRIPTION_MAX_CHARS {

@@ -227,12 +227,7 @@ fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
         .get_str("systemMessage")
         .expect("a message")
         .to_owned();
-    let digest = message
-        .split("ctx consent approve ")
-        .nth(1)
-        .and_then(|rest| rest.get(..64))
-        .expect("the approve command names the challenge")
-        .to_owned();
+    let digest = approve_digest(&message);
     assert!(text.contains(&format!("challenge {digest}")), "{text}");
     assert!(text.contains("skill:terraform"), "{text}");
 
@@ -268,6 +263,16 @@ fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
     assert!(!text.contains("challenge"), "{text}");
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
+}
+
+/// The challenge digest of the `ctx consent approve <digest>` command a message names.
+fn approve_digest(message: &str) -> String {
+    message
+        .split("ctx consent approve ")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .unwrap_or_else(|| panic!("no approve command in {message:?}"))
+        .to_owned()
 }
 
 fn reply_message(run: &CtxRun) -> Option<String> {
@@ -644,12 +649,7 @@ fn an_approved_install_is_activated_at_the_next_prompt() {
     };
     let first = prompt("write terraform for the new infrastructure");
     let message = first.get_str("systemMessage").expect("a consent message");
-    let digest = message
-        .split("ctx consent approve ")
-        .nth(1)
-        .and_then(|rest| rest.get(..64))
-        .expect("a digest")
-        .to_owned();
+    let digest = approve_digest(message);
     let env = [("HOME", home.as_path())];
     assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
     let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
@@ -681,12 +681,7 @@ fn an_approved_install_is_activated_at_the_next_session_start() {
     ))
     .expect("a reply");
     let message = first.get_str("systemMessage").expect("a consent message");
-    let digest = message
-        .split("ctx consent approve ")
-        .nth(1)
-        .and_then(|rest| rest.get(..64))
-        .expect("a digest")
-        .to_owned();
+    let digest = approve_digest(message);
     assert!(
         std::fs::symlink_metadata(home.join(".claude/skills/terraform")).is_err(),
         "nothing before consent"
