@@ -324,9 +324,9 @@ impl Journal {
                             .iter()
                             .zip(&part.records)
                             .find_map(|(p, r)| p.map(|p| (p, r)))
-                            .ok_or(Step::Storage(StorageError(redb::Error::Corrupted(
-                                "event lookup changed under the writer".to_owned(),
-                            ))))?;
+                            .ok_or(Step::Storage(StorageError::message(
+                                "event lookup changed under the writer",
+                            )))?;
                         let (stream, revision) = self.identify(tables, pos)?;
                         return Err(Step::Refused(AppendError::Conflict {
                             event_id: other.event_id.clone(),

@@ -3,21 +3,35 @@ use std::time::Duration;
 
 use crate::types::{ExpectedRevision, StreamId};
 
-/// A failure of the storage underneath the journal (redb or the file system).
+/// A failure of the storage underneath the journal: redb and the file system, or another
+/// backend (spec/scale-out.md) and its connection.
 #[derive(Debug, thiserror::Error)]
 #[error("the journal's storage failed: {0}")]
-pub struct StorageError(#[from] pub(crate) redb::Error);
+pub struct StorageError(pub(crate) Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl StorageError {
+    /// A backend's failure, kept as the error's source.
+    pub fn new(source: impl std::error::Error + Send + Sync + 'static) -> StorageError {
+        StorageError(Box::new(source))
+    }
+
+    /// A backend's failure described by a sentence.
+    pub fn message(message: impl Into<String>) -> StorageError {
+        StorageError(message.into().into())
+    }
+}
 
 macro_rules! storage_from {
     ($($t:ty),*) => {$(
         impl From<$t> for StorageError {
             fn from(e: $t) -> Self {
-                StorageError(e.into())
+                StorageError(Box::new(redb::Error::from(e)))
             }
         }
     )*};
 }
 storage_from!(
+    redb::Error,
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,

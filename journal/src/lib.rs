@@ -18,6 +18,7 @@ mod key;
 mod limits;
 mod lock;
 mod maintain;
+mod seam;
 mod storage;
 mod types;
 mod verify;
@@ -38,6 +39,9 @@ pub use limits::{
     PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
 };
 pub use maintain::{MaintenanceTxn, ProjectionRead};
+pub use seam::{
+    Backend, CommitError, Finish, IndexFinding, IndexKind, PutRecord, ReadTxn, WriteTxn,
+};
 pub use storage::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
 pub use types::{
     AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
