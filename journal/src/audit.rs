@@ -5,12 +5,12 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::Database;
 use rkyv::util::AlignedVec;
 
-use crate::codec::{HeadState, decode_record};
+use crate::codec::decode_record;
 use crate::error::{OpenError, ReadError, StorageError};
-use crate::journal::{CHUNKS, DATABASE_FILE, Journal, RECORDS, STREAMS, position_of};
+use crate::journal::{DATABASE_FILE, Journal};
 use crate::lock;
 use crate::types::{StreamHead, StreamId};
 
@@ -99,50 +99,40 @@ impl Journal {
         if !self.check_process() {
             return Err(ReadError::ForkedProcess);
         }
-        let txn = self.shared.db.begin_read().map_err(StorageError::from)?;
-        let streams = txn.open_table(STREAMS).map_err(StorageError::from)?;
-        let chunks = txn.open_table(CHUNKS).map_err(StorageError::from)?;
-        let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-        let mut scratch = AlignedVec::<16>::new();
-        let mut visited = 0;
-        for entry in streams.iter().map_err(StorageError::from)? {
-            let (key, value) = entry.map_err(StorageError::from)?;
-            // Keys are written as 32-byte stream ids; anything else is reported by `verify`.
-            let Ok(bytes) = <[u8; 32]>::try_from(key.value()) else {
-                continue;
-            };
-            let stream = StreamId::from_bytes(bytes);
-            let state = HeadState::decode(value.value()).ok();
-            let first_kind =
-                match &state {
-                    Some(head) => match position_of(&chunks, &stream, head, 1) {
-                        Ok(position) => records
-                            .get(position)
-                            .map_err(StorageError::from)?
-                            .and_then(|g| {
-                                decode_record(g.value(), &mut scratch)
-                                    .ok()
-                                    .map(|v| v.kind.to_owned())
-                            }),
-                        Err(_) => None,
-                    },
-                    None => None,
-                };
-            let info = StreamInfo {
-                stream,
-                head: state.map(|h| StreamHead {
-                    revision: h.revision,
-                    position: h.position,
-                    digest: h.digest,
-                }),
-                first_kind,
-            };
-            visited += 1;
-            if f(&info).is_break() {
-                break;
+        self.read(|txn| {
+            let mut heads = Vec::new();
+            txn.heads(&mut |key, head| {
+                // Keys are written as 32-byte stream ids; anything else is reported by `verify`.
+                if let Ok(bytes) = <[u8; 32]>::try_from(key) {
+                    heads.push((StreamId::from_bytes(bytes), head.ok()));
+                }
+            })?;
+            let mut scratch = AlignedVec::<16>::new();
+            let mut visited = 0;
+            for (stream, head) in heads {
+                let mut first_kind = None;
+                if head.is_some() {
+                    // An index that cannot name the first record leaves the kind unknown.
+                    let _ = txn.stream_records(&stream, 1, 1, &mut |_, _, value| {
+                        first_kind = decode_record(value, &mut scratch)
+                            .ok()
+                            .map(|v| v.kind.to_owned());
+                        ControlFlow::Break(())
+                    });
+                }
+                visited += 1;
+                if f(&StreamInfo {
+                    stream,
+                    head,
+                    first_kind,
+                })
+                .is_break()
+                {
+                    break;
+                }
             }
-        }
-        Ok(visited)
+            Ok(visited)
+        })
     }
 }
 

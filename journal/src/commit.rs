@@ -2,31 +2,21 @@
 //! revision checks, writing records, heads and sealed chunks, projection hooks, and the bulk merge
 //! of the event-id index (spec/journal.md, "Appends").
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redb::{ReadableTable, Table, WriteTransaction};
 use rkyv::util::AlignedVec;
 
-use crate::codec::{
-    self, HeadState, RecordView, authenticate, chunk_key, decode_record, encode_chunk, event_key,
-    record_digest,
-};
+use crate::codec::{self, RecordView, record_digest};
 use crate::error::{AppendError, InputError, ReadError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
-use crate::journal::{
-    CHUNKS, EVENT_IDS, Journal, META, META_EVENT_INDEX_UPTO, RECORDS, STREAMS, Writer, auth_failed,
-    lock,
-};
+use crate::journal::{Journal, POSITION_MAX, lock, verified_at};
 use crate::limits::{
-    BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, EVENT_INDEX_MERGE_RECORDS,
-    GROUP_RECORDS_MAX, STREAM_CHUNK_REVISIONS,
+    BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, GROUP_RECORDS_MAX,
 };
-use crate::types::{
-    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, Record, StreamAppend, StreamId,
-};
+use crate::seam::{CommitError, Finish, PutRecord, WriteTxn};
+use crate::types::{AppendOutcome, AppendedRecord, Digest, ExpectedRevision, Record, StreamAppend};
 
 pub(crate) type Reply = Result<Vec<AppendOutcome>, AppendError>;
 
@@ -125,8 +115,8 @@ impl Journal {
             queue.last_group = group.len();
             drop(queue);
             {
-                let mut writer = lock(&self.shared.writer);
-                self.commit_group(&mut writer, group);
+                let _commit = lock(&self.shared.commit);
+                self.commit_group(group);
             }
             queue = lock(&self.shared.queue);
             queue.leading = false;
@@ -135,7 +125,7 @@ impl Journal {
     }
 
     /// Commits one group and fills every request's slot.
-    fn commit_group(&self, writer: &mut Writer, group: Vec<Pending>) {
+    fn commit_group(&self, group: Vec<Pending>) {
         if self.is_fail_stopped() {
             for p in &group {
                 *lock(&p.slot) = Some(Err(AppendError::FailStopped));
@@ -149,7 +139,7 @@ impl Journal {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.run_group(writer, &group, &hooks)
+            self.run_group(&group, &hooks)
         }));
         let replies = match run {
             Ok(replies) => replies,
@@ -170,53 +160,36 @@ impl Journal {
         }
     }
 
-    /// Runs one group commit. Requests that are refused write nothing; a request whose hook fails
-    /// has written into the transaction, so the transaction is dropped and the group re-run
-    /// without it.
-    fn run_group(
-        &self,
-        writer: &mut Writer,
-        group: &[Pending],
-        hooks: &[Arc<dyn ProjectionHook>],
-    ) -> Vec<Reply> {
+    /// Runs one group commit in one backend write transaction. Requests that are refused write
+    /// nothing; a request whose hook fails has written into the transaction, so the transaction is
+    /// aborted and the group re-run without it.
+    fn run_group(&self, group: &[Pending], hooks: &[Arc<dyn ProjectionHook>]) -> Vec<Reply> {
         let mut replies: Vec<Option<Reply>> = group.iter().map(|_| None).collect();
         // Requests whose hook failed; they stay out of every later attempt.
         let mut excluded = vec![false; group.len()];
-        'attempt: loop {
-            let txn = match self.shared.db.begin_write() {
-                Ok(txn) => txn,
-                Err(e) => return self.fail_all(&mut replies, StorageError::from(e).to_string()),
-            };
-            let mut staged = Staged::new(writer.next_position);
-            let mut written = vec![false; group.len()];
-            {
-                let mut tables = match Tables::open(&txn) {
-                    Ok(t) => t,
-                    Err(e) => return self.fail_all(&mut replies, e.to_string()),
-                };
+        loop {
+            let mut retry = false;
+            let mut injected = None;
+            let ended = self.shared.backend.write(&mut |txn| {
+                retry = false;
+                injected = None;
+                let mut written = false;
                 for (i, pending) in group.iter().enumerate() {
                     if excluded[i] {
                         continue;
                     }
-                    match self.apply(
-                        &txn,
-                        &mut tables,
-                        &mut staged,
-                        writer,
-                        &pending.batch,
-                        hooks,
-                    ) {
+                    match self.apply(txn, &pending.batch, hooks) {
                         Ok(outcomes) => {
                             // A request that only replays stored records writes nothing: a group
                             // of those and refusals does not commit.
-                            written[i] = outcomes.iter().any(|o| !o.replayed);
+                            written |= outcomes.iter().any(|o| !o.replayed);
                             replies[i] = Some(Ok(outcomes));
                         }
                         Err(Step::Refused(e)) => replies[i] = Some(Err(e)),
                         Err(Step::HookFailed(e)) => {
                             // The failed request has written into this transaction: drop it and
-                            // decide every other request afresh, since a refusal may have depended
-                            // on what the excluded request wrote.
+                            // decide every other request afresh, since a refusal may have
+                            // depended on what the excluded request wrote.
                             for (j, reply) in replies.iter_mut().enumerate() {
                                 if !excluded[j] {
                                     *reply = None;
@@ -224,49 +197,40 @@ impl Journal {
                             }
                             excluded[i] = true;
                             replies[i] = Some(Err(e));
-                            drop(tables);
-                            drop(txn);
-                            continue 'attempt;
+                            retry = true;
+                            return Ok(Finish::Abort);
                         }
-                        Err(Step::Storage(e)) => return self.fail_all(&mut replies, e.to_string()),
+                        Err(Step::Storage(e)) => return Err(e),
                     }
                 }
-                if let Err(e) = staged.flush(&mut tables) {
-                    return self.fail_all(&mut replies, e.to_string());
+                if !written {
+                    return Ok(Finish::Abort);
                 }
-                let merge =
-                    staged.next_position - writer.event_index_upto >= EVENT_INDEX_MERGE_RECORDS;
-                if merge && let Err(e) = merge_event_index(&mut tables, writer, &staged) {
-                    return self.fail_all(&mut replies, e.to_string());
+                injected = fail_point_before_commit();
+                if injected.is_some() {
+                    return Ok(Finish::Abort);
                 }
+                Ok(Finish::Commit)
+            });
+            if retry {
+                continue;
             }
-            if !written.iter().any(|w| *w) {
-                drop(txn);
-                return replies
-                    .into_iter()
-                    .map(|r| r.unwrap_or(Err(AppendError::FailStopped)))
-                    .collect();
-            }
-            let injected = fail_point_before_commit();
             if let Some(reason) = injected {
-                drop(txn);
-                return self.fail_all(&mut replies, reason);
+                return self.fail_all(&mut replies, reason, true);
             }
-            if let Err(e) = txn.commit() {
-                return self.fail_all(&mut replies, StorageError::from(e).to_string());
-            }
-            writer.next_position = staged.next_position;
-            if staged.next_position - writer.event_index_upto >= EVENT_INDEX_MERGE_RECORDS {
-                writer.event_index_upto = staged.next_position;
-                writer.recent.clear();
-            } else {
-                for (event_id, position) in staged.event_ids {
-                    writer.recent.insert(event_id.into_boxed_str(), position);
+            match ended {
+                Ok(Finish::Abort) => {}
+                Ok(Finish::Commit) => {
+                    if let Some(reason) = fail_point_after_commit() {
+                        return self.fail_all(&mut replies, reason, true);
+                    }
                 }
-            }
-            let injected = fail_point_after_commit();
-            if let Some(reason) = injected {
-                return self.fail_all(&mut replies, reason);
+                Err(CommitError::NotCommitted(e)) => {
+                    return self.fail_all(&mut replies, e.to_string(), false);
+                }
+                Err(CommitError::MaybeCommitted(e)) => {
+                    return self.fail_all(&mut replies, e.to_string(), true);
+                }
             }
             return replies
                 .into_iter()
@@ -275,15 +239,29 @@ impl Journal {
         }
     }
 
-    /// Fail-stop: answers every request still waiting with "maybe committed" and refuses further
-    /// writes, because after a failed commit the journal cannot know what reached the disk.
-    fn fail_all(&self, replies: &mut [Option<Reply>], reason: String) -> Vec<Reply> {
-        self.shared.failed.store(true, Ordering::Release);
+    /// Answers every request still waiting after a failed commit. On a backend that caches state
+    /// across transactions (redb), any failure fail-stops the journal: it refuses writes until
+    /// reopened, because it cannot know what reached the disk, and every answer is "maybe
+    /// committed". On other backends only an `uncertain` commit answers "maybe committed", the
+    /// rest "not committed", and the journal goes on.
+    fn fail_all(
+        &self,
+        replies: &mut [Option<Reply>],
+        reason: String,
+        uncertain: bool,
+    ) -> Vec<Reply> {
+        let stop = self.shared.backend.fail_stop_on_uncertain_commit();
+        if stop {
+            self.shared.failed.store(true, Ordering::Release);
+        }
         replies
             .iter_mut()
             .map(|r| match r.take() {
                 Some(Err(e)) => Err(e),
-                _ => Err(AppendError::MaybeCommitted {
+                _ if uncertain || stop => Err(AppendError::MaybeCommitted {
+                    reason: reason.clone(),
+                }),
+                _ => Err(AppendError::NotCommitted {
                     reason: reason.clone(),
                 }),
             })
@@ -293,26 +271,16 @@ impl Journal {
     /// Applies one request to the transaction: all checks first, then the writes.
     fn apply(
         &self,
-        txn: &WriteTransaction,
-        tables: &mut Tables<'_>,
-        staged: &mut Staged,
-        writer: &Writer,
+        txn: &mut dyn WriteTxn,
         batch: &[StreamAppend],
         hooks: &[Arc<dyn ProjectionHook>],
     ) -> Result<Vec<AppendOutcome>, Step> {
         // Phase 1: decide each stream's fate without writing.
         let mut plans = Vec::with_capacity(batch.len());
-        let mut scratch = AlignedVec::<16>::new();
         for part in batch {
             let mut existing = Vec::with_capacity(part.records.len());
             for record in &part.records {
-                existing.push(lookup_event(
-                    tables,
-                    staged,
-                    writer,
-                    &record.event_id,
-                    &mut scratch,
-                )?);
+                existing.push(txn.find_event(&record.event_id).map_err(read)?);
             }
             let found = existing.iter().filter(|e| e.is_some()).count();
             if found > 0 {
@@ -327,14 +295,14 @@ impl Journal {
                             .ok_or(Step::Storage(StorageError::message(
                                 "event lookup changed under the writer",
                             )))?;
-                        let (stream, revision) = self.identify(tables, pos)?;
+                        let stored = self.read_for_write(txn, pos)?;
                         return Err(Step::Refused(AppendError::Conflict {
                             event_id: other.event_id.clone(),
-                            stream,
-                            revision,
+                            stream: stored.stream,
+                            revision: stored.revision,
                         }));
                     };
-                    let stored = self.read_for_write(tables, *position)?;
+                    let stored = self.read_for_write(txn, *position)?;
                     if !stored.same_content(&part.stream, record) {
                         return Err(Step::Refused(AppendError::Conflict {
                             event_id: record.event_id.clone(),
@@ -351,7 +319,10 @@ impl Journal {
                 plans.push(Plan::Replay(replay));
                 continue;
             }
-            let current = staged.head(tables, &part.stream)?.map_or(0, |h| h.revision);
+            let current = txn
+                .head(&part.stream)
+                .map_err(read)?
+                .map_or(0, |h| h.revision);
             let ok = match part.expected {
                 ExpectedRevision::Any => true,
                 ExpectedRevision::NoStream => current == 0,
@@ -380,11 +351,16 @@ impl Journal {
             }
             let mut appended = Vec::with_capacity(part.records.len());
             for record in &part.records {
-                let head = staged.head(tables, &part.stream)?.cloned();
-                let (revision, previous) = head
-                    .as_ref()
-                    .map_or((1, Digest::ZERO), |h| (h.revision + 1, h.digest));
-                let position = staged.next_position;
+                let head = txn.head(&part.stream).map_err(read)?;
+                let (revision, previous) =
+                    head.map_or((1, Digest::ZERO), |h| (h.revision + 1, h.digest));
+                let position = txn.next_position().map_err(read)?;
+                if position >= POSITION_MAX || revision >= POSITION_MAX {
+                    return Err(Step::Storage(StorageError::message(format!(
+                        "position {position} or revision {revision} of stream {} is past the journal's limit",
+                        part.stream
+                    ))));
+                }
                 let digest = record_digest(
                     &part.stream,
                     revision,
@@ -405,12 +381,15 @@ impl Journal {
                     mac,
                     &mut value,
                 );
-                tables
-                    .records
-                    .insert(position, value.as_slice())
-                    .map_err(storage)?;
-                staged.advance(tables, part.stream, head, position, digest)?;
-                staged.event_ids.insert(record.event_id.clone(), position);
+                txn.put_record(&PutRecord {
+                    stream: part.stream,
+                    revision,
+                    position,
+                    event_id: &record.event_id,
+                    digest,
+                    bytes: &value,
+                })
+                .map_err(Step::Storage)?;
                 appended.push(AppendedRecord {
                     revision,
                     position,
@@ -429,7 +408,7 @@ impl Journal {
                         digest,
                         mac,
                     };
-                    let hook_txn = HookTxn { txn };
+                    let hook_txn = HookTxn::new(&mut *txn);
                     for hook in hooks {
                         if let Err(e) = hook.apply(&hook_txn, &view) {
                             return Err(Step::HookFailed(AppendError::Hook {
@@ -451,33 +430,24 @@ impl Journal {
         Ok(outcomes)
     }
 
-    fn read_for_write(&self, tables: &Tables<'_>, position: u64) -> Result<Record, Step> {
-        let guard = tables
-            .records
-            .get(position)
-            .map_err(storage)?
-            .ok_or_else(|| {
-                Step::Refused(AppendError::Read(ReadError::Corrupt {
-                    position,
-                    reason: "the event index names a position with no record".to_owned(),
-                }))
-            })?;
+    /// Reads and authenticates the record at `position` for an idempotency decision.
+    fn read_for_write(&self, txn: &mut dyn WriteTxn, position: u64) -> Result<Record, Step> {
+        let mut found = None;
         let mut scratch = AlignedVec::<16>::new();
-        let view = decode_record(guard.value(), &mut scratch).map_err(|reason| {
-            Step::Refused(AppendError::Read(ReadError::Corrupt {
+        txn.record(position, &mut |bytes| {
+            found = Some(bytes.map(|bytes| {
+                verified_at(bytes, position, &mut scratch, &self.shared.mac).map(|v| v.to_record())
+            }));
+        })
+        .map_err(read)?;
+        match found.flatten() {
+            None => Err(Step::Refused(AppendError::Read(ReadError::Corrupt {
                 position,
-                reason: reason.into(),
-            }))
-        })?;
-        if let Err(kind) = authenticate(&view, &self.shared.mac) {
-            return Err(Step::Refused(AppendError::Read(auth_failed(&view, kind))));
+                reason: "the event index names a position with no record".to_owned(),
+            }))),
+            Some(Err(e)) => Err(Step::Refused(AppendError::Read(e))),
+            Some(Ok(record)) => Ok(record),
         }
-        Ok(view.to_record())
-    }
-
-    fn identify(&self, tables: &Tables<'_>, position: u64) -> Result<(StreamId, u64), Step> {
-        let v = self.read_for_write(tables, position)?;
-        Ok((v.stream, v.revision))
     }
 }
 
@@ -508,203 +478,13 @@ enum Step {
     Storage(StorageError),
 }
 
-fn storage(e: impl Into<StorageError>) -> Step {
-    Step::Storage(e.into())
-}
-
-/// Moves `head` of `stream` to a new record at `position` with digest `digest`, sealing a full
-/// chunk of positions into `chunks` (spec/journal.md §4). Shared by appends and imports, so both
-/// write the same layout.
-pub(crate) fn advance_head(
-    chunks: &mut Table<'_, &'static [u8], &'static [u8]>,
-    stream: &StreamId,
-    head: &mut HeadState,
-    position: u64,
-    digest: Digest,
-) -> Result<(), redb::StorageError> {
-    head.revision += 1;
-    head.position = position;
-    head.digest = digest;
-    head.tail.push(position);
-    if head.revision.is_multiple_of(STREAM_CHUNK_REVISIONS) {
-        let chunk = head.revision / STREAM_CHUNK_REVISIONS - 1;
-        let key = chunk_key(stream, chunk);
-        chunks.insert(key.as_slice(), encode_chunk(&head.tail).as_slice())?;
-        head.tail.clear();
+/// A read inside the write transaction: a storage failure stops the group, a corrupt record
+/// refuses only the request that met it.
+fn read(e: ReadError) -> Step {
+    match e {
+        ReadError::Storage(e) => Step::Storage(e),
+        e => Step::Refused(AppendError::Read(e)),
     }
-    Ok(())
-}
-
-impl From<StorageError> for Step {
-    fn from(e: StorageError) -> Self {
-        Step::Storage(e)
-    }
-}
-
-pub(crate) struct Tables<'t> {
-    pub(crate) records: Table<'t, u64, &'static [u8]>,
-    pub(crate) streams: Table<'t, &'static [u8], &'static [u8]>,
-    pub(crate) chunks: Table<'t, &'static [u8], &'static [u8]>,
-    pub(crate) event_ids: Table<'t, (u64, u64), ()>,
-    pub(crate) meta: Table<'t, &'static str, &'static [u8]>,
-}
-
-impl<'t> Tables<'t> {
-    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, StorageError> {
-        Ok(Tables {
-            records: txn.open_table(RECORDS)?,
-            streams: txn.open_table(STREAMS)?,
-            chunks: txn.open_table(CHUNKS)?,
-            event_ids: txn.open_table(EVENT_IDS)?,
-            meta: txn.open_table(META)?,
-        })
-    }
-}
-
-/// What the current group has written but not committed: heads of touched streams (flushed to
-/// the streams table once per group) and event ids (moved into the writer's map after commit).
-struct Staged {
-    next_position: u64,
-    heads: HashMap<StreamId, Option<HeadState>>,
-    dirty: HashSet<StreamId>,
-    event_ids: HashMap<String, u64>,
-}
-
-impl Staged {
-    fn new(next_position: u64) -> Staged {
-        Staged {
-            next_position,
-            heads: HashMap::new(),
-            dirty: HashSet::new(),
-            event_ids: HashMap::new(),
-        }
-    }
-
-    fn head(&mut self, tables: &Tables<'_>, stream: &StreamId) -> Result<Option<&HeadState>, Step> {
-        let entry = match self.heads.entry(*stream) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => {
-                let head = match tables
-                    .streams
-                    .get(stream.as_bytes().as_slice())
-                    .map_err(storage)?
-                {
-                    Some(g) => Some(HeadState::decode(g.value()).map_err(|reason| {
-                        Step::Refused(AppendError::Read(ReadError::Corrupt {
-                            position: 0,
-                            reason: format!("stream {stream}: {reason}"),
-                        }))
-                    })?),
-                    None => None,
-                };
-                v.insert(head)
-            }
-        };
-        Ok(entry.as_ref())
-    }
-
-    /// Moves the stream's head to a new record, sealing a full chunk of positions.
-    fn advance(
-        &mut self,
-        tables: &mut Tables<'_>,
-        stream: StreamId,
-        previous: Option<HeadState>,
-        position: u64,
-        digest: Digest,
-    ) -> Result<(), Step> {
-        let mut head = previous.unwrap_or_else(HeadState::empty);
-        advance_head(&mut tables.chunks, &stream, &mut head, position, digest).map_err(storage)?;
-        assert_eq!(
-            head.tail.len() as u64,
-            head.revision % STREAM_CHUNK_REVISIONS
-        );
-        self.heads.insert(stream, Some(head));
-        self.dirty.insert(stream);
-        self.next_position += 1;
-        Ok(())
-    }
-
-    fn flush(&mut self, tables: &mut Tables<'_>) -> Result<(), StorageError> {
-        let mut buf = Vec::new();
-        for stream in &self.dirty {
-            if let Some(Some(head)) = self.heads.get(stream) {
-                head.encode(&mut buf);
-                tables
-                    .streams
-                    .insert(stream.as_bytes().as_slice(), buf.as_slice())?;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn lookup_event(
-    tables: &Tables<'_>,
-    staged: &Staged,
-    writer: &Writer,
-    event_id: &str,
-    scratch: &mut AlignedVec<16>,
-) -> Result<Option<u64>, Step> {
-    if let Some(p) = staged.event_ids.get(event_id) {
-        return Ok(Some(*p));
-    }
-    if let Some(p) = writer.recent.get(event_id) {
-        return Ok(Some(*p));
-    }
-    // The on-disk index is keyed by a 64-bit hash of the event id; a hit is confirmed against the
-    // record itself, so a hash collision costs a read, never a wrong answer.
-    let key = event_key(event_id);
-    for entry in tables
-        .event_ids
-        .range((key, 0)..=(key, u64::MAX))
-        .map_err(storage)?
-    {
-        let position = entry.map_err(storage)?.0.value().1;
-        let guard = tables
-            .records
-            .get(position)
-            .map_err(storage)?
-            .ok_or_else(|| {
-                Step::Refused(AppendError::Read(ReadError::Corrupt {
-                    position,
-                    reason: "the event index names a position with no record".to_owned(),
-                }))
-            })?;
-        let view = decode_record(guard.value(), scratch).map_err(|reason| {
-            Step::Refused(AppendError::Read(ReadError::Corrupt {
-                position,
-                reason: reason.into(),
-            }))
-        })?;
-        if view.event_id == event_id {
-            return Ok(Some(position));
-        }
-    }
-    Ok(None)
-}
-
-/// Merges the unmerged event ids into the on-disk index in key order, so the B-tree pages are
-/// touched once per merge instead of once per record (spec/journal.md, J9).
-fn merge_event_index(
-    tables: &mut Tables<'_>,
-    writer: &Writer,
-    staged: &Staged,
-) -> Result<(), StorageError> {
-    let mut all: Vec<(u64, u64)> = writer
-        .recent
-        .iter()
-        .map(|(k, v)| (event_key(k), *v))
-        .chain(staged.event_ids.iter().map(|(k, v)| (event_key(k), *v)))
-        .collect();
-    all.sort_unstable();
-    for key in all {
-        tables.event_ids.insert(key, ())?;
-    }
-    tables.meta.insert(
-        META_EVENT_INDEX_UPTO,
-        staged.next_position.to_le_bytes().as_slice(),
-    )?;
-    Ok(())
 }
 
 fn validate_batch(batch: &[StreamAppend]) -> Result<usize, InputError> {
@@ -778,7 +558,10 @@ mod tests {
     use crate::codec::event_key;
     use crate::hook::HookError;
     use crate::journal::{EVENT_IDS, OpenOptions, Shared};
+    use crate::limits::EVENT_INDEX_MERGE_RECORDS;
     use crate::lock;
+    use crate::redb_store::{RedbBackend, Writer};
+    use crate::types::StreamId;
     use crate::types::{NewRecord, Timestamp};
 
     fn record(id: &str, payload: &[u8]) -> NewRecord {
@@ -821,7 +604,7 @@ mod tests {
         let a = StreamId::derive("unit", b"a").unwrap();
         let b = StreamId::derive("unit", b"b").unwrap();
         // Queue three requests and commit them as one group by leading it from this thread.
-        let mut writer = lock(&j.shared.writer);
+        let commit = lock(&j.shared.commit);
         let slots: Vec<_> = [
             vec![StreamAppend::new(
                 a,
@@ -853,8 +636,8 @@ mod tests {
         .collect();
         let group = take_group(&mut lock(&j.shared.queue).pending);
         assert_eq!(group.len(), 3);
-        j.commit_group(&mut writer, group);
-        drop(writer);
+        j.commit_group(group);
+        drop(commit);
         let replies: Vec<Reply> = slots.iter().map(|s| lock(s).take().unwrap()).collect();
         assert_eq!(replies[0].as_ref().unwrap()[0].records[0].position, 1);
         assert!(
@@ -905,23 +688,28 @@ mod tests {
             .unwrap();
         let fake = Journal {
             shared: Arc::new(Shared {
-                db,
+                backend: Arc::new(RedbBackend::new(
+                    db,
+                    Writer {
+                        next_position: 1,
+                        event_index_upto: 1,
+                        recent: HashMap::new(),
+                    },
+                    "x.redb".to_owned(),
+                )),
+                redb: None,
                 mac: j.shared.mac.clone(),
                 keyed: j.shared.keyed.clone(),
                 data_dir: dir.path().to_path_buf(),
                 pid,
                 queue: Mutex::new(Queue::default()),
                 group_done: Condvar::new(),
-                writer: Mutex::new(Writer {
-                    next_position: 1,
-                    event_index_upto: 1,
-                    recent: HashMap::new(),
-                }),
+                commit: Mutex::new(()),
                 failed: AtomicBool::new(false),
                 write_refusal: None,
                 created: true,
                 hooks: RwLock::new(Vec::new()),
-                _lock: lock::acquire(dir.path(), Duration::ZERO).unwrap(),
+                _lock: Some(lock::acquire(dir.path(), Duration::ZERO).unwrap()),
             }),
         };
         f(&fake)
@@ -944,7 +732,7 @@ mod tests {
             next += n;
         }
         assert!(
-            lock(&j.shared.writer).event_index_upto > 1,
+            j.shared.redb.as_ref().unwrap().event_index_upto() > 1,
             "a merge happened"
         );
         let replay = j
@@ -986,8 +774,8 @@ mod tests {
         // Forge what a 64-bit collision would look like: the key of "zzz" pointing at the record
         // of "a1", in the merged part of the index.
         {
-            let _writer = lock(&j.shared.writer);
-            let txn = j.shared.db.begin_write().unwrap();
+            let _commit = lock(&j.shared.commit);
+            let txn = j.shared.redb.as_ref().unwrap().db.begin_write().unwrap();
             txn.open_table(EVENT_IDS)
                 .unwrap()
                 .insert((event_key("zzz"), 1), ())

@@ -81,6 +81,8 @@ pub enum InputError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    #[error("the journal backend at {location} could not be read: {reason}")]
+    Backend { location: String, reason: String },
     #[error("data directory {path:?} is not an absolute path")]
     RelativePath { path: PathBuf },
     #[error("data directory {path:?} could not be prepared: {source}")]
@@ -184,6 +186,8 @@ pub enum AppendError {
         "the commit may or may not have reached the disk ({reason}); reopen and retry with the same event ids"
     )]
     MaybeCommitted { reason: String },
+    #[error("the append was not committed ({reason}); nothing was written and it may be retried")]
+    NotCommitted { reason: String },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -3,10 +3,11 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use std::cell::RefCell;
 
 use crate::codec::RecordView;
-use crate::error::{ProjectionError, StorageError};
+use crate::error::{ProjectionError, ReadError, StorageError};
+use crate::seam::WriteTxn;
 
 /// Prefix every projection table name must carry, so a hook cannot touch the journal's tables.
 pub const PROJECTION_TABLE_PREFIX: &str = "proj.";
@@ -101,7 +102,7 @@ impl From<ProjectionError> for HookError {
 /// The part of the write transaction a hook may use: byte tables whose names start with
 /// [`PROJECTION_TABLE_PREFIX`].
 pub struct HookTxn<'t> {
-    pub(crate) txn: &'t WriteTransaction,
+    txn: RefCell<&'t mut dyn WriteTxn>,
 }
 
 impl std::fmt::Debug for HookTxn<'_> {
@@ -110,38 +111,106 @@ impl std::fmt::Debug for HookTxn<'_> {
     }
 }
 
-pub(crate) fn table_def(
-    name: &'static str,
-) -> Result<TableDefinition<'static, &'static [u8], &'static [u8]>, ProjectionError> {
+/// Entries a scan copies out of the transaction at a time. Callbacks run between pages, with the
+/// transaction free, so a callback may use the transaction itself.
+pub(crate) const SCAN_PAGE_ENTRIES: usize = 256;
+
+pub(crate) fn check_table(name: &str) -> Result<(), ProjectionError> {
     if !name.starts_with(PROJECTION_TABLE_PREFIX) || name.len() > PROJECTION_TABLE_NAME_MAX_BYTES {
         return Err(ProjectionError::TableName {
             name: name.escape_debug().to_string(),
         });
     }
-    Ok(TableDefinition::new(name))
+    Ok(())
 }
 
-impl HookTxn<'_> {
+/// The error of a transaction used from inside one of its own `get` callbacks.
+fn busy() -> ProjectionError {
+    StorageError::message(
+        "a projection table was used from inside a `get` callback of the same transaction",
+    )
+    .into()
+}
+
+fn read_error(e: ReadError) -> ProjectionError {
+    match e {
+        ReadError::Storage(e) => ProjectionError::Storage(e),
+        e => ProjectionError::Read(e),
+    }
+}
+
+/// Calls `f` once with what `get` passes to its callback; a backend that does not call back is a
+/// storage failure.
+pub(crate) fn get_once<R>(
+    get: impl FnOnce(&mut dyn FnMut(Option<&[u8]>)) -> Result<(), ReadError>,
+    f: impl FnOnce(Option<&[u8]>) -> R,
+) -> Result<R, ProjectionError> {
+    let mut f = Some(f);
+    let mut out = None;
+    get(&mut |value| {
+        if let Some(f) = f.take() {
+            out = Some(f(value));
+        }
+    })
+    .map_err(read_error)?;
+    out.ok_or_else(|| StorageError::message("the backend did not answer a projection read").into())
+}
+
+/// Calls `f` with every entry of `table` in key order until it breaks, a page at a time.
+pub(crate) fn scan_pages(
+    mut page: impl FnMut(
+        Option<&[u8]>,
+        &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ProjectionError>,
+    mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+) -> Result<(), ProjectionError> {
+    let mut after: Option<Vec<u8>> = None;
+    let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(SCAN_PAGE_ENTRIES);
+    loop {
+        entries.clear();
+        page(after.as_deref(), &mut |key, value| {
+            entries.push((key.to_vec(), value.to_vec()));
+            if entries.len() >= SCAN_PAGE_ENTRIES {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        for (key, value) in &entries {
+            if f(key, value).is_break() {
+                return Ok(());
+            }
+        }
+        if entries.len() < SCAN_PAGE_ENTRIES {
+            return Ok(());
+        }
+        after = entries.pop().map(|(key, _)| key);
+    }
+}
+
+impl<'t> HookTxn<'t> {
+    pub(crate) fn new(txn: &'t mut dyn WriteTxn) -> HookTxn<'t> {
+        HookTxn {
+            txn: RefCell::new(txn),
+        }
+    }
+
     pub fn insert(
         &self,
         table: &'static str,
         key: &[u8],
         value: &[u8],
     ) -> Result<(), ProjectionError> {
-        let mut t = self
-            .txn
-            .open_table(table_def(table)?)
-            .map_err(StorageError::from)?;
-        t.insert(key, value).map_err(StorageError::from)?;
+        check_table(table)?;
+        let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+        txn.kv_put(table, key, value)?;
         Ok(())
     }
 
     pub fn remove(&self, table: &'static str, key: &[u8]) -> Result<bool, ProjectionError> {
-        let mut t = self
-            .txn
-            .open_table(table_def(table)?)
-            .map_err(StorageError::from)?;
-        Ok(t.remove(key).map_err(StorageError::from)?.is_some())
+        check_table(table)?;
+        let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+        Ok(txn.kv_remove(table, key)?)
     }
 
     /// Calls `f` with the value stored under `key`, if any. The bytes have alignment 1.
@@ -151,40 +220,42 @@ impl HookTxn<'_> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R, ProjectionError> {
-        let t = self
-            .txn
-            .open_table(table_def(table)?)
-            .map_err(StorageError::from)?;
-        let guard = t.get(key).map_err(StorageError::from)?;
-        Ok(f(guard.as_ref().map(|g| g.value())))
+        check_table(table)?;
+        let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+        get_once(|cb| txn.kv_get(table, key, cb), f)
     }
 
     /// Calls `f` with every entry of `table` in key order until it returns `Break`. The bytes have
-    /// alignment 1. A table that does not exist yet is created (empty), as `insert` would.
+    /// alignment 1. `f` may use this transaction.
     pub fn scan(
         &self,
         table: &'static str,
-        mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+        f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> Result<(), ProjectionError> {
-        let t = self
-            .txn
-            .open_table(table_def(table)?)
-            .map_err(StorageError::from)?;
-        for entry in t.iter().map_err(StorageError::from)? {
-            let (key, value) = entry.map_err(StorageError::from)?;
-            if f(key.value(), value.value()).is_break() {
-                break;
-            }
-        }
+        check_table(table)?;
+        scan_pages(
+            |after, cb| {
+                let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+                txn.kv_scan(table, after, cb).map_err(read_error)
+            },
+            f,
+        )
+    }
+
+    /// Deletes every entry of `table`.
+    pub fn clear(&self, table: &'static str) -> Result<(), ProjectionError> {
+        check_table(table)?;
+        let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+        txn.kv_clear(table)?;
         Ok(())
     }
 
-    /// Deletes every entry of `table`. The redb table itself is deleted, which frees its pages in
-    /// one step instead of removing entries one by one; the next use recreates it empty.
-    pub fn clear(&self, table: &'static str) -> Result<(), ProjectionError> {
-        self.txn
-            .delete_table(table_def(table)?)
-            .map_err(StorageError::from)?;
-        Ok(())
+    /// The transaction itself, for the journal's own reads inside a maintenance transaction.
+    pub(crate) fn with_txn<R>(
+        &self,
+        f: impl FnOnce(&mut dyn WriteTxn) -> R,
+    ) -> Result<R, ProjectionError> {
+        let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+        Ok(f(&mut **txn))
     }
 }

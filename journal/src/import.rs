@@ -6,16 +6,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
-use redb::{ReadableTable, ReadableTableMetadata};
-use rkyv::util::AlignedVec;
-
-use crate::codec::{
-    HeadState, MacKey, RecordView, decode_record, encode_record, event_key, record_digest,
-};
-use crate::commit::{Tables, advance_head};
+use crate::codec::{MacKey, RecordView, encode_record, record_digest};
 use crate::error::{InputError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
-use crate::journal::{Journal, META_EVENT_INDEX_UPTO, POSITION_MAX, lock};
+use crate::journal::{Journal, POSITION_MAX, lock};
+use crate::seam::{CommitError, Finish, PutRecord};
 use crate::types::{AppendedRecord, Digest, NewRecord, StreamId};
 
 /// One exported record, as [`Importer::push`] takes it: its place in the exporting journal and
@@ -105,20 +100,27 @@ pub enum ImportError {
         "the import commit may or may not have reached the disk ({reason}); reopen the journal and check whether it is empty"
     )]
     MaybeCommitted { reason: String },
+    #[error("reading the journal during the import failed: {0}")]
+    Read(#[from] crate::error::ReadError),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
 
+impl From<crate::error::ProjectionError> for ImportError {
+    fn from(e: crate::error::ProjectionError) -> Self {
+        ImportError::Storage(StorageError::message(e.to_string()))
+    }
+}
+
 /// The write side of [`Journal::import`]: takes the exported records in position order.
 pub struct Importer<'t> {
-    txn: &'t redb::WriteTransaction,
-    tables: Tables<'t>,
+    txn: HookTxn<'t>,
     mac: &'t MacKey,
     hooks: &'t [Arc<dyn ProjectionHook>],
     next_position: u64,
-    heads: HashMap<StreamId, HeadState>,
+    /// Each stream's head so far: its revision and digest.
+    heads: HashMap<StreamId, (u64, Digest)>,
     value: Vec<u8>,
-    scratch: AlignedVec<16>,
 }
 
 impl std::fmt::Debug for Importer<'_> {
@@ -147,13 +149,7 @@ impl Importer<'_> {
     /// journal's key, and every registered projection hook sees it, as in an append.
     pub fn push(&mut self, r: &ImportRecord) -> Result<AppendedRecord, ImportError> {
         let position = self.next_position;
-        if r.position != position {
-            return Err(ImportError::Position {
-                expected: position,
-                found: r.position,
-            });
-        }
-        if position >= POSITION_MAX {
+        if r.position != position || position >= POSITION_MAX {
             return Err(ImportError::Position {
                 expected: position,
                 found: r.position,
@@ -162,8 +158,11 @@ impl Importer<'_> {
         r.record
             .validate()
             .map_err(|error| ImportError::Input { position, error })?;
-        let head = self.heads.get(&r.stream);
-        let (current, previous) = head.map_or((0, Digest::ZERO), |h| (h.revision, h.digest));
+        let (current, previous) = self
+            .heads
+            .get(&r.stream)
+            .copied()
+            .unwrap_or((0, Digest::ZERO));
         if r.revision != current + 1 {
             return Err(ImportError::Revision {
                 stream: r.stream,
@@ -200,7 +199,16 @@ impl Importer<'_> {
                 found: r.digest,
             });
         }
-        self.check_event_id(&record.event_id, position)?;
+        let existing = self
+            .txn
+            .with_txn(|txn| txn.find_event(&record.event_id))??;
+        if let Some(first) = existing {
+            return Err(ImportError::DuplicateEventId {
+                event_id: record.event_id.clone(),
+                position,
+                first,
+            });
+        }
         let mac = self.mac.tag(position, &digest);
         encode_record(
             &r.stream,
@@ -212,18 +220,16 @@ impl Importer<'_> {
             mac,
             &mut self.value,
         );
-        let storage = |e: redb::StorageError| ImportError::Storage(e.into());
-        self.tables
-            .records
-            .insert(position, self.value.as_slice())
-            .map_err(storage)?;
-        // Every imported event id goes straight into the on-disk index, and the checkpoint is
-        // moved past the last record at the end, so nothing stays in the committer's memory.
-        self.tables
-            .event_ids
-            .insert((event_key(&record.event_id), position), ())
-            .map_err(storage)?;
-        self.advance(r.stream, position, digest)?;
+        let put = PutRecord {
+            stream: r.stream,
+            revision: r.revision,
+            position,
+            event_id: &record.event_id,
+            digest,
+            bytes: &self.value,
+        };
+        self.txn.with_txn(|txn| txn.put_record(&put))??;
+        self.heads.insert(r.stream, (r.revision, digest));
         self.next_position += 1;
         if !self.hooks.is_empty() {
             let view = RecordView {
@@ -238,9 +244,8 @@ impl Importer<'_> {
                 digest,
                 mac,
             };
-            let hook_txn = HookTxn { txn: self.txn };
             for hook in self.hooks {
-                hook.apply(&hook_txn, &view)
+                hook.apply(&self.txn, &view)
                     .map_err(|e| ImportError::Hook {
                         hook: hook.name().to_owned(),
                         event_id: record.event_id.clone(),
@@ -255,86 +260,19 @@ impl Importer<'_> {
             digest,
         })
     }
-
-    /// Refuses an event id already imported. The index is keyed by a 64-bit hash, so a hit is
-    /// confirmed against the record it names (a collision costs a read, never a wrong refusal).
-    fn check_event_id(&mut self, event_id: &str, position: u64) -> Result<(), ImportError> {
-        let key = event_key(event_id);
-        for entry in self
-            .tables
-            .event_ids
-            .range((key, 0)..=(key, u64::MAX))
-            .map_err(StorageError::from)?
-        {
-            let first = entry.map_err(StorageError::from)?.0.value().1;
-            let guard = self
-                .tables
-                .records
-                .get(first)
-                .map_err(StorageError::from)?
-                .ok_or(ImportError::Corrupt {
-                    position: first,
-                    reason: "the event index names a position with no record",
-                })?;
-            let view = decode_record(guard.value(), &mut self.scratch).map_err(|reason| {
-                ImportError::Corrupt {
-                    position: first,
-                    reason,
-                }
-            })?;
-            if view.event_id == event_id {
-                return Err(ImportError::DuplicateEventId {
-                    event_id: event_id.to_owned(),
-                    position,
-                    first,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves a stream's head to a new record, sealing a full chunk of positions (the layout of
-    /// spec/journal.md §4, as an append writes it).
-    fn advance(
-        &mut self,
-        stream: StreamId,
-        position: u64,
-        digest: Digest,
-    ) -> Result<(), ImportError> {
-        let head = self.heads.entry(stream).or_insert_with(HeadState::empty);
-        advance_head(&mut self.tables.chunks, &stream, head, position, digest)
-            .map_err(StorageError::from)?;
-        Ok(())
-    }
-
-    /// Writes every head and the event-index checkpoint.
-    fn finish(&mut self) -> Result<(), StorageError> {
-        let mut buf = Vec::new();
-        for (stream, head) in &self.heads {
-            head.encode(&mut buf);
-            self.tables
-                .streams
-                .insert(stream.as_bytes().as_slice(), buf.as_slice())?;
-        }
-        self.tables.meta.insert(
-            META_EVENT_INDEX_UPTO,
-            self.next_position.to_le_bytes().as_slice(),
-        )?;
-        Ok(())
-    }
 }
 
 impl Journal {
     /// Imports exported records into this journal, which must be empty: `f` pushes the records
     /// in position order through the [`Importer`] (see [`Importer::push`] for what each must
     /// satisfy). Everything happens in one write transaction, serialized with appends (it holds
-    /// the committer's lock, so no append commits meanwhile), committed only when `f` returns
-    /// `Ok`: an `Err` from `f` or from a push, or a panic, leaves the journal empty. A failed
-    /// commit fail-stops the journal, as a failed append does.
+    /// the committer's lock, and the backend serializes write transactions), committed only when
+    /// `f` returns `Ok`: an `Err` from `f` or from a push, or a panic, leaves the journal empty.
+    /// A failed commit fail-stops a redb journal, as a failed append does.
     ///
     /// The records stay in the transaction until the commit, so an import's size is bounded by
-    /// what redb can hold in one transaction; the importer itself keeps only each stream's head
-    /// in memory.
+    /// what the backend can hold in one transaction; the importer itself keeps only each stream's
+    /// head in memory (and redb its unmerged event ids).
     pub fn import<R, E: From<ImportError>>(
         &self,
         f: impl FnOnce(&mut Importer<'_>) -> Result<R, E>,
@@ -348,7 +286,7 @@ impl Journal {
             }
             .into());
         }
-        let mut writer = lock(&self.shared.writer);
+        let _commit = lock(&self.shared.commit);
         if self.is_fail_stopped() {
             return Err(ImportError::FailStopped.into());
         }
@@ -358,71 +296,70 @@ impl Journal {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let txn = self
-            .shared
-            .db
-            .begin_write()
-            .map_err(|e| ImportError::from(StorageError::from(e)))?;
-        let run = {
-            let tables = Tables::open(&txn).map_err(ImportError::from)?;
-            let records = tables
-                .records
-                .len()
-                .map_err(|e| ImportError::from(StorageError::from(e)))?;
-            if records > 0 || writer.next_position != 1 {
-                return Err(ImportError::NotEmpty { records }.into());
+        let mut f = Some(f);
+        let mut outcome: Option<Result<R, E>> = None;
+        let ended = self.shared.backend.write(&mut |txn| {
+            let Some(f) = f.take() else {
+                return Err(StorageError::message("the backend ran an import twice"));
+            };
+            let records = txn
+                .last_position()
+                .map_err(|e| StorageError::message(e.to_string()))?;
+            if records > 0 {
+                outcome = Some(Err(ImportError::NotEmpty { records }.into()));
+                return Ok(Finish::Abort);
             }
             let mut importer = Importer {
-                txn: &txn,
-                tables,
+                txn: HookTxn::new(txn),
                 mac: &self.shared.mac,
                 hooks: &hooks,
                 next_position: 1,
                 heads: HashMap::new(),
                 value: Vec::new(),
-                scratch: AlignedVec::new(),
             };
             // The panic is caught while the transaction is alive, so it is aborted normally: a
             // redb write transaction dropped during unwinding leaks its pages until a repair.
-            catch_unwind(AssertUnwindSafe(|| {
-                let result = f(&mut importer)?;
-                importer.finish().map_err(ImportError::from)?;
-                Ok::<_, E>((result, importer.next_position))
-            }))
-        };
-        let abort = |txn: redb::WriteTransaction| {
-            txn.abort()
-                .map_err(|e| E::from(ImportError::from(StorageError::from(e))))
-        };
-        let (result, next_position) = match run {
-            Err(payload) => {
-                abort(txn)?;
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-text panic payload".to_owned());
-                return Err(ImportError::Panicked { message }.into());
+            let run = catch_unwind(AssertUnwindSafe(|| f(&mut importer)));
+            Ok(match run {
+                Err(payload) => {
+                    let message = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-text panic payload".to_owned());
+                    outcome = Some(Err(ImportError::Panicked { message }.into()));
+                    Finish::Abort
+                }
+                Ok(Err(e)) => {
+                    outcome = Some(Err(e));
+                    Finish::Abort
+                }
+                Ok(Ok(result)) => {
+                    outcome = Some(Ok(result));
+                    Finish::Commit
+                }
+            })
+        });
+        match ended {
+            Ok(_) => outcome.unwrap_or_else(|| {
+                Err(
+                    ImportError::from(StorageError::message("the backend did not run the import"))
+                        .into(),
+                )
+            }),
+            Err(CommitError::NotCommitted(e)) => Err(ImportError::Storage(e).into()),
+            Err(CommitError::MaybeCommitted(e)) => {
+                // As after a failed group commit: redb cannot say whether the commit reached the
+                // disk, so stop writing until the journal is reopened.
+                if self.shared.backend.fail_stop_on_uncertain_commit() {
+                    self.shared.failed.store(true, Ordering::Release);
+                }
+                Err(ImportError::MaybeCommitted {
+                    reason: e.to_string(),
+                }
+                .into())
             }
-            Ok(Err(e)) => {
-                abort(txn)?;
-                return Err(e);
-            }
-            Ok(Ok(done)) => done,
-        };
-        if let Err(e) = txn.commit() {
-            // As after a failed group commit: redb cannot say whether the commit reached the
-            // disk, so stop writing until the journal is reopened.
-            self.shared.failed.store(true, Ordering::Release);
-            return Err(ImportError::MaybeCommitted {
-                reason: StorageError::from(e).to_string(),
-            }
-            .into());
         }
-        writer.next_position = next_position;
-        writer.event_index_upto = next_position;
-        writer.recent.clear();
-        Ok(result)
     }
 }
 

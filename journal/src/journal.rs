@@ -7,22 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition,
-};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use rkyv::util::AlignedVec;
 
-use crate::codec::{
-    FORMAT_VERSION, HeadState, Integrity, MacKey, RecordView, authenticate, chunk_key,
-    chunk_position, decode_record,
-};
-use crate::commit::{Queue, Tables};
+use crate::codec::{FORMAT_VERSION, Integrity, MacKey, RecordView, authenticate, decode_record};
+use crate::commit::Queue;
 use crate::error::{OpenError, ProjectionError, ReadError, StorageError, VerifyError};
-use crate::hook::{ProjectionHook, table_def};
+use crate::hook::ProjectionHook;
 use crate::key::{self, KeySource, KeyedDigestKey};
-use crate::limits::STREAM_CHUNK_REVISIONS;
 use crate::lock::{self, ProcessLock};
+use crate::redb_store::{RedbBackend, Tables, Writer};
+use crate::seam::{Backend, ReadTxn};
 use crate::storage::{StorageWrapper, open_database};
 use crate::types::{Digest, Record, StreamHead, StreamId};
 use crate::verify::VerifyReport;
@@ -125,8 +120,11 @@ impl std::fmt::Debug for Journal {
 }
 
 pub(crate) struct Shared {
-    // Field order matters for drop: the database closes before the process lock is released.
-    pub(crate) db: Database,
+    // Field order matters for drop: the backend closes before the process lock is released.
+    pub(crate) backend: Arc<dyn Backend>,
+    /// The same backend when it is redb, for tests that reach into its file.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) redb: Option<Arc<RedbBackend>>,
     pub(crate) mac: MacKey,
     /// Sub-key of [`Journal::keyed_digest`]; derived from the installation key at open.
     pub(crate) keyed: KeyedDigestKey,
@@ -135,7 +133,9 @@ pub(crate) struct Shared {
     pub(crate) queue: Mutex<Queue>,
     /// Signalled whenever a group commit finishes and its slots are filled.
     pub(crate) group_done: Condvar,
-    pub(crate) writer: Mutex<Writer>,
+    /// Held around each group commit, maintenance and import: one write transaction of this
+    /// handle at a time.
+    pub(crate) commit: Mutex<()>,
     pub(crate) failed: AtomicBool,
     /// Set when the open found a record it could not authenticate in the unmerged tail; the
     /// journal then serves reads and verification but refuses writes.
@@ -143,15 +143,8 @@ pub(crate) struct Shared {
     /// True when this open created the database file.
     pub(crate) created: bool,
     pub(crate) hooks: RwLock<Vec<Arc<dyn ProjectionHook>>>,
-    pub(crate) _lock: ProcessLock,
-}
-
-/// State only the committing thread touches. `recent` maps the event ids at positions at or after
-/// `event_index_upto` (not yet merged into the on-disk event index) to their positions.
-pub(crate) struct Writer {
-    pub(crate) next_position: u64,
-    pub(crate) event_index_upto: u64,
-    pub(crate) recent: HashMap<Box<str>, u64>,
+    /// The data directory's process lock, for a backend that only one process may write.
+    pub(crate) _lock: Option<ProcessLock>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -204,23 +197,88 @@ impl Journal {
         let db = open_database(&db_path, wrapper)?;
         let keyed = KeyedDigestKey::derive(&key);
         let (writer, write_refusal) = initialize(&db, &mac, &db_path)?;
+        let backend = Arc::new(RedbBackend::new(db, writer, db_path.display().to_string()));
         let shared = Arc::new(Shared {
-            db,
+            backend: backend.clone(),
+            redb: Some(backend),
             mac,
             keyed,
             data_dir: dir.clone(),
             pid: std::process::id(),
             queue: Mutex::new(Queue::default()),
             group_done: Condvar::new(),
-            writer: Mutex::new(writer),
+            commit: Mutex::new(()),
             failed: AtomicBool::new(false),
             write_refusal,
             created: !exists,
             hooks: RwLock::new(Vec::new()),
-            _lock: process_lock,
+            _lock: Some(process_lock),
         });
         *current = Arc::downgrade(&shared);
         Ok(Journal { shared })
+    }
+
+    /// Opens a journal whose records live in `backend` (spec/scale-out.md), with the installation
+    /// key of the data directory `dir` (an absolute path). The key is created only when the
+    /// backend holds no records yet; a backend with records and a directory without a key is
+    /// refused, since its records could not be authenticated. Several processes, on several
+    /// machines, may open one shared backend: no directory lock is taken, and each handle is its
+    /// own (handles of one backend do not share a group commit; the backend serializes them).
+    pub fn open_with_backend(
+        dir: impl AsRef<Path>,
+        options: &OpenOptions,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Journal, OpenError> {
+        let dir = dir.as_ref();
+        if !dir.is_absolute() {
+            return Err(OpenError::RelativePath {
+                path: dir.to_path_buf(),
+            });
+        }
+        create_private_dir(dir).map_err(|source| OpenError::Io {
+            path: dir.into(),
+            source,
+        })?;
+        let dir = dir.canonicalize().map_err(|source| OpenError::Io {
+            path: dir.into(),
+            source,
+        })?;
+        let mut last = 0;
+        backend
+            .read(&mut |txn| {
+                last = txn.last_position()?;
+                Ok(())
+            })
+            .map_err(|e| OpenError::Backend {
+                location: backend.location(),
+                reason: e.to_string(),
+            })?;
+        let key = key::load_or_create(&dir, last == 0, options.key_source.as_ref())?;
+        let mac = MacKey::new(key.bytes());
+        let keyed = KeyedDigestKey::derive(&key);
+        Ok(Journal {
+            shared: Arc::new(Shared {
+                backend,
+                redb: None,
+                mac,
+                keyed,
+                data_dir: dir,
+                pid: std::process::id(),
+                queue: Mutex::new(Queue::default()),
+                group_done: Condvar::new(),
+                commit: Mutex::new(()),
+                failed: AtomicBool::new(false),
+                write_refusal: None,
+                created: last == 0,
+                hooks: RwLock::new(Vec::new()),
+                _lock: None,
+            }),
+        })
+    }
+
+    /// Where the records live: the redb file, or the backend's location.
+    pub fn location(&self) -> String {
+        self.shared.backend.location()
     }
 
     /// The canonical data directory.
@@ -277,32 +335,30 @@ impl Journal {
 
     // ----- reads -----
 
-    fn begin_read(&self) -> Result<ReadTransaction, ReadError> {
+    /// Runs `f` in one read transaction of the backend and returns its result.
+    pub(crate) fn read<R>(
+        &self,
+        mut f: impl FnMut(&mut dyn ReadTxn) -> Result<R, ReadError>,
+    ) -> Result<R, ReadError> {
         if !self.check_process() {
             return Err(ReadError::ForkedProcess);
         }
-        Ok(self.shared.db.begin_read().map_err(StorageError::from)?)
+        let mut out = None;
+        self.shared.backend.read(&mut |txn| {
+            out = Some(f(txn)?);
+            Ok(())
+        })?;
+        out.ok_or_else(|| StorageError::message("the backend did not run the read").into())
     }
 
     /// The head of a stream, or `None` when it has no records.
     pub fn stream_head(&self, stream: &StreamId) -> Result<Option<StreamHead>, ReadError> {
-        let txn = self.begin_read()?;
-        let head = read_head(&txn, stream)?;
-        Ok(head.map(|h| StreamHead {
-            revision: h.revision,
-            position: h.position,
-            digest: h.digest,
-        }))
+        self.read(|txn| txn.head(stream))
     }
 
     /// The last global position written (0 for an empty journal).
     pub fn head_position(&self) -> Result<u64, ReadError> {
-        let txn = self.begin_read()?;
-        let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-        Ok(records
-            .last()
-            .map_err(StorageError::from)?
-            .map_or(0, |(k, _)| k.value()))
+        self.read(|txn| txn.last_position())
     }
 
     /// Reads up to `max` records of a stream starting at revision `from` (1-based), verifying each
@@ -329,46 +385,71 @@ impl Journal {
         max: usize,
         mut f: impl FnMut(&RecordView<'_>) -> ControlFlow<()>,
     ) -> Result<(), ReadError> {
-        let txn = self.begin_read()?;
-        let Some(head) = read_head(&txn, stream)? else {
-            return Ok(());
-        };
-        let from = from.max(1);
-        if from > head.revision || max == 0 {
-            return Ok(());
-        }
-        let last = head.revision.min(from.saturating_add(max as u64 - 1));
-        let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-        let chunks = txn.open_table(CHUNKS).map_err(StorageError::from)?;
-        let mut scratch = AlignedVec::<16>::new();
-        let mut previous = if from == 1 {
-            Digest::ZERO
-        } else {
-            let position = position_of(&chunks, stream, &head, from - 1)?;
-            let guard = get_record(&records, position, stream, from - 1)?;
-            let view =
-                self.decode_verified(guard.value(), &mut scratch, stream, from - 1, position)?;
-            view.digest
-        };
-        for revision in from..=last {
-            let position = position_of(&chunks, stream, &head, revision)?;
-            let guard = get_record(&records, position, stream, revision)?;
-            let view =
-                self.decode_verified(guard.value(), &mut scratch, stream, revision, position)?;
-            if view.previous_digest != previous {
-                return Err(ReadError::AuthenticationFailed {
-                    stream: *stream,
-                    revision,
-                    position,
-                    reason: "the record does not chain to its predecessor",
+        self.read(|txn| {
+            let Some(head) = txn.head(stream)? else {
+                return Ok(());
+            };
+            let from = from.max(1);
+            if from > head.revision || max == 0 {
+                return Ok(());
+            }
+            let last = head.revision.min(from.saturating_add(max as u64 - 1));
+            let mut scratch = AlignedVec::<16>::new();
+            let mut previous = Digest::ZERO;
+            let mut failed = None;
+            let mut stopped = false;
+            // The record before `from` is read only for its digest, which the first record
+            // visited must chain to.
+            let start = if from == 1 { 1 } else { from - 1 };
+            let mut expected = start;
+            txn.stream_records(stream, start, last, &mut |revision, position, value| {
+                let outcome = if revision == expected {
+                    self.decode_verified(value, &mut scratch, stream, revision, position)
+                } else {
+                    Err(ReadError::Corrupt {
+                        position,
+                        reason: format!(
+                            "stream {stream} gave revision {revision} where {expected} was due"
+                        ),
+                    })
+                };
+                expected += 1;
+                let view = match outcome {
+                    Ok(view) => view,
+                    Err(e) => {
+                        failed = Some(e);
+                        return ControlFlow::Break(());
+                    }
+                };
+                if revision < from {
+                    previous = view.digest;
+                    return ControlFlow::Continue(());
+                }
+                if view.previous_digest != previous {
+                    failed = Some(ReadError::AuthenticationFailed {
+                        stream: *stream,
+                        revision,
+                        position,
+                        reason: "the record does not chain to its predecessor",
+                    });
+                    return ControlFlow::Break(());
+                }
+                previous = view.digest;
+                let flow = f(&view);
+                stopped = flow.is_break();
+                flow
+            })?;
+            if failed.is_none() && !stopped && expected <= last {
+                failed = Some(ReadError::Corrupt {
+                    position: 0,
+                    reason: format!(
+                        "stream {stream} has no record at revision {expected}, below its head {}",
+                        head.revision
+                    ),
                 });
             }
-            previous = view.digest;
-            if f(&view).is_break() {
-                break;
-            }
-        }
-        Ok(())
+            failed.map_or(Ok(()), Err)
+        })
     }
 
     fn decode_verified<'a>(
@@ -419,27 +500,7 @@ impl Journal {
         from: u64,
         mut f: impl FnMut(&RecordView<'_>) -> ControlFlow<()>,
     ) -> Result<u64, ReadError> {
-        let txn = self.begin_read()?;
-        let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-        let from = from.max(1);
-        let mut scratch = AlignedVec::<16>::new();
-        let mut visited = 0;
-        for (expected, entry) in (from..).zip(records.range(from..).map_err(StorageError::from)?) {
-            let (key, value) = entry.map_err(StorageError::from)?;
-            let position = key.value();
-            if position != expected {
-                return Err(ReadError::Corrupt {
-                    position: expected,
-                    reason: format!("positions jump from {} to {position}", expected - 1),
-                });
-            }
-            let view = verified_at(value.value(), position, &mut scratch, &self.shared.mac)?;
-            visited += 1;
-            if f(&view).is_break() {
-                break;
-            }
-        }
-        Ok(visited)
+        self.read(|txn| scan_in(txn, from, &self.shared.mac, &mut f))
     }
 
     /// Reads a projection value written by a hook. The bytes have alignment 1.
@@ -449,30 +510,61 @@ impl Journal {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R, ProjectionError> {
-        if !self.check_process() {
-            return Err(ProjectionError::ForkedProcess);
-        }
-        let def = table_def(table)?;
-        let txn = self.shared.db.begin_read().map_err(StorageError::from)?;
-        let t = match txn.open_table(def) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(f(None)),
-            Err(e) => return Err(StorageError::from(e).into()),
-        };
-        let guard = t.get(key).map_err(StorageError::from)?;
-        Ok(f(guard.as_ref().map(|g| g.value())))
+        self.projection_read(|read| read.get(table, key, f))?
     }
 
     /// The full verification pass: every record's structure, digest, MAC and chain link, gap-free
-    /// positions, contiguous revisions, and agreement of the stream heads, the per-stream position
-    /// index and the event-id index with the records. Findings are reported, not raised.
+    /// positions, contiguous revisions, and agreement of the stream heads and the backend's
+    /// indexes (for redb, the per-stream position index and the event-id index) with the
+    /// records. Findings are reported, not raised.
     pub fn verify(&self) -> Result<VerifyReport, VerifyError> {
         if !self.check_process() {
             return Err(VerifyError::ForkedProcess);
         }
-        let txn = self.shared.db.begin_read().map_err(StorageError::from)?;
-        crate::verify::run(&txn, &self.shared.mac)
+        self.read(|txn| crate::verify::run(txn, &self.shared.mac))
+            .map_err(|e| match e {
+                ReadError::Storage(e) => VerifyError::Storage(e),
+                ReadError::ForkedProcess => VerifyError::ForkedProcess,
+                e => VerifyError::Storage(StorageError::message(e.to_string())),
+            })
     }
+}
+
+/// Visits every record from `from` in position order inside `txn`, verified, checking that
+/// positions have no gaps. Shared by [`Journal::scan`] and maintenance replays, so both refuse
+/// exactly the same records.
+pub(crate) fn scan_in(
+    txn: &mut dyn ReadTxn,
+    from: u64,
+    mac: &MacKey,
+    f: &mut dyn FnMut(&RecordView<'_>) -> ControlFlow<()>,
+) -> Result<u64, ReadError> {
+    let from = from.max(1);
+    let mut scratch = AlignedVec::<16>::new();
+    let mut expected = from;
+    let mut visited = 0;
+    let mut failed = None;
+    txn.records(from, &mut |position, value| {
+        if position != expected {
+            failed = Some(ReadError::Corrupt {
+                position: expected,
+                reason: format!("positions jump from {} to {position}", expected - 1),
+            });
+            return ControlFlow::Break(());
+        }
+        expected += 1;
+        match verified_at(value, position, &mut scratch, mac) {
+            Ok(view) => {
+                visited += 1;
+                f(&view)
+            }
+            Err(e) => {
+                failed = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    })?;
+    failed.map_or(Ok(visited), Err)
 }
 
 /// Decodes the record stored under `position` and authenticates it: its structure, the position
@@ -505,70 +597,6 @@ pub(crate) fn auth_failed(view: &RecordView<'_>, kind: Integrity) -> ReadError {
             Integrity::Mac => "the record MAC does not match the installation key",
         },
     }
-}
-
-fn read_head(txn: &ReadTransaction, stream: &StreamId) -> Result<Option<HeadState>, ReadError> {
-    let streams = match txn.open_table(STREAMS) {
-        Ok(t) => t,
-        Err(e) => return Err(StorageError::from(e).into()),
-    };
-    match streams
-        .get(stream.as_bytes().as_slice())
-        .map_err(StorageError::from)?
-    {
-        Some(g) => HeadState::decode(g.value())
-            .map(Some)
-            .map_err(|reason| ReadError::Corrupt {
-                position: 0,
-                reason: format!("stream {stream}: {reason}"),
-            }),
-        None => Ok(None),
-    }
-}
-
-pub(crate) fn position_of(
-    chunks: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    stream: &StreamId,
-    head: &HeadState,
-    revision: u64,
-) -> Result<u64, ReadError> {
-    let index = (revision - 1) % STREAM_CHUNK_REVISIONS;
-    let chunk = (revision - 1) / STREAM_CHUNK_REVISIONS;
-    let sealed = head.revision / STREAM_CHUNK_REVISIONS;
-    let corrupt = |reason: &str| ReadError::Corrupt {
-        position: 0,
-        reason: format!("position index of stream {stream} at revision {revision}: {reason}"),
-    };
-    if chunk < sealed {
-        let key = chunk_key(stream, chunk);
-        let guard = chunks
-            .get(key.as_slice())
-            .map_err(StorageError::from)?
-            .ok_or_else(|| corrupt("a sealed chunk is missing"))?;
-        chunk_position(guard.value(), index).map_err(corrupt)
-    } else {
-        head.tail
-            .get(index as usize)
-            .copied()
-            .ok_or_else(|| corrupt("the head has no such entry"))
-    }
-}
-
-fn get_record<'a>(
-    records: &'a redb::ReadOnlyTable<u64, &'static [u8]>,
-    position: u64,
-    stream: &StreamId,
-    revision: u64,
-) -> Result<redb::AccessGuard<'a, &'static [u8]>, ReadError> {
-    records
-        .get(position)
-        .map_err(StorageError::from)?
-        .ok_or(ReadError::AuthenticationFailed {
-            stream: *stream,
-            revision,
-            position,
-            reason: "the record is missing",
-        })
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

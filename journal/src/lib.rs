@@ -18,6 +18,7 @@ mod key;
 mod limits;
 mod lock;
 mod maintain;
+mod redb_store;
 mod seam;
 mod storage;
 mod types;

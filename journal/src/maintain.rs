@@ -2,17 +2,18 @@
 //! the group committer, that can replay the journal into projections (rebuild, catch-up, check);
 //! and the read side of projection tables (spec/journal.md, "Projection maintenance").
 
+use std::cell::RefCell;
 use std::ops::{ControlFlow, Deref};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 use rkyv::util::AlignedVec;
 
 use crate::codec::{MacKey, RecordView};
 use crate::error::{ProjectionError, ReadError, StorageError};
-use crate::hook::{HookError, HookTxn, table_def};
-use crate::journal::{Journal, RECORDS, lock, verified_at};
+use crate::hook::{HookError, HookTxn, SCAN_PAGE_ENTRIES, check_table, get_once, scan_pages};
+use crate::journal::{Journal, lock, verified_at};
+use crate::seam::{CommitError, Finish, ReadTxn};
 
 /// The write transaction of [`Journal::maintain`]: everything a [`HookTxn`] offers (through
 /// `Deref`), plus the journal head and a verified replay of the records.
@@ -39,8 +40,9 @@ impl<'t> Deref for MaintenanceTxn<'t> {
 }
 
 impl MaintenanceTxn<'_> {
-    /// The last global position in the journal (0 when empty). No append can commit while the
-    /// maintenance transaction is open, so this does not change during it.
+    /// The last global position in the journal (0 when empty). No append of this handle can
+    /// commit while the maintenance transaction is open, and the backend serializes write
+    /// transactions, so this does not change during it.
     pub fn head_position(&self) -> u64 {
         self.head
     }
@@ -51,55 +53,74 @@ impl MaintenanceTxn<'_> {
     /// Returns the number of records visited. An `Err` from `f` stops the replay and is returned
     /// as [`ProjectionError::Apply`], naming the record.
     ///
-    /// The records table stays open while `f` runs, so `f` must only use projection tables.
+    /// Records are copied out a page at a time, so `f` may use the transaction's projection
+    /// tables between them.
     pub fn replay(
         &self,
         from_position: u64,
         mut f: impl FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
     ) -> Result<u64, ProjectionError> {
-        let records = self
-            .hook
-            .txn
-            .open_table(RECORDS)
-            .map_err(StorageError::from)?;
-        let from = from_position.max(1);
+        let mut next = from_position.max(1);
         let mut scratch = AlignedVec::<16>::new();
         let mut visited = 0;
-        for (expected, entry) in (from..).zip(records.range(from..).map_err(StorageError::from)?) {
-            let (key, value) = entry.map_err(StorageError::from)?;
-            let position = key.value();
-            if position != expected {
-                return Err(ReadError::Corrupt {
-                    position: expected,
-                    reason: format!("positions jump from {} to {position}", expected - 1),
+        let mut page: Vec<(u64, Vec<u8>)> = Vec::with_capacity(SCAN_PAGE_ENTRIES);
+        loop {
+            page.clear();
+            self.hook.with_txn(|txn| {
+                txn.records(next, &mut |position, value| {
+                    page.push((position, value.to_vec()));
+                    if page.len() >= SCAN_PAGE_ENTRIES {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+            })??;
+            for (position, value) in &page {
+                let position = *position;
+                if position != next {
+                    return Err(ReadError::Corrupt {
+                        position: next,
+                        reason: format!("positions jump from {} to {position}", next - 1),
+                    }
+                    .into());
                 }
-                .into());
+                next += 1;
+                let view = verified_at(value, position, &mut scratch, self.mac)?;
+                if let Err(e) = f(&self.hook, &view) {
+                    return Err(ProjectionError::Apply {
+                        position,
+                        event_id: view.event_id.to_owned(),
+                        message: e.message().to_owned(),
+                        code: e.code(),
+                    });
+                }
+                visited += 1;
             }
-            let view = verified_at(value.value(), position, &mut scratch, self.mac)?;
-            if let Err(e) = f(&self.hook, &view) {
-                return Err(ProjectionError::Apply {
-                    position,
-                    event_id: view.event_id.to_owned(),
-                    message: e.message().to_owned(),
-                    code: e.code(),
-                });
+            if page.len() < SCAN_PAGE_ENTRIES {
+                return Ok(visited);
             }
-            visited += 1;
         }
-        Ok(visited)
     }
 }
 
 /// A consistent read-only snapshot of the projection tables, for reading several tables (or one
 /// table several times) as of one commit.
 pub struct ProjectionRead<'t> {
-    txn: &'t ReadTransaction,
+    txn: RefCell<&'t mut dyn ReadTxn>,
 }
 
 impl std::fmt::Debug for ProjectionRead<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ProjectionRead")
     }
+}
+
+fn busy() -> ProjectionError {
+    StorageError::message(
+        "a projection snapshot was used from inside one of its own `get` callbacks",
+    )
+    .into()
 }
 
 impl ProjectionRead<'_> {
@@ -111,13 +132,9 @@ impl ProjectionRead<'_> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R, ProjectionError> {
-        let t = match self.txn.open_table(table_def(table)?) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(f(None)),
-            Err(e) => return Err(StorageError::from(e).into()),
-        };
-        let guard = t.get(key).map_err(StorageError::from)?;
-        Ok(f(guard.as_ref().map(|g| g.value())))
+        check_table(table)?;
+        let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+        get_once(|cb| txn.kv_get(table, key, cb), f)
     }
 
     /// Calls `f` with every entry of `table` in key order until it returns `Break`. A missing
@@ -125,32 +142,32 @@ impl ProjectionRead<'_> {
     pub fn scan(
         &self,
         table: &'static str,
-        mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+        f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> Result<(), ProjectionError> {
-        let t = match self.txn.open_table(table_def(table)?) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(e) => return Err(StorageError::from(e).into()),
-        };
-        for entry in t.iter().map_err(StorageError::from)? {
-            let (key, value) = entry.map_err(StorageError::from)?;
-            if f(key.value(), value.value()).is_break() {
-                break;
-            }
-        }
-        Ok(())
+        check_table(table)?;
+        scan_pages(
+            |after, cb| {
+                let mut txn = self.txn.try_borrow_mut().map_err(|_| busy())?;
+                txn.kv_scan(table, after, cb).map_err(|e| match e {
+                    ReadError::Storage(e) => ProjectionError::Storage(e),
+                    e => ProjectionError::Read(e),
+                })
+            },
+            f,
+        )
     }
 }
 
 impl Journal {
     /// Runs `f` in a write transaction that only projection tables can be written in, serialized
-    /// with the group committer: no append commits while it runs (it holds the committer's writer
-    /// lock), and it sees every committed record. `f` returns its result and whether to commit;
-    /// `false` aborts, so a caller can compute something (such as a rebuilt projection's digest)
-    /// without changing anything. A commit has the same durability as an append.
+    /// with the group committer: no append commits while it runs (it holds the committer's lock,
+    /// and the backend serializes write transactions), and it sees every committed record. `f`
+    /// returns its result and whether to commit; `false` aborts, so a caller can compute
+    /// something (such as a rebuilt projection's digest) without changing anything. A commit has
+    /// the same durability as an append.
     ///
     /// Refused when the journal is fail-stopped or refuses writes. An `Err` or a panic in `f`
-    /// aborts the transaction. A failed commit fail-stops the journal, as a failed append does.
+    /// aborts the transaction. A failed commit fail-stops a redb journal, as a failed append does.
     /// `f` must not append to or maintain this journal: it would wait for itself.
     pub fn maintain<R>(
         &self,
@@ -165,58 +182,69 @@ impl Journal {
             });
         }
         // The same lock the group committer holds around each group commit.
-        let _writer = lock(&self.shared.writer);
+        let _commit = lock(&self.shared.commit);
         if self.is_fail_stopped() {
             return Err(ProjectionError::FailStopped);
         }
-        let txn = self.shared.db.begin_write().map_err(StorageError::from)?;
-        let head = txn
-            .open_table(RECORDS)
-            .map_err(StorageError::from)?
-            .last()
-            .map_err(StorageError::from)?
-            .map_or(0, |(k, _)| k.value());
-        // The panic is caught while the transaction is still alive, so it is aborted normally
-        // below: a redb write transaction dropped during unwinding leaks its pages until the
-        // database is repaired.
-        let run = {
-            let maintenance = MaintenanceTxn {
-                hook: HookTxn { txn: &txn },
-                mac: &self.shared.mac,
-                head,
+        let mut f = Some(f);
+        let mut outcome: Option<Result<R, ProjectionError>> = None;
+        let ended = self.shared.backend.write(&mut |txn| {
+            let Some(f) = f.take() else {
+                return Err(StorageError::message("the backend ran a maintenance twice"));
             };
-            catch_unwind(AssertUnwindSafe(|| f(&maintenance)))
-        };
-        let abort = |txn: redb::WriteTransaction| txn.abort().map_err(StorageError::from);
-        match run {
-            Err(payload) => {
-                abort(txn)?;
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-text panic payload".to_owned());
-                Err(ProjectionError::Panicked { message })
-            }
-            Ok(Err(e)) => {
-                abort(txn)?;
-                Err(e.into_projection_error())
-            }
-            Ok(Ok((result, false))) => {
-                abort(txn)?;
-                Ok(result)
-            }
-            Ok(Ok((result, true))) => match txn.commit() {
-                Ok(()) => Ok(result),
-                Err(e) => {
-                    // redb cannot say whether a failed commit reached the disk; like a failed
-                    // group commit, stop writing until the journal is reopened.
-                    self.shared.failed.store(true, Ordering::Release);
-                    Err(ProjectionError::MaybeCommitted {
-                        reason: StorageError::from(e).to_string(),
-                    })
+            let head = txn
+                .last_position()
+                .map_err(|e| StorageError::message(e.to_string()))?;
+            // The panic is caught while the transaction is still alive, so it is aborted
+            // normally: a redb write transaction dropped during unwinding leaks its pages until
+            // the database is repaired.
+            let run = {
+                let maintenance = MaintenanceTxn {
+                    hook: HookTxn::new(txn),
+                    mac: &self.shared.mac,
+                    head,
+                };
+                catch_unwind(AssertUnwindSafe(|| f(&maintenance)))
+            };
+            Ok(match run {
+                Err(payload) => {
+                    let message = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-text panic payload".to_owned());
+                    outcome = Some(Err(ProjectionError::Panicked { message }));
+                    Finish::Abort
                 }
-            },
+                Ok(Err(e)) => {
+                    outcome = Some(Err(e.into_projection_error()));
+                    Finish::Abort
+                }
+                Ok(Ok((result, commit))) => {
+                    outcome = Some(Ok(result));
+                    if commit {
+                        Finish::Commit
+                    } else {
+                        Finish::Abort
+                    }
+                }
+            })
+        });
+        match ended {
+            Ok(_) => outcome.unwrap_or_else(|| {
+                Err(StorageError::message("the backend did not run the maintenance").into())
+            }),
+            Err(CommitError::NotCommitted(e)) => Err(e.into()),
+            Err(CommitError::MaybeCommitted(e)) => {
+                // The backend cannot say whether a failed commit reached the disk; like a failed
+                // group commit, a redb journal stops writing until it is reopened.
+                if self.shared.backend.fail_stop_on_uncertain_commit() {
+                    self.shared.failed.store(true, Ordering::Release);
+                }
+                Err(ProjectionError::MaybeCommitted {
+                    reason: e.to_string(),
+                })
+            }
         }
     }
 
@@ -239,8 +267,23 @@ impl Journal {
         if !self.check_process() {
             return Err(ProjectionError::ForkedProcess);
         }
-        let txn = self.shared.db.begin_read().map_err(StorageError::from)?;
-        Ok(f(&ProjectionRead { txn: &txn }))
+        let mut f = Some(f);
+        let mut out = None;
+        self.shared
+            .backend
+            .read(&mut |txn| {
+                if let Some(f) = f.take() {
+                    out = Some(f(&ProjectionRead {
+                        txn: RefCell::new(txn),
+                    }));
+                }
+                Ok(())
+            })
+            .map_err(|e| match e {
+                ReadError::Storage(e) => ProjectionError::Storage(e),
+                e => ProjectionError::Read(e),
+            })?;
+        out.ok_or_else(|| StorageError::message("the backend did not run the read").into())
     }
 }
 
@@ -254,7 +297,9 @@ mod tests {
     use crate::error::AppendError;
     use crate::hook::ProjectionHook;
     use crate::journal::OpenOptions;
+    use crate::journal::RECORDS;
     use crate::types::{ExpectedRevision, NewRecord, StreamAppend, StreamId, Timestamp};
+    use redb::ReadableTable;
 
     const T: &str = "proj.test";
 
@@ -547,8 +592,8 @@ mod tests {
         append(&j, b"a", &["a1", "a2", "a3"]).unwrap();
         // Move record 2's value to position 3: its MAC binds it to position 2.
         {
-            let _writer = lock(&j.shared.writer);
-            let txn = j.shared.db.begin_write().unwrap();
+            let _commit = lock(&j.shared.commit);
+            let txn = j.shared.redb.as_ref().unwrap().db.begin_write().unwrap();
             {
                 let mut records = txn.open_table(RECORDS).unwrap();
                 let two = records.get(2).unwrap().unwrap().value().to_vec();
@@ -591,8 +636,8 @@ mod tests {
         let j = open(&dir);
         append(&j, b"a", &["a1"]).unwrap();
         {
-            let _writer = lock(&j.shared.writer);
-            let txn = j.shared.db.begin_write().unwrap();
+            let _commit = lock(&j.shared.commit);
+            let txn = j.shared.redb.as_ref().unwrap().db.begin_write().unwrap();
             {
                 let mut records = txn.open_table(RECORDS).unwrap();
                 let mut v = records.get(1).unwrap().unwrap().value().to_vec();

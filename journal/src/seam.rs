@@ -14,6 +14,9 @@
 //! Transactions are closures rather than objects so that a backend can keep borrowed state (redb
 //! tables borrow their transaction) for exactly the transaction's lifetime.
 
+// The callbacks are spelled out in each signature: an alias would hide what a backend calls.
+#![allow(clippy::type_complexity)]
+
 use std::ops::ControlFlow;
 
 use crate::error::{ReadError, StorageError};
@@ -102,11 +105,7 @@ pub trait ReadTxn {
     ) -> Result<(), ReadError>;
 
     /// Calls `f` with the bytes stored at `position`, if any.
-    fn record(
-        &mut self,
-        position: u64,
-        f: &mut dyn FnMut(Option<&[u8]>),
-    ) -> Result<(), ReadError>;
+    fn record(&mut self, position: u64, f: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), ReadError>;
 
     /// Calls `f(position, bytes)` for every record from position `from` in position order, until
     /// it breaks. Positions are passed as stored; the core checks they have no gaps.

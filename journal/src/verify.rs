@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 
-use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
+use std::ops::ControlFlow;
+
 use rkyv::util::AlignedVec;
 
-use crate::codec::{HeadState, Integrity, MacKey, authenticate, decode_record, event_key};
-use crate::error::{StorageError, VerifyError};
-use crate::journal::{CHUNKS, EVENT_IDS, META, RECORDS, STREAMS, position_of};
+use crate::codec::{Integrity, MacKey, authenticate, decode_record};
+use crate::error::ReadError;
+use crate::seam::{IndexKind, ReadTxn};
 use crate::types::{Digest, StreamId};
 
 /// The kinds of integrity failure the verification pass reports.
@@ -104,27 +105,12 @@ struct Seen {
     digest: Digest,
 }
 
-pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, VerifyError> {
-    let records = txn.open_table(RECORDS).map_err(StorageError::from)?;
-    let streams = txn.open_table(STREAMS).map_err(StorageError::from)?;
-    let chunks = txn.open_table(CHUNKS).map_err(StorageError::from)?;
-    let event_ids = txn.open_table(EVENT_IDS).map_err(StorageError::from)?;
-    let meta = txn.open_table(META).map_err(StorageError::from)?;
-    let event_index_upto = meta
-        .get("event_index_upto")
-        .map_err(StorageError::from)?
-        .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
-        .map_or(1, u64::from_le_bytes);
-
+pub(crate) fn run(txn: &mut dyn ReadTxn, mac: &MacKey) -> Result<VerifyReport, ReadError> {
     let mut report = VerifyReport::default();
     let mut seen: HashMap<StreamId, Seen> = HashMap::new();
-    let mut heads: HashMap<StreamId, Option<HeadState>> = HashMap::new();
     let mut scratch = AlignedVec::<16>::new();
     let mut expected_position = 1u64;
-    let mut indexed = 0u64;
-    for entry in records.iter().map_err(StorageError::from)? {
-        let (key, value) = entry.map_err(StorageError::from)?;
-        let position = key.value();
+    txn.records(1, &mut |position, value| {
         report.records += 1;
         if position != expected_position {
             report.record(
@@ -136,13 +122,13 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
             );
         }
         expected_position = position.saturating_add(1);
-        let view = match decode_record(value.value(), &mut scratch) {
+        let view = match decode_record(value, &mut scratch) {
             Ok(view) => view,
             Err(reason) => {
                 report.record(FailureKind::Structure, None, None, Some(position), || {
                     reason.to_owned()
                 });
-                continue;
+                return ControlFlow::Continue(());
             }
         };
         let (stream, revision) = (view.stream, view.revision);
@@ -180,74 +166,32 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
                 digest: view.digest,
             },
         );
-
-        let head = match heads.get(&stream) {
-            Some(h) => h.as_ref(),
-            None => {
-                let h = match streams
-                    .get(stream.as_bytes().as_slice())
-                    .map_err(StorageError::from)?
-                {
-                    Some(g) => HeadState::decode(g.value()).ok(),
-                    None => None,
-                };
-                heads.entry(stream).or_insert(h).as_ref()
-            }
+        ControlFlow::Continue(())
+    })?;
+    txn.check_indexes(&mut |finding| {
+        let kind = match finding.kind {
+            IndexKind::Position => FailureKind::PositionIndex,
+            IndexKind::Event => FailureKind::EventIndex,
         };
-        let indexed_at = match head {
-            // A storage failure is the pass's own error; only a missing or undecodable index
-            // entry is an integrity finding.
-            Some(h) if revision >= 1 && revision <= h.revision => {
-                match position_of(&chunks, &stream, h, revision) {
-                    Ok(position) => Some(position),
-                    Err(crate::error::ReadError::Storage(e)) => return Err(e.into()),
-                    Err(_) => None,
-                }
-            }
-            _ => None,
-        };
-        if indexed_at != Some(position) {
-            report.record(
-                FailureKind::PositionIndex,
-                at.0,
-                at.1,
-                at.2,
-                || match indexed_at {
-                    Some(p) => format!("the stream index says position {p}"),
-                    None => "the stream index has no entry".to_owned(),
-                },
-            );
-        }
-        if position < event_index_upto {
-            indexed += 1;
-            let found = event_ids
-                .get((event_key(view.event_id), position))
-                .map_err(StorageError::from)?
-                .is_some();
-            if !found {
-                report.record(FailureKind::EventIndex, at.0, at.1, at.2, || {
-                    format!("event id {} is not in the event index", view.event_id)
-                });
-            }
-        }
-    }
-    let indexed_entries = event_ids.len().map_err(StorageError::from)?;
-    if indexed_entries != indexed {
-        report.record(FailureKind::EventIndex, None, None, None, || {
-            format!("the event index holds {indexed_entries} entries for {indexed} indexed records")
-        });
-    }
+        report.record(
+            kind,
+            finding.stream,
+            finding.revision,
+            finding.position,
+            || finding.detail.clone(),
+        );
+    })?;
     report.streams = seen.len() as u64;
-    for entry in streams.iter().map_err(StorageError::from)? {
-        let (key, value) = entry.map_err(StorageError::from)?;
-        let Ok(bytes) = <[u8; 32]>::try_from(key.value()) else {
+    let mut head_count = 0u64;
+    txn.heads(&mut |key, head| {
+        head_count += 1;
+        let Ok(bytes) = <[u8; 32]>::try_from(key) else {
             report.record(FailureKind::HeadMismatch, None, None, None, || {
                 "a stream head key is not 32 bytes".to_owned()
             });
-            continue;
+            return;
         };
         let stream = StreamId::from_bytes(bytes);
-        let head = HeadState::decode(value.value());
         let last = seen.get(&stream);
         let agrees = match (&head, last) {
             (Ok(h), Some(s)) => {
@@ -267,8 +211,7 @@ pub(crate) fn run(txn: &ReadTransaction, mac: &MacKey) -> Result<VerifyReport, V
                 },
             );
         }
-    }
-    let head_count = streams.len().map_err(StorageError::from)?;
+    })?;
     if head_count != seen.len() as u64 {
         report.record(FailureKind::HeadMismatch, None, None, None, || {
             format!(
