@@ -196,6 +196,27 @@ impl ProjectionHook for Adapter {
     }
 
     fn apply(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
+        // On a journal shared by several processes (spec/scale-out.md §5) a process that has not
+        // attached this projection appends without it. Folding the next record on top would
+        // move the checkpoint over records the tables never saw (P3), so the append is refused
+        // instead; attaching the projection again catches it up.
+        let stored = tx.get(META_TABLE, self.0.name().as_bytes(), |v| {
+            v.map(ProjectionMeta::decode)
+        })?;
+        if let Some(Ok(meta)) = stored
+            && meta.checkpoint + 1 != record.position
+        {
+            return Err(HookError::with_code(
+                "projection-behind",
+                format!(
+                    "projection {} has folded records up to position {}, not up to {}: records \
+                     were appended without it; attach it again to catch up",
+                    self.0.name(),
+                    meta.checkpoint,
+                    record.position - 1
+                ),
+            ));
+        }
         self.0.apply(tx, record)?;
         write_meta(tx, self.0.as_ref(), record.position)?;
         Ok(())
@@ -1025,6 +1046,49 @@ mod tests {
         h.update(0xFFFF_FFFFu32.to_le_bytes());
         let expected: [u8; 32] = h.finalize().into();
         assert_eq!(p.digest("counts").unwrap(), expected);
+    }
+
+    #[test]
+    fn an_append_after_records_the_projection_never_folded_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(&dir);
+        append(&j, "a", 0, 2);
+        let _p = Projections::attach(&j, counts(1)).unwrap();
+        // What another process appending to a shared journal without this projection leaves:
+        // a checkpoint behind the journal head.
+        let behind = ProjectionMeta {
+            version: 1,
+            checkpoint: 1,
+        };
+        j.maintain(|m| {
+            m.insert(META_TABLE, b"counts", &behind.encode())?;
+            Ok(((), true))
+        })
+        .unwrap();
+        let s = StreamId::derive("test", b"a").unwrap();
+        let err = j
+            .append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![NewRecord::new("a-9", "other", Timestamp(9), vec![])],
+            ))
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ctx_journal::AppendError::Hook {
+                    code: Some("projection-behind"),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("up to position 1, not up to 2"),
+            "{err}"
+        );
+        assert_eq!(j.head_position().unwrap(), 2);
+        assert_eq!(stream_count(&j, "a").unwrap().records, 2);
     }
 
     #[test]
