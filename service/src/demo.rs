@@ -51,10 +51,17 @@ pub fn run_demo(
 ) -> Result<DemoSummary, CliError> {
     let layout = Layout::new(&dir.path);
     let now = UtcMicros(now.0);
-    let reused = layout
-        .journal()
-        .join(ctx_journal::files::DATABASE_FILE)
-        .exists();
+    let reused = match crate::journal_store::journal_source(&layout.journal()) {
+        crate::JournalSource::Embedded => layout
+            .journal()
+            .join(ctx_journal::files::DATABASE_FILE)
+            .exists(),
+        _ => {
+            crate::journal_store::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?
+                .head_position()?
+                > 0
+        }
+    };
     writeln!(out, "ctx demo: plan, consent and install, step by step\n")?;
     writeln!(
         out,
@@ -337,6 +344,7 @@ fn audit_step(layout: &Layout, out: &mut dyn Write) -> Result<u64, CliError> {
             exit: code,
         });
     }
-    let journal = ctx_journal::Journal::open(layout.journal(), &ctx_journal::OpenOptions::new())?;
+    let journal =
+        crate::journal_store::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?;
     Ok(journal.head_position()?)
 }

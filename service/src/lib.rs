@@ -45,6 +45,7 @@ pub mod host_actuator;
 pub mod host_files;
 pub mod hosts;
 pub mod install;
+mod journal_store;
 pub mod managed;
 pub mod planning;
 pub mod policy;
@@ -58,6 +59,9 @@ pub use cli::{
 pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, Layout, choose_data_dir};
 pub use demo::{DemoSummary, run_demo};
 pub use error::{CliError, EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
+pub use journal_store::{
+    JOURNAL_URL_ENV, JournalSource, JournalSourceError, journal_source, open_journal, route_journal,
+};
 pub use managed::{
     ConsentBrokerConfig, DesiredResultParts, EngineComposition, InputAuthorityError,
     ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,

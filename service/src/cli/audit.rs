@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use ctx_journal::{
     FailureKind, Journal, OpenOptions, ProjectionError, ReadError, StorageIntegrity, StreamId,
-    VerifyReport, check_storage_integrity, files,
+    VerifyReport, check_storage_integrity,
 };
 use ctx_projections::engine::{AuditError, ENGINE_RECORD_KIND, StoreError, replay_audit_stream};
 use ctx_projections::{
@@ -30,7 +30,7 @@ pub(crate) const AUDIT_SCHEMA: &str = "ctx.audit-report.v1";
 /// never create one.
 pub(super) fn existing_journal(layout: &Layout, action: &'static str) -> Result<PathBuf, CliError> {
     let dir = layout.journal();
-    if dir.join(files::DATABASE_FILE).is_file() {
+    if crate::journal_store::journal_exists(&dir) {
         Ok(dir)
     } else {
         Err(CliError::NoJournal { path: dir, action })
@@ -39,7 +39,7 @@ pub(super) fn existing_journal(layout: &Layout, action: &'static str) -> Result<
 
 /// Opens the journal in `dir`, waiting for another `ctx` process as every command does.
 pub(super) fn open_journal(dir: &std::path::Path) -> Result<Journal, CliError> {
-    Ok(Journal::open(
+    Ok(crate::journal_store::open_journal(
         dir,
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )?)
@@ -306,7 +306,11 @@ impl Report {
 
     fn write_text(&self, out: &mut dyn Write, elapsed_ms: u128) -> std::io::Result<()> {
         writeln!(out, "ctx audit of {}", self.journal)?;
-        writeln!(out, "  storage      redb integrity check: {}", self.storage)?;
+        if self.storage.starts_with("postgresql") {
+            writeln!(out, "  storage      {}", self.storage)?;
+        } else {
+            writeln!(out, "  storage      redb integrity check: {}", self.storage)?;
+        }
         writeln!(
             out,
             "  records      {} records in {} streams (head position {}): structure, digest, \
@@ -548,7 +552,16 @@ pub(crate) fn audit(
     };
     // redb's check needs the database to itself: run it before this process opens the journal.
     progress.phase("storage");
-    report.storage = match check_storage_integrity(&dir, JOURNAL_LOCK_WAIT)? {
+    let embedded = crate::journal_store::journal_source(&dir) == crate::JournalSource::Embedded;
+    let integrity = if embedded {
+        check_storage_integrity(&dir, JOURNAL_LOCK_WAIT)?
+    } else {
+        // A PostgreSQL journal's pages are the server's to check (its own checksums and WAL);
+        // the records below are verified exactly as on redb.
+        StorageIntegrity::Clean
+    };
+    report.storage = match integrity {
+        StorageIntegrity::Clean if !embedded => "postgresql (checked by the server)",
         StorageIntegrity::Clean => "clean",
         StorageIntegrity::Repaired => {
             report.fail(Failure::new(

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ctx_journal::{Journal, OpenOptions};
+use ctx_journal::OpenOptions;
 
 use ctx_projections::Json;
 
@@ -403,11 +403,11 @@ fn activations(
     layout: &Layout,
     home: &HostHome,
 ) -> Result<Option<Vec<TargetInspection>>, CliError> {
-    if !layout.journal().join("journal.redb").is_file() {
+    if !crate::journal_store::journal_exists(&layout.journal()) {
         return Ok(None);
     }
-    let journal = Journal::open(
-        layout.journal(),
+    let journal = crate::journal_store::open_journal(
+        &layout.journal(),
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )?;
     let actuator = Actuator::new(

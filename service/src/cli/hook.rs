@@ -642,8 +642,8 @@ pub(crate) fn session_stream(host: AgentHost, session: &str) -> Result<StreamId,
 }
 
 fn open_journal(layout: &Layout) -> Result<Journal, String> {
-    Journal::open(
-        layout.journal(),
+    crate::journal_store::open_journal(
+        &layout.journal(),
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )
     .map_err(|e| format!("could not open the journal: {e}"))

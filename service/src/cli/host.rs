@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ctx_journal::{Journal, OpenOptions, Timestamp};
+use ctx_journal::{OpenOptions, Timestamp};
 use ctx_projections::Json;
 use ctx_projections::check::UtcMicros;
 use ctx_projections::consent_store::{
@@ -457,7 +457,7 @@ pub(crate) fn challenge_record(
     now: UtcMicros,
 ) -> Result<ChallengeRecord, HostFailure> {
     // The runtime has opened the journal in this process; this open shares it.
-    let journal = Journal::open(layout.journal(), &OpenOptions::new())
+    let journal = crate::journal_store::open_journal(&layout.journal(), &OpenOptions::new())
         .map_err(|e| HostFailure::internal(e.to_string()))?;
     let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)
         .map_err(|e| HostFailure::from(ServiceError::from(e)))?;

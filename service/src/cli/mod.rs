@@ -28,7 +28,7 @@ pub use host::{HOST_INPUT_MAX_BYTES, HostCommand};
 pub const USAGE: &str = "\
 ctx: plans, consents to and installs the capabilities of agent coding sessions
 
-Usage: ctx [--data-dir DIR] <command> [options]
+Usage: ctx [--data-dir DIR] [--journal SOURCE] <command> [options]
 
 Commands:
   demo                      the whole flow on the sample catalog, step by step
@@ -64,6 +64,10 @@ Agent hosts (Claude Code, Codex):
 The data directory is --data-dir DIR, else $CTX_DATA_DIR, else $XDG_DATA_HOME/ctx, else
 $HOME/.local/share/ctx (always an absolute path). Concurrent ctx processes on one data
 directory wait for each other for up to 30 s.
+
+The journal is the data directory's redb file unless --journal SOURCE (else $CTX_JOURNAL_URL)
+names a PostgreSQL database (postgres://… or host=… dbname=…); the installation key stays
+in the data directory. `redb` names the default.
 
 Exit status: 0 success, 1 a domain outcome the host must act on (consent required, busy,
 conflict, denied: the JSON says which), 2 bad input, 3 an internal or integrity failure.
@@ -119,6 +123,8 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
     pub data_dir: Option<PathBuf>,
+    /// `--journal SOURCE`: `redb` or a PostgreSQL connection string (spec/scale-out.md §5).
+    pub journal: Option<String>,
     pub command: Command,
 }
 
@@ -140,8 +146,9 @@ impl std::fmt::Debug for Streams<'_> {
 }
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 7] = [
+const VALUE_OPTIONS: [&str; 8] = [
     "--data-dir",
+    "--journal",
     "--output",
     "--input",
     "--catalog-dir",
@@ -208,9 +215,11 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         Some(PathBuf::from(values.remove(index).1))
     };
     let data_dir = take("--data-dir");
+    let journal = take("--journal").map(|p| p.to_string_lossy().into_owned());
     if help || positional.first() == Some(&"help") {
         return Ok(Invocation {
             data_dir,
+            journal,
             command: Command::Help,
         });
     }
@@ -335,7 +344,11 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                 .to_owned(),
         ));
     }
-    Ok(Invocation { data_dir, command })
+    Ok(Invocation {
+        data_dir,
+        journal,
+        command,
+    })
 }
 
 /// Commands of two words: a group and a verb.
@@ -396,9 +409,23 @@ fn execute(
     err_is_terminal: bool,
 ) -> Result<u8, CliError> {
     let invocation = parse_args(args)?;
+    let source = match invocation
+        .journal
+        .clone()
+        .or_else(|| env(crate::JOURNAL_URL_ENV).map(|v| v.to_string_lossy().into_owned()))
+    {
+        Some(value) => {
+            Some(crate::JournalSource::parse(&value).map_err(|e| CliError::Usage(e.to_string()))?)
+        }
+        None => None,
+    };
     let layout = || -> Result<Layout, CliError> {
         let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
-        Ok(Layout::new(&dir.path))
+        let layout = Layout::new(&dir.path);
+        if let Some(source) = &source {
+            crate::route_journal(&layout.journal(), source.clone());
+        }
+        Ok(layout)
     };
     let code = match &invocation.command {
         Command::Help => {
@@ -411,6 +438,8 @@ fn execute(
         }
         Command::Demo => {
             let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
+            // The demo's journal directory is routed like every command's.
+            layout()?;
             run_demo(&dir, now, out)?;
             EXIT_OK
         }
@@ -546,6 +575,7 @@ mod tests {
             invocation,
             Some(Invocation {
                 data_dir: Some("/d".into()),
+                journal: None,
                 command: Command::Host(HostCommand::QueryPrepare),
             })
         );

@@ -29,7 +29,9 @@ pub const JOURNAL_LOCK_WAIT: Duration = Duration::from_secs(30);
 /// directory shares a single journal, so the query store and the engine see one commit order.
 pub(crate) fn open_journal(data_dir: &Path) -> Result<Arc<Journal>, ServiceError> {
     let options = OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT);
-    Ok(Arc::new(Journal::open(data_dir, &options)?))
+    Ok(Arc::new(crate::journal_store::open_journal(
+        data_dir, &options,
+    )?))
 }
 
 /// The benefit audit sink of a composition: results are stored through the engine, so they are

@@ -1,0 +1,952 @@
+//! [`PgBackend`]: the journal's storage seam (`ctx_journal::Backend`) on PostgreSQL 15+
+//! (spec/scale-out.md §3 and §4).
+//!
+//! Every write transaction first locks the one row of `ctx_meta` (`SELECT … FOR UPDATE`), so the
+//! write transactions of every process serialize and positions are dense and in commit order.
+//! Reads run in `REPEATABLE READ, READ ONLY` transactions on a small pool of their own
+//! connections and never wait for a writer.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::ControlFlow;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use ctx_journal::{
+    Backend, CommitError, Digest, Finish, IndexFinding, IndexKind, PutRecord, ReadError, ReadTxn,
+    StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
+};
+use postgres::config::Host;
+use postgres::error::Severity;
+use postgres::types::{FromSql, ToSql};
+use postgres::{Client, Config, NoTls, Row, SimpleQueryMessage, Statement};
+
+use crate::error::PgError;
+use crate::schema::{self, PAGE_BYTES, PAGE_ROWS, Q, SchemaName, Sql};
+
+/// Most idle read connections a backend keeps; more concurrent readers connect and disconnect.
+const READERS_KEPT: usize = 8;
+const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+const DEFAULT_SCHEMA: &str = "public";
+const DEFAULT_PORT: u16 = 5432;
+
+/// A journal backend on one PostgreSQL database (and schema).
+///
+/// Connecting applies the schema's migrations; every process sharing the database may write, and
+/// positions stay dense because write transactions serialize on the `ctx_meta` row.
+pub struct PgBackend {
+    config: Config,
+    location: String,
+    dbname: String,
+    schema: SchemaName,
+    sql: Sql,
+    /// The write connection; held for the whole of a write transaction.
+    writer: Mutex<Option<Conn>>,
+    /// Idle read connections.
+    readers: Mutex<Vec<Conn>>,
+}
+
+impl fmt::Debug for PgBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The config holds the password: only the location is shown.
+        f.debug_struct("PgBackend")
+            .field("location", &self.location)
+            .field("schema", &self.schema.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgBackend {
+    /// Connects to the database named by `url` (a libpq-style `key=value` string or a
+    /// `postgres://` URL), creates or upgrades the journal schema in its `public` schema, and
+    /// returns the backend. TLS is not supported yet (`sslmode=require` fails to connect).
+    pub fn connect(url: &str) -> Result<PgBackend, PgError> {
+        PgBackend::connect_in_schema(url, DEFAULT_SCHEMA)
+    }
+
+    /// As [`PgBackend::connect`], with the journal's tables in PostgreSQL schema `schema`
+    /// (created if missing), so that several journals can share one database.
+    pub fn connect_in_schema(url: &str, schema: &str) -> Result<PgBackend, PgError> {
+        let schema = SchemaName::new(schema)?;
+        let mut config: Config = url.parse().map_err(|source| PgError::Config { source })?;
+        if config.get_application_name().is_none() {
+            config.application_name("ctx-journal");
+        }
+        let dbname = config
+            .get_dbname()
+            .or(config.get_user())
+            .unwrap_or_default()
+            .to_owned();
+        let location = location_of(&config, &dbname, &schema);
+        let sql = Sql::new(&schema);
+        let backend = PgBackend {
+            config,
+            location,
+            dbname,
+            schema,
+            sql,
+            writer: Mutex::new(None),
+            readers: Mutex::new(Vec::new()),
+        };
+        let mut conn = backend.new_conn()?;
+        schema::migrate(&mut conn.client, &backend.schema, &backend.location)?;
+        *lock(&backend.writer) = Some(conn);
+        Ok(backend)
+    }
+
+    /// The PostgreSQL schema holding the journal's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema.name
+    }
+
+    /// True when the journal holds no records.
+    pub fn is_empty(&self) -> Result<bool, PgError> {
+        let mut conn = match lock(&self.readers).pop() {
+            Some(conn) if !conn.client.is_closed() => conn,
+            _ => self.new_conn()?,
+        };
+        let result = conn
+            .prepared(&self.sql, Q::IsEmpty)
+            .and_then(|statement| conn.client.query_one(&statement, &[]))
+            .and_then(|row| row.try_get::<_, bool>(0));
+        match result {
+            Ok(empty) => {
+                self.keep_reader(conn);
+                Ok(empty)
+            }
+            Err(source) => Err(self.query_error("checking whether the journal is empty", source)),
+        }
+    }
+
+    fn new_conn(&self) -> Result<Conn, PgError> {
+        let client = self
+            .config
+            .connect(NoTls)
+            .map_err(|source| PgError::Connect {
+                location: self.location.clone(),
+                source,
+            })?;
+        Ok(Conn {
+            client,
+            statements: vec![None; Q::COUNT],
+        })
+    }
+
+    fn query_error(&self, what: &'static str, source: postgres::Error) -> PgError {
+        PgError::Query {
+            location: self.location.clone(),
+            what,
+            source,
+        }
+    }
+
+    fn keep_reader(&self, conn: Conn) {
+        if conn.client.is_closed() {
+            return;
+        }
+        let mut kept = lock(&self.readers);
+        if kept.len() < READERS_KEPT {
+            kept.push(conn);
+        }
+    }
+
+    /// A connection inside a new read transaction: a kept one if it still works (one that does
+    /// not is dropped), else a new one.
+    fn begin_read(&self) -> Result<Conn, PgError> {
+        loop {
+            let Some(mut conn) = lock(&self.readers).pop() else {
+                break;
+            };
+            if !conn.client.is_closed() && conn.client.batch_execute(BEGIN_READ).is_ok() {
+                return Ok(conn);
+            }
+        }
+        let mut conn = self.new_conn()?;
+        conn.client
+            .batch_execute(BEGIN_READ)
+            .map_err(|source| self.query_error("starting a read transaction", source))?;
+        Ok(conn)
+    }
+
+    /// A connection inside a new write transaction holding the position lock, and the last
+    /// committed position. A kept connection that fails without an answer from the server (it
+    /// was closed meanwhile) is replaced once; nothing had been done on it.
+    fn begin_write(&self, kept: Option<Conn>) -> Result<(Conn, u64), PgError> {
+        if let Some(mut conn) = kept.filter(|conn| !conn.client.is_closed()) {
+            match self.lock_position(&mut conn) {
+                Ok(last) => return Ok((conn, last)),
+                // A kept connection whose session ended meanwhile (an idle timeout, a server
+                // restart, pg_terminate_backend) reports that on its next statement, as an I/O
+                // error or a FATAL answer.
+                Err(PgError::Query { source, .. }) if !answered(&source) => {}
+                // The connection is dropped, which rolls back whatever began.
+                Err(e) => return Err(e),
+            }
+        }
+        let mut conn = self.new_conn()?;
+        let last = self.lock_position(&mut conn)?;
+        Ok((conn, last))
+    }
+
+    /// Begins a write transaction and takes the position lock in one round trip.
+    fn lock_position(&self, conn: &mut Conn) -> Result<u64, PgError> {
+        let messages = conn
+            .client
+            .simple_query(&self.sql.begin_write)
+            .map_err(|source| self.query_error("starting a write transaction", source))?;
+        let text = messages.iter().find_map(|message| match message {
+            SimpleQueryMessage::Row(row) => Some(row.get(0)),
+            _ => None,
+        });
+        let corrupt = |reason: String| PgError::Corrupt {
+            location: self.location.clone(),
+            reason,
+        };
+        let text = text
+            .flatten()
+            .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
+        text.parse::<u64>()
+            .ok()
+            .filter(|last| i64::try_from(*last).is_ok())
+            .ok_or_else(|| corrupt(format!("ctx_meta.last_position is {text:?}")))
+    }
+
+    /// Runs `work` in the write transaction begun on `conn` and ends it. Returns the outcome and
+    /// whether `conn` can be used again.
+    fn run_write(
+        &self,
+        conn: &mut Conn,
+        last: u64,
+        work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
+    ) -> (Result<Finish, CommitError>, bool) {
+        let mut txn = Txn {
+            conn,
+            backend: self,
+            cursor: Some(last + 1),
+            failed: false,
+            lost: false,
+            heads: HashMap::new(),
+        };
+        let outcome = work(&mut txn);
+        let Txn {
+            conn,
+            cursor,
+            failed,
+            lost,
+            ..
+        } = txn;
+        match outcome {
+            Err(e) => (Err(CommitError::NotCommitted(e)), !lost && rollback(conn)),
+            Ok(Finish::Abort) => (Ok(Finish::Abort), !lost && rollback(conn)),
+            Ok(Finish::Commit) if failed => (
+                Err(CommitError::NotCommitted(StorageError::message(format!(
+                    "a statement of this write transaction at PostgreSQL {} failed, so the \
+                     server rolled the transaction back",
+                    self.location
+                )))),
+                !lost && rollback(conn),
+            ),
+            Ok(Finish::Commit) => {
+                if let Some(reason) = self.injected(fail_point_before_commit()) {
+                    return (
+                        Err(CommitError::NotCommitted(StorageError::message(reason))),
+                        rollback(conn),
+                    );
+                }
+                let next = cursor.unwrap_or(last + 1);
+                let moved = (next > last + 1).then(|| next - 1);
+                match conn.client.simple_query(&self.sql.commit_write(moved)) {
+                    Ok(_) => match self.injected(fail_point_after_commit()) {
+                        Some(reason) => (
+                            Err(CommitError::MaybeCommitted(StorageError::message(reason))),
+                            true,
+                        ),
+                        None => (Ok(Finish::Commit), true),
+                    },
+                    Err(source) => {
+                        // An ERROR answer ends the transaction without committing it (a failure
+                        // after the commit record is a PANIC in PostgreSQL). No answer, or a
+                        // FATAL or PANIC one, leaves the outcome unknown.
+                        let refused = answered(&source);
+                        let error = StorageError::new(
+                            self.query_error("committing a write transaction", source),
+                        );
+                        if refused {
+                            (Err(CommitError::NotCommitted(error)), rollback(conn))
+                        } else {
+                            (Err(CommitError::MaybeCommitted(error)), false)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The message of a fail point that fires for this backend: one configured without an
+    /// argument fires for every backend, one with an argument only for the database it names.
+    fn injected(&self, point: Option<Option<String>>) -> Option<String> {
+        match point? {
+            None => Some(format!("injected failure at PostgreSQL {}", self.location)),
+            Some(dbname) if dbname == self.dbname => {
+                Some(format!("injected failure at PostgreSQL {}", self.location))
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    /// Nothing is cached across transactions: every write transaction reads the last position
+    /// and the event ids from the database, so a retry after an unknown outcome is safe.
+    fn fail_stop_on_uncertain_commit(&self) -> bool {
+        false
+    }
+
+    fn read(
+        &self,
+        work: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        let mut conn = self
+            .begin_read()
+            .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
+        let mut txn = Txn {
+            conn: &mut conn,
+            backend: self,
+            cursor: None,
+            failed: false,
+            lost: false,
+            heads: HashMap::new(),
+        };
+        let result = work(&mut txn);
+        let lost = txn.lost;
+        // A read-only transaction changes nothing: COMMIT and ROLLBACK only end it. A failure to
+        // end it drops the connection and does not change what was read.
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        if !lost && conn.client.batch_execute(end).is_ok() {
+            self.keep_reader(conn);
+        }
+        result
+    }
+
+    fn write(
+        &self,
+        work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
+    ) -> Result<Finish, CommitError> {
+        let mut slot = lock(&self.writer);
+        // Taken out for the transaction: if `work` panics, the connection is dropped with it and
+        // the server rolls the transaction back.
+        let kept = slot.take();
+        let (mut conn, last) = self
+            .begin_write(kept)
+            .map_err(|e| CommitError::NotCommitted(StorageError::new(e)))?;
+        let (result, usable) = self.run_write(&mut conn, last, work);
+        if usable && !conn.client.is_closed() {
+            *slot = Some(conn);
+        }
+        result
+    }
+}
+
+/// A connection and the statements prepared on it.
+struct Conn {
+    client: Client,
+    statements: Vec<Option<Statement>>,
+}
+
+impl Conn {
+    fn prepared(&mut self, sql: &Sql, q: Q) -> Result<Statement, postgres::Error> {
+        if let Some(Some(statement)) = self.statements.get(q.index()) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql.text(q))?;
+        if let Some(slot) = self.statements.get_mut(q.index()) {
+            *slot = Some(statement.clone());
+        }
+        Ok(statement)
+    }
+}
+
+/// One read or write transaction on a connection.
+struct Txn<'a> {
+    conn: &'a mut Conn,
+    backend: &'a PgBackend,
+    /// Write transactions: the position of the next record.
+    cursor: Option<u64>,
+    /// A statement failed: PostgreSQL has aborted the transaction.
+    failed: bool,
+    /// A statement failed without an answer from the server: the connection is unusable.
+    lost: bool,
+    /// Stream heads read or written by this transaction, so the core's second look at a head
+    /// costs no round trip. A read transaction sees one snapshot, and no other writer can move a
+    /// head while a write transaction holds the position lock, so they stay true until it ends.
+    heads: HashMap<StreamId, Option<StreamHead>>,
+}
+
+impl Txn<'_> {
+    fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, postgres::Error> {
+        let result = self
+            .conn
+            .prepared(&self.backend.sql, q)
+            .and_then(|statement| self.conn.client.query(&statement, params));
+        self.note(result)
+    }
+
+    fn execute(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<u64, postgres::Error> {
+        let result = self
+            .conn
+            .prepared(&self.backend.sql, q)
+            .and_then(|statement| self.conn.client.execute(&statement, params));
+        self.note(result)
+    }
+
+    fn note<T>(&mut self, result: Result<T, postgres::Error>) -> Result<T, postgres::Error> {
+        if let Err(e) = &result {
+            self.failed = true;
+            if !answered(e) || self.conn.client.is_closed() {
+                self.lost = true;
+            }
+        }
+        result
+    }
+
+    fn storage(&self, what: &'static str, source: postgres::Error) -> StorageError {
+        StorageError::new(self.backend.query_error(what, source))
+    }
+
+    fn read_error(&self, what: &'static str, source: postgres::Error) -> ReadError {
+        ReadError::Storage(self.storage(what, source))
+    }
+}
+
+/// A column's value, or a corruption error naming the column.
+fn column<'r, T: FromSql<'r>>(row: &'r Row, index: usize, what: &str) -> Result<T, ReadError> {
+    row.try_get(index).map_err(|e| ReadError::Corrupt {
+        position: 0,
+        reason: format!("{what}: column {index} does not read: {e}"),
+    })
+}
+
+/// A stored position or revision: at least 1 (positions and revisions are below 2^63 because
+/// they are bigint).
+fn counter(value: i64) -> Option<u64> {
+    u64::try_from(value).ok().filter(|v| *v >= 1)
+}
+
+fn decode_head(revision: i64, position: i64, digest: &[u8]) -> Result<StreamHead, String> {
+    let revision =
+        counter(revision).ok_or_else(|| format!("revision {revision} is not a revision"))?;
+    let position =
+        counter(position).ok_or_else(|| format!("position {position} is not a position"))?;
+    let digest: [u8; 32] = digest
+        .try_into()
+        .map_err(|_| format!("the digest is {} bytes long, not 32", digest.len()))?;
+    Ok(StreamHead {
+        revision,
+        position,
+        digest: Digest::from_bytes(digest),
+    })
+}
+
+fn head_of_row(row: &Row, offset: usize) -> Result<StreamHead, String> {
+    let revision: i64 = row.try_get(offset).map_err(|e| e.to_string())?;
+    let position: i64 = row.try_get(offset + 1).map_err(|e| e.to_string())?;
+    let digest: &[u8] = row.try_get(offset + 2).map_err(|e| e.to_string())?;
+    decode_head(revision, position, digest)
+}
+
+impl ReadTxn for Txn<'_> {
+    fn head(&mut self, stream: &StreamId) -> Result<Option<StreamHead>, ReadError> {
+        if let Some(head) = self.heads.get(stream) {
+            return Ok(*head);
+        }
+        let key: &[u8] = stream.as_bytes();
+        let rows = self
+            .query(Q::Head, &[&key])
+            .map_err(|e| self.read_error("reading a stream head", e))?;
+        let head = match rows.first() {
+            None => None,
+            Some(row) => Some(head_of_row(row, 0).map_err(|reason| ReadError::Corrupt {
+                position: 0,
+                reason: format!("the head of stream {stream}: {reason}"),
+            })?),
+        };
+        self.heads.insert(*stream, head);
+        Ok(head)
+    }
+
+    fn last_position(&mut self) -> Result<u64, ReadError> {
+        if let Some(next) = self.cursor {
+            return Ok(next - 1);
+        }
+        let rows = self
+            .query(Q::LastPosition, &[])
+            .map_err(|e| self.read_error("reading the last position", e))?;
+        let Some(row) = rows.first() else {
+            return Err(ReadError::Corrupt {
+                position: 0,
+                reason: "ctx_meta has no row".to_owned(),
+            });
+        };
+        let last: i64 = column(row, 0, "ctx_meta")?;
+        u64::try_from(last).map_err(|_| ReadError::Corrupt {
+            position: 0,
+            reason: format!("ctx_meta.last_position is {last}"),
+        })
+    }
+
+    fn stream_records(
+        &mut self,
+        stream: &StreamId,
+        from: u64,
+        to: u64,
+        f: &mut dyn FnMut(u64, u64, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ReadError> {
+        if from > to {
+            return Ok(());
+        }
+        let missing = |revision: u64| ReadError::Corrupt {
+            position: 0,
+            reason: format!("stream {stream} has no record at revision {revision}"),
+        };
+        let key: &[u8] = stream.as_bytes();
+        let last = i64::try_from(to).unwrap_or(i64::MAX);
+        let mut expected = from;
+        loop {
+            let Ok(first) = i64::try_from(expected) else {
+                return Err(missing(expected));
+            };
+            let rows = self
+                .query(
+                    Q::StreamPage,
+                    &[&key, &first, &last, &PAGE_ROWS, &PAGE_BYTES],
+                )
+                .map_err(|e| self.read_error("reading a stream's records", e))?;
+            if rows.is_empty() {
+                return Err(missing(expected));
+            }
+            for row in &rows {
+                let revision: i64 = column(row, 0, "a record row")?;
+                if counter(revision) != Some(expected) {
+                    return Err(missing(expected));
+                }
+                let raw: i64 = column(row, 1, "a record row")?;
+                let position = counter(raw).ok_or_else(|| ReadError::Corrupt {
+                    position: 0,
+                    reason: format!(
+                        "the record of stream {stream} at revision {revision} has position {raw}"
+                    ),
+                })?;
+                let bytes: &[u8] = column(row, 2, "a record row")?;
+                if f(expected, position, bytes).is_break() || expected == to {
+                    return Ok(());
+                }
+                expected += 1;
+            }
+        }
+    }
+
+    fn record(&mut self, position: u64, f: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), ReadError> {
+        let Ok(key) = i64::try_from(position) else {
+            f(None);
+            return Ok(());
+        };
+        let rows = self
+            .query(Q::Record, &[&key])
+            .map_err(|e| self.read_error("reading a record", e))?;
+        match rows.first() {
+            Some(row) => f(Some(column(row, 0, "a record row")?)),
+            None => f(None),
+        }
+        Ok(())
+    }
+
+    fn records(
+        &mut self,
+        from: u64,
+        f: &mut dyn FnMut(u64, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ReadError> {
+        let Ok(mut next) = i64::try_from(from) else {
+            return Ok(());
+        };
+        loop {
+            let rows = self
+                .query(Q::RecordsPage, &[&next, &PAGE_ROWS, &PAGE_BYTES])
+                .map_err(|e| self.read_error("reading records", e))?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            for row in &rows {
+                let raw: i64 = column(row, 0, "a record row")?;
+                let position = u64::try_from(raw).map_err(|_| ReadError::Corrupt {
+                    position: 0,
+                    reason: format!("a record row has position {raw}"),
+                })?;
+                let bytes: &[u8] = column(row, 1, "a record row")?;
+                if f(position, bytes).is_break() {
+                    return Ok(());
+                }
+                let Some(after) = raw.checked_add(1) else {
+                    return Ok(());
+                };
+                next = after;
+            }
+        }
+    }
+
+    fn heads(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+    ) -> Result<(), ReadError> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let rows = match &after {
+                None => self.query(Q::HeadsFirst, &[&PAGE_ROWS]),
+                Some(key) => {
+                    let key: &[u8] = key;
+                    self.query(Q::HeadsAfter, &[&key, &PAGE_ROWS])
+                }
+            }
+            .map_err(|e| self.read_error("reading stream heads", e))?;
+            let Some(last) = rows.last() else {
+                return Ok(());
+            };
+            for row in &rows {
+                let key: &[u8] = column(row, 0, "a stream head row")?;
+                f(key, head_of_row(row, 1));
+            }
+            after = Some(column::<&[u8]>(last, 0, "a stream head row")?.to_vec());
+        }
+    }
+
+    fn check_indexes(&mut self, finding: &mut dyn FnMut(IndexFinding)) -> Result<(), ReadError> {
+        let mut after = i64::MIN;
+        loop {
+            let rows = self
+                .query(Q::CheckPage, &[&after, &PAGE_ROWS, &PAGE_BYTES])
+                .map_err(|e| self.read_error("reading records to check the indexes", e))?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            for row in &rows {
+                let raw_position: i64 = column(row, 0, "a record row")?;
+                let raw_stream: &[u8] = column(row, 1, "a record row")?;
+                let raw_revision: i64 = column(row, 2, "a record row")?;
+                let event_id: &str = column(row, 3, "a record row")?;
+                let bytes: &[u8] = column(row, 4, "a record row")?;
+                check_row(
+                    raw_position,
+                    raw_stream,
+                    raw_revision,
+                    event_id,
+                    bytes,
+                    finding,
+                );
+                after = raw_position;
+            }
+        }
+    }
+
+    fn kv_get(
+        &mut self,
+        table: &str,
+        key: &[u8],
+        f: &mut dyn FnMut(Option<&[u8]>),
+    ) -> Result<(), ReadError> {
+        let rows = self
+            .query(Q::KvGet, &[&table, &key])
+            .map_err(|e| self.read_error("reading a projection entry", e))?;
+        match rows.first() {
+            Some(row) => f(Some(column(row, 0, "a projection row")?)),
+            None => f(None),
+        }
+        Ok(())
+    }
+
+    fn kv_scan(
+        &mut self,
+        table: &str,
+        after: Option<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ReadError> {
+        let mut after: Option<Vec<u8>> = after.map(<[u8]>::to_vec);
+        loop {
+            let rows = match &after {
+                None => self.query(Q::KvScanFirst, &[&table, &PAGE_ROWS, &PAGE_BYTES]),
+                Some(key) => {
+                    let key: &[u8] = key;
+                    self.query(Q::KvScanAfter, &[&table, &key, &PAGE_ROWS, &PAGE_BYTES])
+                }
+            }
+            .map_err(|e| self.read_error("scanning a projection table", e))?;
+            let Some(last) = rows.last() else {
+                return Ok(());
+            };
+            for row in &rows {
+                let key: &[u8] = column(row, 0, "a projection row")?;
+                let value: &[u8] = column(row, 1, "a projection row")?;
+                if f(key, value).is_break() {
+                    return Ok(());
+                }
+            }
+            after = Some(column::<&[u8]>(last, 0, "a projection row")?.to_vec());
+        }
+    }
+}
+
+/// Compares one record row's columns with its decoded bytes.
+fn check_row(
+    raw_position: i64,
+    raw_stream: &[u8],
+    raw_revision: i64,
+    event_id: &str,
+    bytes: &[u8],
+    finding: &mut dyn FnMut(IndexFinding),
+) {
+    let stream = <[u8; 32]>::try_from(raw_stream)
+        .ok()
+        .map(StreamId::from_bytes);
+    let revision = counter(raw_revision);
+    let position = counter(raw_position);
+    let mut report = |kind: IndexKind, detail: String| {
+        finding(IndexFinding {
+            kind,
+            stream,
+            revision,
+            position,
+            detail,
+        });
+    };
+    let record = match decode_record_value(bytes) {
+        Ok(record) => record,
+        Err(e) => {
+            report(
+                IndexKind::Position,
+                format!("the record row at position {raw_position} does not decode: {e}"),
+            );
+            return;
+        }
+    };
+    let mut disagree = Vec::new();
+    if position != Some(record.position) {
+        disagree.push(format!(
+            "position column {raw_position}, record {}",
+            record.position
+        ));
+    }
+    if stream != Some(record.stream) {
+        disagree.push(format!(
+            "stream column {}, record {}",
+            hex(raw_stream),
+            record.stream
+        ));
+    }
+    if revision != Some(record.revision) {
+        disagree.push(format!(
+            "revision column {raw_revision}, record {}",
+            record.revision
+        ));
+    }
+    if !disagree.is_empty() {
+        report(
+            IndexKind::Position,
+            format!(
+                "the record row's columns disagree with its bytes: {}",
+                disagree.join("; ")
+            ),
+        );
+    }
+    if event_id != record.event_id {
+        report(
+            IndexKind::Event,
+            format!(
+                "the record row's event_id column is {:?}, its bytes say {:?}",
+                event_id, record.event_id
+            ),
+        );
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl WriteTxn for Txn<'_> {
+    fn next_position(&mut self) -> Result<u64, ReadError> {
+        self.cursor.ok_or_else(|| {
+            ReadError::Storage(StorageError::message(
+                "next_position was called outside a write transaction",
+            ))
+        })
+    }
+
+    fn find_event(&mut self, event_id: &str) -> Result<Option<u64>, ReadError> {
+        let rows = self
+            .query(Q::FindEvent, &[&event_id])
+            .map_err(|e| self.read_error("looking up an event id", e))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let raw: i64 = column(row, 0, "a record row")?;
+        counter(raw).map(Some).ok_or_else(|| ReadError::Corrupt {
+            position: 0,
+            reason: format!("the record of event {event_id} has position {raw}"),
+        })
+    }
+
+    fn put_record(&mut self, record: &PutRecord<'_>) -> Result<(), StorageError> {
+        let Some(next) = self.cursor else {
+            return Err(StorageError::message(
+                "put_record was called outside a write transaction",
+            ));
+        };
+        if record.position != next {
+            self.failed = true;
+            return Err(StorageError::message(format!(
+                "record {} of stream {} was given position {}, but the next position is {next}",
+                record.event_id, record.stream, record.position
+            )));
+        }
+        let (Ok(position), Ok(revision)) = (
+            i64::try_from(record.position),
+            i64::try_from(record.revision),
+        ) else {
+            self.failed = true;
+            return Err(StorageError::message(format!(
+                "record {} has position {} and revision {}; both must be below 2^63",
+                record.event_id, record.position, record.revision
+            )));
+        };
+        let stream: &[u8] = record.stream.as_bytes();
+        let digest: &[u8] = record.digest.as_bytes();
+        let moved = self
+            .execute(
+                Q::PutRecord,
+                &[
+                    &position,
+                    &stream,
+                    &revision,
+                    &record.event_id,
+                    &record.bytes,
+                    &digest,
+                ],
+            )
+            .map_err(|e| self.storage("storing a record", e))?;
+        if moved != 1 {
+            // The record row was inserted but the head did not move: this transaction must not
+            // commit.
+            self.failed = true;
+            return Err(StorageError::message(format!(
+                "the head of stream {} at PostgreSQL {} is not at revision {} (storing record {} \
+                 at revision {} and position {}): the journal's core and its storage disagree, \
+                 which is corruption or a bug",
+                record.stream,
+                self.backend.location,
+                record.revision.saturating_sub(1),
+                record.event_id,
+                record.revision,
+                record.position
+            )));
+        }
+        self.cursor = Some(next + 1);
+        self.heads.insert(
+            record.stream,
+            Some(StreamHead {
+                revision: record.revision,
+                position: record.position,
+                digest: record.digest,
+            }),
+        );
+        Ok(())
+    }
+
+    fn kv_put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        self.execute(Q::KvPut, &[&table, &key, &value])
+            .map(drop)
+            .map_err(|e| self.storage("writing a projection entry", e))
+    }
+
+    fn kv_remove(&mut self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
+        self.execute(Q::KvRemove, &[&table, &key])
+            .map(|removed| removed > 0)
+            .map_err(|e| self.storage("removing a projection entry", e))
+    }
+
+    fn kv_clear(&mut self, table: &str) -> Result<(), StorageError> {
+        self.execute(Q::KvClear, &[&table])
+            .map(drop)
+            .map_err(|e| self.storage("clearing a projection table", e))
+    }
+}
+
+/// True when the server answered `error` with an ERROR: the statement (or COMMIT) failed and the
+/// session goes on. False for no answer (I/O, a closed connection) and for FATAL or PANIC, which
+/// end the session.
+fn answered(error: &postgres::Error) -> bool {
+    error
+        .as_db_error()
+        .is_some_and(|db| matches!(db.parsed_severity(), Some(Severity::Error)))
+}
+
+/// Ends the transaction on `conn` without committing; true when the connection can be used again.
+fn rollback(conn: &mut Conn) -> bool {
+    !conn.client.is_closed() && conn.client.batch_execute("ROLLBACK").is_ok()
+}
+
+/// Locks a mutex whose holder may have panicked: the data it guards (an idle connection or
+/// none) stays valid, because a connection in use is taken out of it first.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Host(s), port and database for messages; never the user's password.
+fn location_of(config: &Config, dbname: &str, schema: &SchemaName) -> String {
+    let ports = config.get_ports();
+    let port = |i: usize| {
+        ports
+            .get(i)
+            .or_else(|| ports.first())
+            .copied()
+            .unwrap_or(DEFAULT_PORT)
+    };
+    let mut hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| match host {
+            Host::Tcp(name) => format!("{name}:{}", port(i)),
+            #[cfg(unix)]
+            Host::Unix(path) => format!("{}:{}", path.display(), port(i)),
+        })
+        .collect();
+    if hosts.is_empty() {
+        hosts = config
+            .get_hostaddrs()
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| format!("{addr}:{}", port(i)))
+            .collect();
+    }
+    if hosts.is_empty() {
+        hosts.push(format!("(default host):{}", port(0)));
+    }
+    let mut location = format!("{}/{dbname}", hosts.join(","));
+    if schema.name != DEFAULT_SCHEMA {
+        location.push_str(&format!(" schema {}", schema.name));
+    }
+    location
+}
+
+/// The `pg-before-commit` fail point: its argument, when configured.
+fn fail_point_before_commit() -> Option<Option<String>> {
+    fail::fail_point!("pg-before-commit", Some);
+    None
+}
+
+/// The `pg-after-commit` fail point: its argument, when configured.
+fn fail_point_after_commit() -> Option<Option<String>> {
+    fail::fail_point!("pg-after-commit", Some);
+    None
+}

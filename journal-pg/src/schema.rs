@@ -1,0 +1,392 @@
+//! The PostgreSQL schema of a journal, its migrations, and the statements the backend runs
+//! (spec/scale-out.md §3).
+
+use postgres::{Client, IsolationLevel};
+
+use crate::error::PgError;
+
+/// The version of the newest schema this build knows: the last entry of [`MIGRATIONS`].
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The journal format version (spec/journal.md §11) this build reads and writes, kept in
+/// `ctx_meta.format_version`.
+pub(crate) const FORMAT_VERSION: i32 = 1;
+
+/// The key of the transaction-level advisory lock every migration runs under ("ctx_jnl1"), so
+/// that concurrent first connections to one database apply each migration once.
+pub(crate) const MIGRATION_LOCK_KEY: i64 = 0x6374_785f_6a6e_6c31;
+
+/// One schema change. `{schema}` in `sql` stands for the quoted schema name.
+pub(crate) struct Migration {
+    pub version: i32,
+    pub description: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration, in version order. Released entries are never edited: a change is a new entry.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "records, stream heads, projection tables and the serialized position",
+    sql: r#"
+CREATE TABLE {schema}.ctx_meta (
+    id int PRIMARY KEY CHECK (id = 1),
+    format_version int NOT NULL,
+    last_position bigint NOT NULL CHECK (last_position >= 0)
+);
+INSERT INTO {schema}.ctx_meta (id, format_version, last_position) VALUES (1, 1, 0);
+CREATE TABLE {schema}.ctx_records (
+    position bigint PRIMARY KEY CHECK (position >= 1),
+    stream bytea NOT NULL CHECK (octet_length(stream) = 32),
+    revision bigint NOT NULL CHECK (revision >= 1),
+    event_id text NOT NULL UNIQUE,
+    record bytea NOT NULL,
+    txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    UNIQUE (stream, revision)
+);
+CREATE TABLE {schema}.ctx_streams (
+    stream bytea PRIMARY KEY CHECK (octet_length(stream) = 32),
+    revision bigint NOT NULL CHECK (revision >= 1),
+    position bigint NOT NULL CHECK (position >= 1),
+    digest bytea NOT NULL CHECK (octet_length(digest) = 32)
+);
+CREATE TABLE {schema}.ctx_projection (
+    tbl text NOT NULL,
+    key bytea NOT NULL,
+    value bytea NOT NULL,
+    PRIMARY KEY (tbl, key)
+);
+"#,
+}];
+
+/// Most rows one page of a scan asks for.
+pub(crate) const PAGE_ROWS: i64 = 1000;
+/// Most bytes of records or values one page of a scan holds, beyond its first row: a page ends
+/// before the row that would take it past this many bytes.
+pub(crate) const PAGE_BYTES: i64 = 8 << 20;
+
+/// A checked schema name, and the same name quoted for SQL.
+#[derive(Clone, Debug)]
+pub(crate) struct SchemaName {
+    pub name: String,
+    pub quoted: String,
+}
+
+impl SchemaName {
+    /// 1 to 63 bytes of lowercase ASCII letters, digits and `_`, starting with a letter or `_`,
+    /// and not `pg_…` (reserved by PostgreSQL).
+    pub(crate) fn new(name: &str) -> Result<SchemaName, PgError> {
+        let mut bytes = name.bytes();
+        let valid = name.len() <= 63
+            && bytes
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+            && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !name.starts_with("pg_");
+        if !valid {
+            return Err(PgError::SchemaName {
+                schema: name.escape_debug().to_string(),
+            });
+        }
+        Ok(SchemaName {
+            name: name.to_owned(),
+            quoted: format!("\"{name}\""),
+        })
+    }
+}
+
+/// The statements the backend prepares, one per connection, by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Q {
+    LastPosition,
+    Head,
+    Record,
+    RecordsPage,
+    StreamPage,
+    HeadsFirst,
+    HeadsAfter,
+    CheckPage,
+    KvGet,
+    KvScanFirst,
+    KvScanAfter,
+    FindEvent,
+    PutRecord,
+    KvPut,
+    KvRemove,
+    KvClear,
+    IsEmpty,
+}
+
+impl Q {
+    pub(crate) const COUNT: usize = 17;
+
+    const ALL: [Q; Q::COUNT] = [
+        Q::LastPosition,
+        Q::Head,
+        Q::Record,
+        Q::RecordsPage,
+        Q::StreamPage,
+        Q::HeadsFirst,
+        Q::HeadsAfter,
+        Q::CheckPage,
+        Q::KvGet,
+        Q::KvScanFirst,
+        Q::KvScanAfter,
+        Q::FindEvent,
+        Q::PutRecord,
+        Q::KvPut,
+        Q::KvRemove,
+        Q::KvClear,
+        Q::IsEmpty,
+    ];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The statement's text; `s` is the quoted schema name.
+    fn text(self, s: &str) -> String {
+        match self {
+            Q::LastPosition => format!("SELECT last_position FROM {s}.ctx_meta WHERE id = 1"),
+            Q::Head => format!(
+                "SELECT revision, position, digest FROM {s}.ctx_streams WHERE stream = $1::bytea"
+            ),
+            Q::Record => {
+                format!("SELECT record FROM {s}.ctx_records WHERE position = $1::bigint")
+            }
+            // $1 from position, $2 rows, $3 bytes. The running byte sum ends the page early for
+            // large records; the first row always fits.
+            Q::RecordsPage => format!(
+                "SELECT position, record FROM (\
+                   SELECT position, record, sum(octet_length(record)) OVER \
+                     (ORDER BY position ROWS UNBOUNDED PRECEDING) - octet_length(record) AS before \
+                   FROM {s}.ctx_records WHERE position >= $1::bigint \
+                   ORDER BY position LIMIT $2::bigint) page \
+                 WHERE before < $3::bigint ORDER BY position"
+            ),
+            // $1 stream, $2 from revision, $3 to revision, $4 rows, $5 bytes.
+            Q::StreamPage => format!(
+                "SELECT revision, position, record FROM (\
+                   SELECT revision, position, record, sum(octet_length(record)) OVER \
+                     (ORDER BY revision ROWS UNBOUNDED PRECEDING) - octet_length(record) AS before \
+                   FROM {s}.ctx_records \
+                   WHERE stream = $1::bytea AND revision >= $2::bigint AND revision <= $3::bigint \
+                   ORDER BY revision LIMIT $4::bigint) page \
+                 WHERE before < $5::bigint ORDER BY revision"
+            ),
+            Q::HeadsFirst => format!(
+                "SELECT stream, revision, position, digest FROM {s}.ctx_streams \
+                 ORDER BY stream LIMIT $1::bigint"
+            ),
+            Q::HeadsAfter => format!(
+                "SELECT stream, revision, position, digest FROM {s}.ctx_streams \
+                 WHERE stream > $1::bytea ORDER BY stream LIMIT $2::bigint"
+            ),
+            // $1 after position (exclusive, raw), $2 rows, $3 bytes.
+            Q::CheckPage => format!(
+                "SELECT position, stream, revision, event_id, record FROM (\
+                   SELECT position, stream, revision, event_id, record, \
+                     sum(octet_length(record)) OVER \
+                     (ORDER BY position ROWS UNBOUNDED PRECEDING) - octet_length(record) AS before \
+                   FROM {s}.ctx_records WHERE position > $1::bigint \
+                   ORDER BY position LIMIT $2::bigint) page \
+                 WHERE before < $3::bigint ORDER BY position"
+            ),
+            Q::KvGet => format!(
+                "SELECT value FROM {s}.ctx_projection WHERE tbl = $1::text AND key = $2::bytea"
+            ),
+            // $1 table, $2 rows, $3 bytes.
+            Q::KvScanFirst => format!(
+                "SELECT key, value FROM (\
+                   SELECT key, value, sum(octet_length(key) + octet_length(value)) OVER \
+                     (ORDER BY key ROWS UNBOUNDED PRECEDING) \
+                     - octet_length(key) - octet_length(value) AS before \
+                   FROM {s}.ctx_projection WHERE tbl = $1::text \
+                   ORDER BY key LIMIT $2::bigint) page \
+                 WHERE before < $3::bigint ORDER BY key"
+            ),
+            // $1 table, $2 after key (exclusive), $3 rows, $4 bytes.
+            Q::KvScanAfter => format!(
+                "SELECT key, value FROM (\
+                   SELECT key, value, sum(octet_length(key) + octet_length(value)) OVER \
+                     (ORDER BY key ROWS UNBOUNDED PRECEDING) \
+                     - octet_length(key) - octet_length(value) AS before \
+                   FROM {s}.ctx_projection WHERE tbl = $1::text AND key > $2::bytea \
+                   ORDER BY key LIMIT $3::bigint) page \
+                 WHERE before < $4::bigint ORDER BY key"
+            ),
+            Q::FindEvent => {
+                format!("SELECT position FROM {s}.ctx_records WHERE event_id = $1::text")
+            }
+            // $1 position, $2 stream, $3 revision, $4 event id, $5 record, $6 digest. The record
+            // row and the head move in one statement (one round trip). The head moves only from
+            // revision − 1 (or is created at revision 1): 0 rows means the core and the stored
+            // head disagree, and the caller refuses to go on.
+            Q::PutRecord => format!(
+                "WITH rec AS (\
+                   INSERT INTO {s}.ctx_records (position, stream, revision, event_id, record) \
+                   VALUES ($1::bigint, $2::bytea, $3::bigint, $4::text, $5::bytea)) \
+                 INSERT INTO {s}.ctx_streams AS h (stream, revision, position, digest) \
+                 SELECT $2::bytea, $3::bigint, $1::bigint, $6::bytea \
+                 WHERE $3::bigint = 1 \
+                   OR EXISTS (SELECT 1 FROM {s}.ctx_streams WHERE stream = $2::bytea) \
+                 ON CONFLICT (stream) DO UPDATE SET revision = excluded.revision, \
+                   position = excluded.position, digest = excluded.digest \
+                 WHERE h.revision = excluded.revision - 1"
+            ),
+            Q::KvPut => format!(
+                "INSERT INTO {s}.ctx_projection (tbl, key, value) \
+                 VALUES ($1::text, $2::bytea, $3::bytea) \
+                 ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value"
+            ),
+            Q::KvRemove => {
+                format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text AND key = $2::bytea")
+            }
+            Q::KvClear => format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text"),
+            Q::IsEmpty => format!("SELECT NOT EXISTS (SELECT 1 FROM {s}.ctx_records)"),
+        }
+    }
+}
+
+/// Every statement's text for one schema, and the two simple-protocol strings that open and
+/// close a write transaction.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    texts: Vec<String>,
+    /// Opens a write transaction and takes the global position lock in one round trip.
+    pub begin_write: String,
+    quoted: String,
+}
+
+impl Sql {
+    pub(crate) fn new(schema: &SchemaName) -> Sql {
+        let s = &schema.quoted;
+        Sql {
+            texts: Q::ALL.iter().map(|q| q.text(s)).collect(),
+            begin_write: format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+                 SELECT last_position FROM {s}.ctx_meta WHERE id = 1 FOR UPDATE"
+            ),
+            quoted: s.clone(),
+        }
+    }
+
+    pub(crate) fn text(&self, q: Q) -> &str {
+        self.texts.get(q.index()).map_or("", String::as_str)
+    }
+
+    /// Records the new last position (if it moved) and commits, in one round trip.
+    pub(crate) fn commit_write(&self, last_position: Option<u64>) -> String {
+        match last_position {
+            Some(p) => format!(
+                "UPDATE {}.ctx_meta SET last_position = {p} WHERE id = 1; COMMIT",
+                self.quoted
+            ),
+            None => "COMMIT".to_owned(),
+        }
+    }
+}
+
+/// Brings the schema in `client`'s database up to [`SCHEMA_VERSION`] in one transaction under
+/// the migration lock, and checks the meta row. Refuses a newer schema or another format version.
+pub(crate) fn migrate(
+    client: &mut Client,
+    schema: &SchemaName,
+    location: &str,
+) -> Result<(), PgError> {
+    let s = &schema.quoted;
+    let fail = |step: &'static str| {
+        move |source: postgres::Error| PgError::Migrate {
+            location: location.to_owned(),
+            step,
+            source,
+        }
+    };
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .map_err(fail("starting the migration transaction"))?;
+    tx.query(
+        "SELECT pg_advisory_xact_lock($1::bigint)",
+        &[&MIGRATION_LOCK_KEY],
+    )
+    .map_err(fail("taking the migration lock"))?;
+    // Existence is checked first: CREATE … IF NOT EXISTS needs the CREATE privilege even when
+    // the object exists, and a journal's user may have been granted only the tables.
+    let schema_exists: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)",
+            &[&schema.name],
+        )
+        .and_then(|row| row.try_get(0))
+        .map_err(fail("looking for the schema"))?;
+    if !schema_exists {
+        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
+            .map_err(fail("creating the schema"))?;
+    }
+    let table = format!("{s}.ctx_schema_migrations");
+    let has_table: bool = tx
+        .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&table])
+        .and_then(|row| row.try_get(0))
+        .map_err(fail("looking for ctx_schema_migrations"))?;
+    if !has_table {
+        tx.batch_execute(&format!(
+            "CREATE TABLE {table} (version int PRIMARY KEY, description text NOT NULL)"
+        ))
+        .map_err(fail("creating ctx_schema_migrations"))?;
+    }
+    let found: i32 = tx
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM {table}"),
+            &[],
+        )
+        .and_then(|row| row.try_get(0))
+        .map_err(fail("reading the schema version"))?;
+    if found > SCHEMA_VERSION {
+        // Dropping the transaction rolls it back; nothing was changed anyway.
+        return Err(PgError::SchemaTooNew {
+            location: location.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
+        tx.batch_execute(&migration.sql.replace("{schema}", s))
+            .map_err(fail("applying a migration"))?;
+        tx.execute(
+            &format!("INSERT INTO {table} (version, description) VALUES ($1::int, $2::text)"),
+            &[&migration.version, &migration.description],
+        )
+        .map_err(fail("recording a migration"))?;
+    }
+    let meta = tx
+        .query_opt(
+            &format!("SELECT format_version, last_position FROM {s}.ctx_meta WHERE id = 1"),
+            &[],
+        )
+        .map_err(fail("reading ctx_meta"))?;
+    let Some(meta) = meta else {
+        return Err(PgError::Corrupt {
+            location: location.to_owned(),
+            reason: "ctx_meta has no row".to_owned(),
+        });
+    };
+    let (format, last): (i32, i64) = meta
+        .try_get(0)
+        .and_then(|f| Ok((f, meta.try_get(1)?)))
+        .map_err(fail("reading ctx_meta"))?;
+    if format != FORMAT_VERSION {
+        return Err(PgError::FormatVersion {
+            location: location.to_owned(),
+            found: format,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if last < 0 {
+        return Err(PgError::Corrupt {
+            location: location.to_owned(),
+            reason: format!("ctx_meta.last_position is negative ({last})"),
+        });
+    }
+    tx.commit().map_err(fail("committing the migration"))
+}
