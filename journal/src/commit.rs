@@ -216,7 +216,8 @@ impl Journal {
                 continue;
             }
             if let Some(reason) = injected {
-                return self.fail_all(&mut replies, reason, true);
+                // The transaction was aborted: nothing of it can have been written.
+                return self.fail_all(&mut replies, reason, false);
             }
             match ended {
                 Ok(Finish::Abort) => {}
