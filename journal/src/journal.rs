@@ -111,6 +111,17 @@ pub struct Journal {
     pub(crate) shared: Arc<Shared>,
 }
 
+/// A handle that does not keep its journal open: [`WeakJournal::upgrade`] gives the journal back
+/// while some [`Journal`] handle of it is alive.
+#[derive(Clone, Debug)]
+pub struct WeakJournal(Weak<Shared>);
+
+impl WeakJournal {
+    pub fn upgrade(&self) -> Option<Journal> {
+        self.0.upgrade().map(|shared| Journal { shared })
+    }
+}
+
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
@@ -274,6 +285,11 @@ impl Journal {
                 _lock: None,
             }),
         })
+    }
+
+    /// A handle that does not keep this journal open.
+    pub fn downgrade(&self) -> WeakJournal {
+        WeakJournal(Arc::downgrade(&self.shared))
     }
 
     /// Where the records live: the redb file, or the backend's location.

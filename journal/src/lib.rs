@@ -32,7 +32,7 @@ pub use error::{
 };
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
 pub use import::{ImportError, ImportRecord, Importer};
-pub use journal::{DATABASE_FILE, Journal, OpenOptions};
+pub use journal::{DATABASE_FILE, Journal, OpenOptions, WeakJournal};
 pub use key::KeySource;
 pub use limits::{
     BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, EVENT_ID_MAX_BYTES,

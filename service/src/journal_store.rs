@@ -5,14 +5,14 @@
 //! A process routes a journal directory to a backend once (`ctx --journal URL`, or
 //! `$CTX_JOURNAL_URL`, or [`route_journal`] for a host that links the service), and every open of
 //! that directory in the process then reaches the same backend. Opens of one routed directory
-//! share one [`Journal`] handle, as redb opens of one directory do, so projection hooks
-//! registered by one component see the appends of every other.
+//! share one journal while a handle of it is alive, as redb opens of one directory do, so
+//! projection hooks registered by one component see the appends of every other.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use ctx_journal::{Journal, OpenError, OpenOptions};
+use ctx_journal::{Journal, OpenError, OpenOptions, WeakJournal};
 use ctx_journal_pg::PgBackend;
 
 /// The environment variable naming the journal backend of every `ctx` command.
@@ -26,8 +26,9 @@ pub enum JournalSource {
     #[default]
     Embedded,
     /// A PostgreSQL database: a `postgres://` / `postgresql://` URL or a libpq key-value string
-    /// (`host=… dbname=…`).
-    Postgres { url: String },
+    /// (`host=… dbname=…`), with the journal's tables in PostgreSQL schema `schema` (`public`
+    /// when `None`), so that several journals can share one database.
+    Postgres { url: String, schema: Option<String> },
 }
 
 impl std::fmt::Debug for JournalSource {
@@ -62,6 +63,7 @@ impl JournalSource {
         if (url_like || key_value) && value.parse::<postgres::Config>().is_ok() {
             return Ok(JournalSource::Postgres {
                 url: value.to_owned(),
+                schema: None,
             });
         }
         // At most the scheme and 24 characters: the value may hold a password.
@@ -74,7 +76,9 @@ impl JournalSource {
 #[derive(Default)]
 struct Routes {
     sources: HashMap<PathBuf, JournalSource>,
-    open: HashMap<PathBuf, Journal>,
+    /// Open handles of routed directories; weak, so a journal nobody uses closes its
+    /// connections.
+    open: HashMap<PathBuf, WeakJournal>,
 }
 
 static ROUTES: LazyLock<Mutex<Routes>> = LazyLock::new(|| Mutex::new(Routes::default()));
@@ -102,19 +106,24 @@ pub fn journal_source(dir: &Path) -> JournalSource {
 /// Opens the journal of directory `dir` on the backend it is routed to.
 pub fn open_journal(dir: &Path, options: &OpenOptions) -> Result<Journal, OpenError> {
     let mut routes = routes();
-    let Some(JournalSource::Postgres { url }) = routes.sources.get(dir).cloned() else {
+    let Some(JournalSource::Postgres { url, schema }) = routes.sources.get(dir).cloned() else {
         drop(routes);
         return Journal::open(dir, options);
     };
-    if let Some(journal) = routes.open.get(dir) {
-        return Ok(journal.clone());
+    if let Some(journal) = routes.open.get(dir).and_then(WeakJournal::upgrade) {
+        return Ok(journal);
     }
-    let backend = PgBackend::connect(&url).map_err(|e| OpenError::Backend {
+    routes.open.retain(|_, weak| weak.upgrade().is_some());
+    let backend = match &schema {
+        Some(schema) => PgBackend::connect_in_schema(&url, schema),
+        None => PgBackend::connect(&url),
+    }
+    .map_err(|e| OpenError::Backend {
         location: "PostgreSQL".to_owned(),
         reason: e.to_string(),
     })?;
     let journal = Journal::open_with_backend(dir, options, Arc::new(backend))?;
-    routes.open.insert(dir.to_path_buf(), journal.clone());
+    routes.open.insert(dir.to_path_buf(), journal.downgrade());
     Ok(journal)
 }
 

@@ -141,6 +141,10 @@ pub fn child_role(var: &str) -> Option<String> {
 pub fn spawn_child(test_name: &str, envs: &[(&str, &str)], stdin: bool) -> Child {
     let exe = std::env::current_exe().unwrap();
     let mut command = Command::new(exe);
+    // A child of a seed test on PostgreSQL uses this process's server and database.
+    if let Some(url) = seed_server_url() {
+        command.env("CTX_PG_URL", url);
+    }
     command
         .args([
             test_name,
@@ -270,4 +274,71 @@ pub fn catalog_file(rel: &str) -> Vec<u8> {
 /// The sample catalog's `SKILL.md` of the skill `name`.
 pub fn catalog_skill(name: &str) -> Vec<u8> {
     catalog_file(&format!("skills/{name}/SKILL.md"))
+}
+
+/// The environment variable that runs the seed ports on PostgreSQL (`postgres`) instead of redb.
+pub const SEED_JOURNAL_ENV: &str = "CTX_SEED_JOURNAL";
+
+/// True when the seed ports run on PostgreSQL (`CTX_SEED_JOURNAL=postgres`).
+pub fn seed_on_postgres() -> bool {
+    std::env::var(SEED_JOURNAL_ENV).as_deref() == Ok("postgres")
+}
+
+/// The server of the seed ports on PostgreSQL, started once per process (or `$CTX_PG_URL`).
+fn seed_server_url() -> Option<String> {
+    if !seed_on_postgres() {
+        return None;
+    }
+    match ctx_journal_pg::shared() {
+        Ok(server) => Some(server.url()),
+        Err(e) => panic!("{SEED_JOURNAL_ENV}=postgres needs a PostgreSQL server: {e}"),
+    }
+}
+
+/// The database the seed ports share on PostgreSQL: created once, never dropped by a child.
+fn seed_database_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let server = seed_server_url().unwrap();
+        let mut client = postgres::Client::connect(&server, postgres::NoTls).unwrap();
+        // Concurrent test processes race to create it; the loser's "already exists" is fine.
+        if let Err(e) = client.batch_execute("CREATE DATABASE ctx_seed") {
+            let exists = e.code() == Some(&postgres::error::SqlState::DUPLICATE_DATABASE)
+                || e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION);
+            assert!(exists, "creating the seed database failed: {e}");
+        }
+        format!("{server} dbname=ctx_seed")
+    })
+    .clone()
+}
+
+/// Routes the journal directory `dir` to PostgreSQL when the seed ports run there: a schema of
+/// its own in the seed database, named after the directory, so a child process re-running the
+/// same setup reaches the same journal.
+pub fn route_seed_journal(dir: &Path) {
+    if let Some((url, schema)) = seed_postgres_target(dir) {
+        ctx_service::route_journal(
+            dir,
+            ctx_service::JournalSource::Postgres {
+                url,
+                schema: Some(schema),
+            },
+        );
+    }
+}
+
+/// The database URL and schema of the journal directory `dir` when the seed ports run on
+/// PostgreSQL.
+pub fn seed_postgres_target(dir: &Path) -> Option<(String, String)> {
+    if !seed_on_postgres() {
+        return None;
+    }
+    use std::os::unix::ffi::OsStrExt as _;
+    let schema = format!("seed_{:016x}", fnv(dir.as_os_str().as_bytes()));
+    Some((seed_database_url(), schema))
+}
+
+/// Opens the journal of `dir` on the backend it is routed to.
+pub fn open_routed(dir: &Path) -> Journal {
+    ctx_service::open_journal(dir, &options()).unwrap()
 }

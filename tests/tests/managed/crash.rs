@@ -362,9 +362,7 @@ struct Left {
 fn read_left(setup: &Setup, context: &str) -> Left {
     if setup.data_dir.exists() {
         // The kill may have hit the journal's creation (the child's first prepare).
-        if let Err(e) =
-            ctx_projections::journal::Journal::open(&setup.data_dir, &support::options())
-        {
+        if let Err(e) = ctx_service::open_journal(&setup.data_dir, &support::options()) {
             panic!("{context}: the journal does not reopen after the kill: {e} ({e:?})");
         }
     }

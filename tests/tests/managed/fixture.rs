@@ -519,6 +519,7 @@ pub fn setup_at(root: &Path, options: Options) -> Setup {
     inputs.insert("work-one", managed_input.clone());
     let clock = Arc::new(ManualClock::new(options.trusted_now));
     let data_dir = root.join("private");
+    support::route_seed_journal(&data_dir);
     let policy_root = root.join("install-policy");
     let policy_store = InstallPolicyStore::new(&policy_root).unwrap();
     let skill_root = root.join("skills");
@@ -726,7 +727,7 @@ impl Setup {
 
     /// The service's journal (a second open of one directory shares the open journal).
     pub fn journal(&self) -> Arc<Journal> {
-        Arc::new(Journal::open(&self.data_dir, &support::options()).unwrap())
+        Arc::new(support::open_routed(&self.data_dir))
     }
 
     /// The query store over the service's journal (the seed's `setup.store`).

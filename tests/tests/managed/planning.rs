@@ -556,9 +556,7 @@ fn test_service_rejects_malformed_or_corrupt_references() {
     // (which carries the decision digest) is rewritten in the journal file, with every journal
     // handle closed, as an attacker with the owner's rights could.
     let position = {
-        let journal = std::sync::Arc::new(
-            ctx_projections::journal::Journal::open(&data_dir, &crate::support::options()).unwrap(),
-        );
+        let journal = std::sync::Arc::new(crate::support::open_routed(&data_dir));
         let stream = ctx_projections::query_store::query_stream(&digest("corrupt-query")).unwrap();
         let records = journal.read_stream(&stream, 1, 10).unwrap();
         assert_eq!(records.len(), 2, "registration and planned mark");
@@ -584,6 +582,24 @@ fn test_service_rejects_malformed_or_corrupt_references() {
 
 /// Rewrites `old` to `new` (same length) in the stored value at `position`, through redb directly.
 fn tamper(data_dir: &std::path::Path, position: u64, old: &str, new: &str) {
+    if let Some((url, schema)) = crate::support::seed_postgres_target(data_dir) {
+        // The same attack on a PostgreSQL journal: a raw UPDATE of the stored bytes.
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let sql = format!("SELECT record FROM {schema}.ctx_records WHERE position = $1");
+        let row = client.query_one(&sql, &[&(position as i64)]).unwrap();
+        let mut value: Vec<u8> = row.get(0);
+        let at = value
+            .windows(old.len())
+            .position(|w| w == old.as_bytes())
+            .unwrap();
+        value[at..at + new.len()].copy_from_slice(new.as_bytes());
+        let sql = format!("UPDATE {schema}.ctx_records SET record = $1 WHERE position = $2");
+        assert_eq!(
+            client.execute(&sql, &[&value, &(position as i64)]).unwrap(),
+            1
+        );
+        return;
+    }
     use redb::{ReadableDatabase as _, TableDefinition};
     const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("journal.records");
     let db = redb::Database::open(data_dir.join(ctx_projections::journal::files::DATABASE_FILE))
