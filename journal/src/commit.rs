@@ -409,7 +409,7 @@ impl Journal {
                         digest,
                         mac,
                     };
-                    let hook_txn = HookTxn::new(&mut *txn);
+                    let hook_txn = HookTxn::new(&mut *txn, &self.shared.mac);
                     for hook in hooks {
                         if let Err(e) = hook.apply(&hook_txn, &view) {
                             return Err(Step::HookFailed(AppendError::Hook {

@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use std::cell::RefCell;
 
-use crate::codec::RecordView;
+use rkyv::util::AlignedVec;
+
+use crate::codec::{MacKey, RecordView};
 use crate::error::{ProjectionError, ReadError, StorageError};
+use crate::journal::verified_at;
 use crate::seam::WriteTxn;
 
 /// Prefix every projection table name must carry, so a hook cannot touch the journal's tables.
@@ -103,6 +106,7 @@ impl From<ProjectionError> for HookError {
 /// [`PROJECTION_TABLE_PREFIX`].
 pub struct HookTxn<'t> {
     txn: RefCell<&'t mut dyn WriteTxn>,
+    mac: &'t MacKey,
 }
 
 impl std::fmt::Debug for HookTxn<'_> {
@@ -189,10 +193,75 @@ pub(crate) fn scan_pages(
 }
 
 impl<'t> HookTxn<'t> {
-    pub(crate) fn new(txn: &'t mut dyn WriteTxn) -> HookTxn<'t> {
+    pub(crate) fn new(txn: &'t mut dyn WriteTxn, mac: &'t MacKey) -> HookTxn<'t> {
         HookTxn {
             txn: RefCell::new(txn),
+            mac,
         }
+    }
+
+    /// Calls `f` for every record with a position in `from_position..before_position`, in
+    /// position order, inside this transaction: committed records, and records this transaction
+    /// has already written before the one being applied. Each record is checked exactly as
+    /// [`crate::Journal::scan`] checks it (gap-free positions, structure, D and M); a record that
+    /// fails is an error and is never shown to `f`. Returns the number of records visited. An
+    /// `Err` from `f` stops the replay and is returned as [`ProjectionError::Apply`], naming the
+    /// record.
+    ///
+    /// Records are copied out a page at a time, so `f` may use this transaction's projection
+    /// tables between them. A hook uses it to fold records that were appended without it (by a
+    /// process that had not attached its projection) before the record it is given.
+    pub fn replay(
+        &self,
+        from_position: u64,
+        before_position: u64,
+        mut f: impl FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
+    ) -> Result<u64, ProjectionError> {
+        let mut next = from_position.max(1);
+        let mut scratch = AlignedVec::<16>::new();
+        let mut visited = 0;
+        let mut page: Vec<(u64, Vec<u8>)> = Vec::with_capacity(SCAN_PAGE_ENTRIES);
+        while next < before_position {
+            page.clear();
+            self.with_txn(|txn| {
+                txn.records(next, &mut |position, value| {
+                    if position >= before_position {
+                        return ControlFlow::Break(());
+                    }
+                    page.push((position, value.to_vec()));
+                    if page.len() >= SCAN_PAGE_ENTRIES {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+            })??;
+            for (position, value) in &page {
+                let position = *position;
+                if position != next {
+                    return Err(ReadError::Corrupt {
+                        position: next,
+                        reason: format!("positions jump from {} to {position}", next - 1),
+                    }
+                    .into());
+                }
+                next += 1;
+                let view = verified_at(value, position, &mut scratch, self.mac)?;
+                if let Err(e) = f(self, &view) {
+                    return Err(ProjectionError::Apply {
+                        position,
+                        event_id: view.event_id.to_owned(),
+                        message: e.message().to_owned(),
+                        code: e.code(),
+                    });
+                }
+                visited += 1;
+            }
+            if page.len() < SCAN_PAGE_ENTRIES {
+                break;
+            }
+        }
+        Ok(visited)
     }
 
     pub fn insert(

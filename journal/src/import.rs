@@ -310,7 +310,7 @@ impl Journal {
                 return Ok(Finish::Abort);
             }
             let mut importer = Importer {
-                txn: HookTxn::new(txn),
+                txn: HookTxn::new(txn, &self.shared.mac),
                 mac: &self.shared.mac,
                 hooks: &hooks,
                 next_position: 1,

@@ -7,19 +7,16 @@ use std::ops::{ControlFlow, Deref};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 
-use rkyv::util::AlignedVec;
-
-use crate::codec::{MacKey, RecordView};
+use crate::codec::RecordView;
 use crate::error::{ProjectionError, ReadError, StorageError};
-use crate::hook::{HookError, HookTxn, SCAN_PAGE_ENTRIES, check_table, get_once, scan_pages};
-use crate::journal::{Journal, lock, verified_at};
+use crate::hook::{HookError, HookTxn, check_table, get_once, scan_pages};
+use crate::journal::{Journal, lock};
 use crate::seam::{CommitError, Finish, ReadTxn};
 
 /// The write transaction of [`Journal::maintain`]: everything a [`HookTxn`] offers (through
 /// `Deref`), plus the journal head and a verified replay of the records.
 pub struct MaintenanceTxn<'t> {
     hook: HookTxn<'t>,
-    mac: &'t MacKey,
     head: u64,
 }
 
@@ -58,49 +55,9 @@ impl MaintenanceTxn<'_> {
     pub fn replay(
         &self,
         from_position: u64,
-        mut f: impl FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
+        f: impl FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
     ) -> Result<u64, ProjectionError> {
-        let mut next = from_position.max(1);
-        let mut scratch = AlignedVec::<16>::new();
-        let mut visited = 0;
-        let mut page: Vec<(u64, Vec<u8>)> = Vec::with_capacity(SCAN_PAGE_ENTRIES);
-        loop {
-            page.clear();
-            self.hook.with_txn(|txn| {
-                txn.records(next, &mut |position, value| {
-                    page.push((position, value.to_vec()));
-                    if page.len() >= SCAN_PAGE_ENTRIES {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                })
-            })??;
-            for (position, value) in &page {
-                let position = *position;
-                if position != next {
-                    return Err(ReadError::Corrupt {
-                        position: next,
-                        reason: format!("positions jump from {} to {position}", next - 1),
-                    }
-                    .into());
-                }
-                next += 1;
-                let view = verified_at(value, position, &mut scratch, self.mac)?;
-                if let Err(e) = f(&self.hook, &view) {
-                    return Err(ProjectionError::Apply {
-                        position,
-                        event_id: view.event_id.to_owned(),
-                        message: e.message().to_owned(),
-                        code: e.code(),
-                    });
-                }
-                visited += 1;
-            }
-            if page.len() < SCAN_PAGE_ENTRIES {
-                return Ok(visited);
-            }
-        }
+        self.hook.replay(from_position, u64::MAX, f)
     }
 }
 
@@ -200,8 +157,7 @@ impl Journal {
             // the database is repaired.
             let run = {
                 let maintenance = MaintenanceTxn {
-                    hook: HookTxn::new(txn),
-                    mac: &self.shared.mac,
+                    hook: HookTxn::new(txn, &self.shared.mac),
                     head,
                 };
                 catch_unwind(AssertUnwindSafe(|| f(&maintenance)))

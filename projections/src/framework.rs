@@ -197,25 +197,30 @@ impl ProjectionHook for Adapter {
 
     fn apply(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
         // On a journal shared by several processes (spec/scale-out.md §5) a process that has not
-        // attached this projection appends without it. Folding the next record on top would
-        // move the checkpoint over records the tables never saw (P3), so the append is refused
-        // instead; attaching the projection again catches it up.
+        // attached this projection appends without it. Those records are folded first, inside
+        // this transaction, so the checkpoint never moves over a record the tables did not see
+        // (P3, P4a). A checkpoint at or past this record cannot come from any writer.
         let stored = tx.get(META_TABLE, self.0.name().as_bytes(), |v| {
             v.map(ProjectionMeta::decode)
         })?;
         if let Some(Ok(meta)) = stored
             && meta.checkpoint + 1 != record.position
         {
-            return Err(HookError::with_code(
-                "projection-behind",
-                format!(
-                    "projection {} has folded records up to position {}, not up to {}: records \
-                     were appended without it; attach it again to catch up",
-                    self.0.name(),
-                    meta.checkpoint,
-                    record.position - 1
-                ),
-            ));
+            if meta.checkpoint >= record.position {
+                return Err(HookError::with_code(
+                    "projection-ahead",
+                    format!(
+                        "projection {} claims records up to position {}, past the record at \
+                         position {} being appended",
+                        self.0.name(),
+                        meta.checkpoint,
+                        record.position
+                    ),
+                ));
+            }
+            tx.replay(meta.checkpoint + 1, record.position, |tx, missed| {
+                self.0.apply(tx, missed)
+            })?;
         }
         self.0.apply(tx, record)?;
         write_meta(tx, self.0.as_ref(), record.position)?;
@@ -1049,19 +1054,59 @@ mod tests {
     }
 
     #[test]
-    fn an_append_after_records_the_projection_never_folded_is_refused() {
+    fn an_append_folds_the_records_its_projection_missed_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(&dir);
+        append(&j, "a", 0, 2);
+        let p = Projections::attach(&j, counts(1)).unwrap();
+        append(&j, "a", 2, 2);
+        // What another process appending to a shared journal without this projection leaves:
+        // a checkpoint behind the journal head, and tables that did not see records 3 and 4.
+        let s = StreamId::derive("test", b"a").unwrap();
+        j.maintain(|m| {
+            // Fold only records 1 and 2, as the projection would hold them.
+            for table in p.list[0].tables() {
+                m.clear(table)?;
+            }
+            m.replay(1, |tx, r| {
+                if r.position <= 2 {
+                    p.list[0].apply(tx, r)?;
+                }
+                Ok(())
+            })?;
+            let behind = ProjectionMeta {
+                version: 1,
+                checkpoint: 2,
+            };
+            m.insert(META_TABLE, b"counts", &behind.encode())?;
+            Ok(((), true))
+        })
+        .unwrap();
+        assert_eq!(stream_count(&j, "a").unwrap().records, 2);
+        j.append(StreamAppend::new(
+            s,
+            ExpectedRevision::Any,
+            vec![NewRecord::new("a-9", "other", Timestamp(9), vec![])],
+        ))
+        .unwrap();
+        // Records 3 and 4 were folded before record 5: the tables equal a fresh fold again.
+        assert_eq!(stream_count(&j, "a").unwrap().records, 5);
+        assert_eq!(p.meta("counts").unwrap().unwrap().checkpoint, 5);
+        assert!(p.check("counts").unwrap().is_equal());
+    }
+
+    #[test]
+    fn an_append_under_a_checkpoint_past_it_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let j = open(&dir);
         append(&j, "a", 0, 2);
         let _p = Projections::attach(&j, counts(1)).unwrap();
-        // What another process appending to a shared journal without this projection leaves:
-        // a checkpoint behind the journal head.
-        let behind = ProjectionMeta {
+        let ahead = ProjectionMeta {
             version: 1,
-            checkpoint: 1,
+            checkpoint: 7,
         };
         j.maintain(|m| {
-            m.insert(META_TABLE, b"counts", &behind.encode())?;
+            m.insert(META_TABLE, b"counts", &ahead.encode())?;
             Ok(((), true))
         })
         .unwrap();
@@ -1077,18 +1122,13 @@ mod tests {
             matches!(
                 &err,
                 ctx_journal::AppendError::Hook {
-                    code: Some("projection-behind"),
+                    code: Some("projection-ahead"),
                     ..
                 }
             ),
             "{err}"
         );
-        assert!(
-            err.to_string().contains("up to position 1, not up to 2"),
-            "{err}"
-        );
         assert_eq!(j.head_position().unwrap(), 2);
-        assert_eq!(stream_count(&j, "a").unwrap().records, 2);
     }
 
     #[test]

@@ -66,11 +66,24 @@ impl JournalSource {
                 schema: None,
             });
         }
-        // At most the scheme and 24 characters: the value may hold a password.
         Err(JournalSourceError {
-            shown: value.chars().take(24).collect(),
+            shown: shown_without_secrets(value),
         })
     }
+}
+
+/// What a refused source may show: a URL's scheme only, a short plain word, or its length. A
+/// connection string can hold a password anywhere after the scheme (`user:password@`,
+/// `password=`), so nothing of that part is ever repeated.
+fn shown_without_secrets(value: &str) -> String {
+    if let Some((scheme, _)) = value.split_once("://") {
+        return format!("{scheme}://…");
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+    if value.len() <= 24 && value.chars().all(plain) {
+        return value.to_owned();
+    }
+    format!("<{} characters>", value.chars().count())
 }
 
 #[derive(Default)]
@@ -153,9 +166,17 @@ mod tests {
             JournalSource::parse("host=127.0.0.1 port=5432 dbname=ctx user=ctx"),
             Ok(JournalSource::Postgres { .. })
         ));
-        let err = JournalSource::parse("mysql://root:secret-password@db/ctx").unwrap_err();
-        assert!(err.to_string().contains("mysql://root:secret-pas"), "{err}");
-        assert!(!err.to_string().contains("secret-password"), "{err}");
+        for (value, shown) in [
+            ("mysql://root:pw@db/ctx", "\"mysql://…\""),
+            ("mysql://ctx:hunter2@db.example/ctx", "\"mysql://…\""),
+            ("sqlite", "\"sqlite\""),
+            ("password=hunter2 bogus", "\"<22 characters>\""),
+            ("root:hunter2@db", "\"<15 characters>\""),
+        ] {
+            let err = JournalSource::parse(value).unwrap_err().to_string();
+            assert!(err.contains(shown), "{value}: {err}");
+            assert!(!err.contains("pw@") && !err.contains("hunter2"), "{err}");
+        }
         assert!(JournalSource::parse("").is_err());
         assert_eq!(
             format!("{:?}", JournalSource::parse("postgres://u:pw@h/d").unwrap()),

@@ -6,3 +6,4 @@ mod hook;
 mod host;
 mod init;
 mod person;
+mod postgres;
