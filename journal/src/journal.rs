@@ -560,6 +560,7 @@ pub(crate) fn scan_in(
     let mut expected = from;
     let mut visited = 0;
     let mut failed = None;
+    let mut stopped = false;
     txn.records(from, &mut |position, value| {
         if position != expected {
             failed = Some(ReadError::Corrupt {
@@ -572,7 +573,9 @@ pub(crate) fn scan_in(
         match verified_at(value, position, &mut scratch, mac) {
             Ok(view) => {
                 visited += 1;
-                f(&view)
+                let flow = f(&view);
+                stopped = flow.is_break();
+                flow
             }
             Err(e) => {
                 failed = Some(e);
@@ -580,7 +583,22 @@ pub(crate) fn scan_in(
             }
         }
     })?;
-    failed.map_or(Ok(visited), Err)
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    // A backend that leaves out the newest records is caught here: the records must run to the
+    // last position of the same snapshot.
+    let last = txn.last_position()?;
+    if !stopped && expected <= last {
+        return Err(ReadError::Corrupt {
+            position: expected,
+            reason: format!(
+                "the records end at position {}, but the journal's last position is {last}",
+                expected - 1
+            ),
+        });
+    }
+    Ok(visited)
 }
 
 /// Decodes the record stored under `position` and authenticates it: its structure, the position

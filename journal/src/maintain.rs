@@ -57,7 +57,22 @@ impl MaintenanceTxn<'_> {
         from_position: u64,
         f: impl FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
     ) -> Result<u64, ProjectionError> {
-        self.hook.replay(from_position, u64::MAX, f)
+        let from = from_position.max(1);
+        let visited = self.hook.replay(from, u64::MAX, f)?;
+        // The records must reach the head of this transaction (a backend that leaves out the
+        // newest records is caught here, as in `Journal::scan`).
+        if from <= self.head && from + visited <= self.head {
+            return Err(ReadError::Corrupt {
+                position: from + visited,
+                reason: format!(
+                    "the records end at position {}, but the journal's last position is {}",
+                    from + visited - 1,
+                    self.head
+                ),
+            }
+            .into());
+        }
+        Ok(visited)
     }
 }
 
