@@ -9,6 +9,17 @@
 //! spell of a shared machine hits all of them rather than one.
 //!
 //! Targets (the issue): p50 under 20 ms excluding fsync, under 50 ms including it.
+//!
+//! With a PostgreSQL journal (`--postgres`, which starts a throwaway cluster with the
+//! `ctx_journal_pg` harness or uses the server at `$CTX_PG_URL`, or `--journal URL` naming an empty
+//! database) a fourth case runs in the same interleaving: the same hook runs with
+//! `CTX_JOURNAL_URL` set, the data directory (installation key, catalog) on the disk, the records
+//! in PostgreSQL. The report then gives its p50 and p90 over those of the redb case on the disk
+//! (item 7b of the PostgreSQL backend: end-to-end `prepare` latency on PostgreSQL vs redb).
+//!
+//! ```text
+//! cargo run --release -p ctx-benches --bin ctx-bench -- hook-latency --postgres --runs 40
+//! ```
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,6 +69,9 @@ pub struct Config {
     pub disk_dir: PathBuf,
     /// Base directory of the excluding-fsync case (a tmpfs); `None` skips that case.
     pub tmpfs_dir: Option<PathBuf>,
+    /// A PostgreSQL journal (`CTX_JOURNAL_URL`, naming an empty database) for a fourth case;
+    /// its data directory is under `disk_dir`.
+    pub journal_url: Option<String>,
 }
 
 impl Config {
@@ -118,6 +132,24 @@ pub struct Report {
     pub cases: Vec<Case>,
     /// Caveats: a missing tmpfs, a "disk" that is a tmpfs.
     pub notes: Vec<String>,
+}
+
+/// Key of the PostgreSQL case.
+pub const POSTGRES_CASE: &str = "postgres";
+/// Key of the redb-on-disk case.
+pub const DISK_CASE: &str = "including_fsync";
+
+impl Report {
+    /// The PostgreSQL case's p50 and p90 over the redb disk case's, when both ran.
+    pub fn postgres_over_redb(&self) -> Option<(f64, f64)> {
+        let find = |key: &str| self.cases.iter().find(|c| c.key == key);
+        let (pg, redb) = (find(POSTGRES_CASE)?, find(DISK_CASE)?);
+        let at = |c: &Case, p: f64| c.all.percentile_us(p);
+        Some((
+            at(pg, 50.0)? / at(redb, 50.0)?,
+            at(pg, 90.0)? / at(redb, 90.0)?,
+        ))
+    }
 }
 
 fn ms(us: Option<f64>) -> Option<f64> {
@@ -210,6 +242,12 @@ impl Report {
                 out.push_str(&format!("\n  {count} x systemMessage: {message}"));
             }
         }
+        if let Some((p50, p90)) = self.postgres_over_redb() {
+            out.push_str(&format!(
+                "\nPostgreSQL journal ÷ redb journal (both data dirs on the disk, same runs \
+                 interleaved): p50 {p50:.2}x, p90 {p90:.2}x"
+            ));
+        }
         for note in &self.notes {
             out.push_str(&format!("\nnote: {note}"));
         }
@@ -237,6 +275,8 @@ impl Report {
                 "system_messages": c.system_messages.iter()
                     .map(|(m, n)| json!({"message": m, "runs": n})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
+            "postgres_over_redb": self.postgres_over_redb()
+                .map(|(p50, p90)| json!({"p50": p50, "p90": p90})),
             "notes": self.notes,
         })
     }
@@ -332,10 +372,12 @@ struct World {
     home: PathBuf,
     project: PathBuf,
     data: PathBuf,
+    /// `CTX_JOURNAL_URL` of every command, if any.
+    journal_url: Option<String>,
 }
 
 impl World {
-    fn new(base: &Path) -> BenchResult<World> {
+    fn new(base: &Path, journal_url: Option<String>) -> BenchResult<World> {
         let dir = tempfile::Builder::new()
             .prefix("ctx-bench-hook-")
             .tempdir_in(base)?;
@@ -349,11 +391,13 @@ impl World {
             home,
             project,
             data,
+            journal_url,
         })
     }
 
-    /// `ctx --data-dir <data> <args>` with only PATH from this process's environment: the user's
-    /// own CTX_DATA_DIR, XDG dirs or Claude settings must not leak into the measurement.
+    /// `ctx --data-dir <data> <args>` with only PATH from this process's environment (and
+    /// `CTX_JOURNAL_URL` when the world has one): the user's own CTX_DATA_DIR, XDG dirs or Claude
+    /// settings must not leak into the measurement.
     fn ctx(&self, ctx: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(ctx);
         command
@@ -366,6 +410,9 @@ impl World {
             .args(args);
         if let Some(path) = std::env::var_os("PATH") {
             command.env("PATH", path);
+        }
+        if let Some(url) = &self.journal_url {
+            command.env(JOURNAL_URL_ENV, url);
         }
         command
     }
@@ -391,6 +438,8 @@ impl World {
 }
 
 const HOOK_ARGS: &[&str] = &["hook", "claude", "user-prompt-submit"];
+/// The variable `ctx` reads its journal backend from.
+pub const JOURNAL_URL_ENV: &str = "CTX_JOURNAL_URL";
 
 /// One hook run; checks exit 0 and that standard output is empty or one JSON object.
 fn hook_run(
@@ -454,7 +503,7 @@ pub fn run(config: &Config) -> BenchResult<Report> {
                 "hook, excluding fsync (tmpfs)",
                 dir.clone(),
                 TARGET_P50_EXCLUDING_FSYNC_MS,
-                World::new(dir)?,
+                World::new(dir, None)?,
             ));
         }
         None => notes.push(
@@ -472,12 +521,21 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         ));
     }
     worlds.push((
-        "including_fsync",
+        DISK_CASE,
         "hook, including fsync (disk)",
         config.disk_dir.clone(),
         TARGET_P50_INCLUDING_FSYNC_MS,
-        World::new(&config.disk_dir)?,
+        World::new(&config.disk_dir, None)?,
     ));
+    if let Some(url) = &config.journal_url {
+        worlds.push((
+            POSTGRES_CASE,
+            "hook, PostgreSQL journal (data dir on disk)",
+            config.disk_dir.clone(),
+            TARGET_P50_INCLUDING_FSYNC_MS,
+            World::new(&config.disk_dir, Some(url.clone()))?,
+        ));
+    }
 
     // A first spawn also pulls the binary into the page cache.
     let (_, first) = version()?;
@@ -491,6 +549,12 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         hook_run(&ctx, world, "warm-up", "warm the journal")?;
     }
 
+    // What the PostgreSQL case's runs cost the server, from pg_stat_database: sessions
+    // (connections), commits and rollbacks, records.
+    let pg_before = match &config.journal_url {
+        Some(url) => Some(pg_counters(url)?),
+        None => None,
+    };
     let mut floor = Sample::default();
     let mut cases: Vec<Case> = worlds
         .iter()
@@ -536,6 +600,41 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         case.system_messages
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     }
+    // The PostgreSQL case must really have used PostgreSQL: records there, no redb file.
+    if let Some(url) = &config.journal_url {
+        let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+        let records: i64 = client
+            .query_one("SELECT count(*) FROM ctx_records", &[])?
+            .try_get(0)?;
+        let redb_files = worlds
+            .iter()
+            .filter(|(key, ..)| *key == POSTGRES_CASE)
+            .filter(|(.., world)| world.data.join(ctx_journal::DATABASE_FILE).exists())
+            .count();
+        if records == 0 || redb_files > 0 {
+            return Err(format!(
+                "the PostgreSQL case did not use PostgreSQL ({records} records in ctx_records, \
+                 {redb_files} redb files in its data directory)"
+            )
+            .into());
+        }
+        notes.push(format!(
+            "the PostgreSQL journal holds {records} records after the runs (its data directory \
+             has no redb file)"
+        ));
+        if let Some(before) = pg_before {
+            let after = pg_counters(url)?;
+            let per_run = |i: usize| (after[i] - before[i]) as f64 / config.runs as f64;
+            notes.push(format!(
+                "per PostgreSQL hook run: {:.1} connections, {:.1} commits, {:.1} rollbacks, \
+                 {:.1} records appended (pg_stat_database deltas over the measured runs)",
+                per_run(0),
+                per_run(1),
+                per_run(2),
+                per_run(3)
+            ));
+        }
+    }
     Ok(Report {
         ctx,
         ctx_version,
@@ -544,6 +643,39 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         cases,
         notes,
     })
+}
+
+/// Sessions, commits and rollbacks of the database `url` names (pg_stat_database, minus this
+/// query's own session and transaction) and its records.
+fn pg_counters(url: &str) -> BenchResult<[i64; 4]> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    // The statistics of ended sessions reach pg_stat_database soon after they end; a short
+    // pause lets the last hook process's arrive.
+    std::thread::sleep(Duration::from_millis(1200));
+    let row = client.query_one(
+        "SELECT sessions, xact_commit, xact_rollback, \
+         (SELECT count(*) FROM ctx_records) FROM pg_stat_database WHERE datname = current_database()",
+        &[],
+    )?;
+    Ok([
+        row.try_get(0)?,
+        row.try_get(1)?,
+        row.try_get(2)?,
+        row.try_get(3)?,
+    ])
+}
+
+/// A PostgreSQL server for the PostgreSQL case and the URL of a fresh database on it
+/// (`ctx_bench_hook`, dropped first if it exists): the server at `$CTX_PG_URL` if set, else a
+/// throwaway cluster (the `ctx_journal_pg` harness), which lives as long as the returned server.
+pub fn postgres_journal() -> BenchResult<(ctx_journal_pg::TestServer, String)> {
+    use ctx_journal_pg::{Cluster, ClusterOptions, TestServer};
+    let server = match std::env::var("CTX_PG_URL") {
+        Ok(url) if !url.is_empty() => TestServer::External { url },
+        _ => TestServer::Local(Cluster::start(ClusterOptions::new())?),
+    };
+    let url = server.create_database("ctx_bench_hook")?;
+    Ok((server, url))
 }
 
 /// Builds the `ctx` binary with the cargo that runs this process (`$CARGO`, else `cargo`) and
@@ -588,11 +720,19 @@ mod tests {
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         let ctx = build_ctx(profile_dir.parent().unwrap(), release).unwrap();
         let disk = tempfile::tempdir().unwrap();
+        // The PostgreSQL case runs when a server can be had (ctx_journal_pg::gate's rule).
+        let postgres = ctx_journal_pg::gate(
+            "hook-latency smoke, PostgreSQL case",
+            ctx_journal_pg::available(),
+        )
+        .unwrap()
+        .then(|| postgres_journal().unwrap());
         let report = run(&Config {
             ctx,
             runs: SMOKE_RUNS,
             disk_dir: disk.path().to_owned(),
             tmpfs_dir: Config::default_tmpfs_dir(),
+            journal_url: postgres.as_ref().map(|(_, url)| url.clone()),
         })
         .unwrap();
         println!("{}", report.markdown());
@@ -600,7 +740,9 @@ mod tests {
         assert_eq!(
             report.cases.len(),
             1 + usize::from(Config::default_tmpfs_dir().is_some())
+                + usize::from(postgres.is_some())
         );
+        assert_eq!(report.postgres_over_redb().is_some(), postgres.is_some());
         for case in &report.cases {
             assert_eq!(case.all.latencies.len(), SMOKE_RUNS);
             assert_eq!(

@@ -1,7 +1,11 @@
 //! ctx-benches: criterion benches for the ctx journal (`benches/journal.rs`) and the side-by-side
 //! peer comparison behind the `ctx-bench compare` binary (raw fsync limits, SQLite WAL, raw redb
 //! and the journal, measured in one run on the same disk), and `ctx-bench hook-latency`, the
-//! cold-start wall time of the `ctx` process an agent host starts for every prompt.
+//! cold-start wall time of the `ctx` process an agent host starts for every prompt (on redb, and
+//! with `--postgres` on PostgreSQL). `ctx-bench seam-ab` ([`seam_ab`]) compares the redb journal
+//! before and after the storage-seam refactor, building the same workload at both revisions;
+//! `ctx-bench pg-append` ([`pg_append`]) compares appends through the seam on PostgreSQL with plain
+//! inserts of the same rows.
 //!
 //! The library part holds what both share: the workload (events, payloads, event ids, stream ids)
 //! and the measurement helpers. Every figure is produced from inputs built outside the timed
@@ -10,6 +14,8 @@
 pub mod compare;
 pub mod hook_latency;
 pub mod measure;
+pub mod pg_append;
+pub mod seam_ab;
 pub mod workload;
 
 /// The error type of the bench code: anything that can cross a thread boundary.

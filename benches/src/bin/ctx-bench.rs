@@ -1,11 +1,15 @@
 //! `ctx-bench compare [--quick]`: the side-by-side peer comparison; `ctx-bench hook-latency`: the
-//! cold-start wall time of `ctx hook claude user-prompt-submit`. See `ctx-bench --help`.
+//! cold-start wall time of `ctx hook claude user-prompt-submit` (on redb, and with `--postgres` on
+//! PostgreSQL too); `ctx-bench seam-ab`: the redb journal before and after the storage-seam
+//! refactor; `ctx-bench pg-append`: appends through the seam on PostgreSQL ÷ plain inserts. See
+//! `ctx-bench --help`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use ctx_benches::compare::{self, Config};
-use ctx_benches::{BenchResult, hook_latency, target_dir};
+use ctx_benches::{BenchResult, hook_latency, pg_append, seam_ab, target_dir};
 
 const HELP: &str = "\
 ctx-bench: side-by-side throughput of the ctx journal and its peers, measured in one run; and
@@ -14,7 +18,11 @@ the cold-start latency of the ctx hook process.
 USAGE:
     ctx-bench compare [--quick] [--dir DIR] [--out FILE]
     ctx-bench hook-latency [--ctx PATH] [--runs N] [--test] [--disk-dir DIR] [--tmpfs-dir DIR]
-                           [--out FILE]
+                           [--postgres | --journal URL] [--out FILE]
+    ctx-bench seam-ab [--before REV] [--worktree DIR] [--before-target DIR] [--keep-worktree]
+                      [--dir DIR] [--rounds N] [--budget-ms N] [--test] [--out FILE]
+    ctx-bench pg-append [--url URL] [--clients 1,8] [--rounds N] [--budget-ms N] [--test]
+                        [--out FILE]
     ctx-bench --help
 
 compare measures, each in a fresh temp dir under one base directory (so on one disk):
@@ -75,7 +83,49 @@ OPTIONS (hook-latency):
     --disk-dir DIR    base directory of the including-fsync case (default: the system temp dir)
     --tmpfs-dir DIR   base directory of the excluding-fsync case (default: /dev/shm if it exists;
                       without one that case is skipped and the report says so)
-    --out FILE        where to write the JSON (default: <workspace>/target/ctx-bench/hook-latency.json)";
+    --postgres        add a case with the journal on PostgreSQL (CTX_JOURNAL_URL set, data dir on
+                      the disk): a throwaway cluster (ctx_journal_pg harness), or the server at
+                      $CTX_PG_URL, with a fresh database ctx_bench_hook; the report gives its p50
+                      and p90 over the redb disk case's
+    --journal URL     as --postgres, with the journal in the database URL names (must be empty)
+    --out FILE        where to write the JSON (default: <workspace>/target/ctx-bench/hook-latency.json)
+
+seam-ab measures the redb journal before and after the storage-seam refactor: the same workload
+(benches/src/seam_ab/workload.rs: single-record appends from 1 thread and from 8 threads with
+group commit, 40-record appends, read_stream and scan of 10k records; each figure a fresh journal
+and a timed loop) is built at HEAD and, in a git worktree with its own target dir, at REV, and the
+two binaries run alternately (before, HEAD, before, HEAD, ...), one process each. Reported per
+figure: both medians, HEAD/before of the medians, and the median of the per-round ratios.
+
+OPTIONS (seam-ab):
+    --before REV          the older revision (default e880d54: the core still drives redb)
+    --worktree DIR        its worktree (default /tmp/ctx-before; created when missing and then
+                          removed at the end unless --keep-worktree; an existing one must be at REV)
+    --before-target DIR   its target dir (default /tmp/ctx-before-target; removed with the worktree)
+    --keep-worktree       keep a worktree this run created, and its build, for the next run
+    --dir DIR             base directory of the journals (default: <workspace>/target/ctx-bench/tmp,
+                          a real disk; fsync dominates the append figures)
+    --rounds N            runs per side (default 5)
+    --budget-ms N         timed loop per figure per run (default 2000)
+    --test                smoke mode: HEAD's binary on both sides, 1 round, 100 ms, no worktree
+    --out FILE            default <workspace>/target/ctx-bench/seam-ab.json
+
+pg-append measures item 7a: appends through the seam (a Journal on a PgBackend) ÷ plain
+PostgreSQL inserts of the same sealed record rows, with 1 and 8 clients: N handles each on its own
+backend (like N processes), N plain clients doing BEGIN; INSERT; COMMIT into a table of
+ctx_records' shape without the position lock, and (N > 1) N threads sharing one handle, whose
+group commit batches them. Rounds interleave the cases; each round's lock share (backends waiting
+on a lock in pg_stat_activity, sampled every 2 ms, ÷ clients) shows the position lock's wait.
+
+OPTIONS (pg-append):
+    --url URL         a server to create (and drop) ctx_bench_* databases on (default: $CTX_PG_URL,
+                      else a throwaway cluster started with the ctx_journal_pg harness)
+    --clients LIST    client counts (default 1,8)
+    --rounds N        rounds (default 5)
+    --budget-ms N     per case per round (default 2000)
+    --test            smoke mode: clients 1,2, 1 round, 100 ms; without PostgreSQL it prints a
+                      skipped line (a failure with CTX_REQUIRE_PG=1)
+    --out FILE        default <workspace>/target/ctx-bench/pg-append.json";
 
 struct CompareArgs {
     quick: bool,
@@ -89,68 +139,149 @@ struct HookArgs {
     smoke: bool,
     disk_dir: Option<PathBuf>,
     tmpfs_dir: Option<PathBuf>,
+    postgres: bool,
+    journal: Option<String>,
+    out: Option<PathBuf>,
+}
+
+struct SeamArgs {
+    before: String,
+    worktree: PathBuf,
+    before_target: PathBuf,
+    keep: bool,
+    dir: Option<PathBuf>,
+    rounds: usize,
+    budget: Duration,
+    smoke: bool,
+    out: Option<PathBuf>,
+}
+
+struct PgArgs {
+    url: Option<String>,
+    clients: Vec<usize>,
+    rounds: usize,
+    budget: Duration,
+    smoke: bool,
     out: Option<PathBuf>,
 }
 
 enum Args {
     Compare(CompareArgs),
     HookLatency(HookArgs),
+    SeamAb(SeamArgs),
+    PgAppend(PgArgs),
+}
+
+fn positive(arg: &str, text: &str) -> Result<usize, String> {
+    text.parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| format!("{arg} {text} is not a positive number"))
 }
 
 fn parse(args: &[String]) -> Result<Option<Args>, String> {
     let mut it = args.iter();
-    let hook = match it.next().map(String::as_str) {
-        Some("compare") => false,
-        Some("hook-latency") => true,
+    let mut parsed = match it.next().map(String::as_str) {
+        Some("compare") => Args::Compare(CompareArgs {
+            quick: false,
+            dir: None,
+            out: None,
+        }),
+        Some("hook-latency") => Args::HookLatency(HookArgs {
+            ctx: None,
+            runs: None,
+            smoke: false,
+            disk_dir: None,
+            tmpfs_dir: None,
+            postgres: false,
+            journal: None,
+            out: None,
+        }),
+        Some("seam-ab") => Args::SeamAb(SeamArgs {
+            before: seam_ab::DEFAULT_BEFORE.to_owned(),
+            worktree: PathBuf::from("/tmp/ctx-before"),
+            before_target: PathBuf::from("/tmp/ctx-before-target"),
+            keep: false,
+            dir: None,
+            rounds: seam_ab::DEFAULT_ROUNDS,
+            budget: seam_ab::DEFAULT_BUDGET,
+            smoke: false,
+            out: None,
+        }),
+        Some("pg-append") => Args::PgAppend(PgArgs {
+            url: None,
+            clients: pg_append::DEFAULT_CLIENTS.to_vec(),
+            rounds: pg_append::DEFAULT_ROUNDS,
+            budget: pg_append::DEFAULT_BUDGET,
+            smoke: false,
+            out: None,
+        }),
         Some("-h" | "--help" | "help") | None => return Ok(None),
         Some(other) => return Err(format!("unknown subcommand {other:?}")),
     };
-    let mut compare = CompareArgs {
-        quick: false,
-        dir: None,
-        out: None,
-    };
-    let mut hook_args = HookArgs {
-        ctx: None,
-        runs: None,
-        smoke: false,
-        disk_dir: None,
-        tmpfs_dir: None,
-        out: None,
-    };
     while let Some(arg) = it.next() {
-        let mut value = || {
+        if matches!(arg.as_str(), "-h" | "--help") {
+            return Ok(None);
+        }
+        let mut text = || {
             it.next()
-                .map(PathBuf::from)
+                .cloned()
                 .ok_or_else(|| format!("{arg} needs a value"))
         };
-        match (hook, arg.as_str()) {
-            (false, "--quick") => compare.quick = true,
-            (false, "--dir") => compare.dir = Some(value()?),
-            (false, "--out") => compare.out = Some(value()?),
-            (true, "--ctx") => hook_args.ctx = Some(value()?),
-            (true, "--runs") => {
-                let text = value()?;
-                let runs = text
-                    .to_str()
-                    .and_then(|t| t.parse().ok())
-                    .filter(|&n: &usize| n > 0)
-                    .ok_or_else(|| format!("--runs {} is not a positive number", text.display()))?;
-                hook_args.runs = Some(runs);
-            }
-            (true, "--test" | "--smoke") => hook_args.smoke = true,
-            (true, "--disk-dir") => hook_args.disk_dir = Some(value()?),
-            (true, "--tmpfs-dir") => hook_args.tmpfs_dir = Some(value()?),
-            (true, "--out") => hook_args.out = Some(value()?),
-            (_, "-h" | "--help") => return Ok(None),
-            (_, other) => return Err(format!("unknown argument {other:?}")),
+        let a = arg.as_str();
+        match &mut parsed {
+            Args::Compare(c) => match a {
+                "--quick" => c.quick = true,
+                "--dir" => c.dir = Some(text()?.into()),
+                "--out" => c.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
+            Args::HookLatency(h) => match a {
+                "--ctx" => h.ctx = Some(text()?.into()),
+                "--runs" => h.runs = Some(positive(a, &text()?)?),
+                "--test" | "--smoke" => h.smoke = true,
+                "--disk-dir" => h.disk_dir = Some(text()?.into()),
+                "--tmpfs-dir" => h.tmpfs_dir = Some(text()?.into()),
+                "--postgres" => h.postgres = true,
+                "--journal" => h.journal = Some(text()?),
+                "--out" => h.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
+            Args::SeamAb(s) => match a {
+                "--before" => s.before = text()?,
+                "--worktree" => s.worktree = text()?.into(),
+                "--before-target" => s.before_target = text()?.into(),
+                "--keep-worktree" => s.keep = true,
+                "--dir" => s.dir = Some(text()?.into()),
+                "--rounds" => s.rounds = positive(a, &text()?)?,
+                "--budget-ms" => s.budget = Duration::from_millis(positive(a, &text()?)? as u64),
+                "--test" | "--smoke" => s.smoke = true,
+                "--out" => s.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
+            Args::PgAppend(p) => match a {
+                "--url" => p.url = Some(text()?),
+                "--clients" => {
+                    p.clients = text()?
+                        .split(',')
+                        .map(|n| positive(a, n.trim()))
+                        .collect::<Result<_, _>>()?;
+                }
+                "--rounds" => p.rounds = positive(a, &text()?)?,
+                "--budget-ms" => p.budget = Duration::from_millis(positive(a, &text()?)? as u64),
+                "--test" | "--smoke" => p.smoke = true,
+                "--out" => p.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
         }
     }
-    Ok(Some(if hook {
-        Args::HookLatency(hook_args)
-    } else {
-        Args::Compare(compare)
-    }))
+    if let Args::HookLatency(h) = &parsed
+        && h.postgres
+        && h.journal.is_some()
+    {
+        return Err("--postgres and --journal exclude each other".to_owned());
+    }
+    Ok(Some(parsed))
 }
 
 fn write_json(out: &std::path::Path, json: &serde_json::Value) -> BenchResult<()> {
@@ -196,11 +327,19 @@ fn run_hook_latency(args: HookArgs) -> BenchResult<()> {
         Some(dir) => Some(std::path::absolute(dir)?),
         None => hook_latency::Config::default_tmpfs_dir(),
     };
+    // The server lives until the end of the run (a throwaway cluster stops when dropped).
+    let (_server, journal_url) = if args.postgres {
+        let (server, url) = hook_latency::postgres_journal()?;
+        (Some(server), Some(url))
+    } else {
+        (None, args.journal)
+    };
     let report = hook_latency::run(&hook_latency::Config {
         ctx,
         runs,
         disk_dir,
         tmpfs_dir,
+        journal_url,
     })?;
     println!("{}", report.markdown());
     // A smoke run's figures mean nothing; it leaves the last real report in place.
@@ -213,10 +352,84 @@ fn run_hook_latency(args: HookArgs) -> BenchResult<()> {
     Ok(())
 }
 
+fn run_seam_ab(args: SeamArgs) -> BenchResult<()> {
+    let dir = match args.dir {
+        Some(dir) => std::path::absolute(dir)?,
+        None => target_dir().join("ctx-bench").join("tmp"),
+    };
+    eprintln!("building {} at HEAD ...", seam_ab::WORKLOAD_BIN);
+    let head_bin = seam_ab::build_workload(&seam_ab::workspace_root(), &target_dir())?;
+    let (before, rounds, budget) = if args.smoke {
+        let before = seam_ab::Side::Binary {
+            bin: head_bin.clone(),
+            label: "HEAD (smoke: both sides)".to_owned(),
+        };
+        (before, 1, Duration::from_millis(100))
+    } else {
+        let before = seam_ab::Side::Revision {
+            rev: args.before,
+            worktree: std::path::absolute(args.worktree)?,
+            target_dir: std::path::absolute(args.before_target)?,
+            keep: args.keep,
+        };
+        (before, args.rounds, args.budget)
+    };
+    let report = seam_ab::run(&seam_ab::Config {
+        before,
+        head_bin,
+        dir,
+        rounds,
+        budget,
+        read_records: seam_ab::workload::READ_RECORDS,
+    })?;
+    println!("{}", report.markdown());
+    if !args.smoke {
+        let out = args
+            .out
+            .unwrap_or_else(|| target_dir().join("ctx-bench").join("seam-ab.json"));
+        write_json(&out, &report.to_json())?;
+    }
+    Ok(())
+}
+
+fn run_pg_append(args: PgArgs) -> BenchResult<()> {
+    let config = if args.smoke {
+        let availability = match &args.url {
+            Some(_) => Ok(()),
+            None => ctx_journal_pg::available(),
+        };
+        if !ctx_journal_pg::gate("ctx-bench pg-append --test", availability)? {
+            return Ok(());
+        }
+        pg_append::Config {
+            url: args.url,
+            clients: vec![1, 2],
+            rounds: 1,
+            budget: Duration::from_millis(100),
+        }
+    } else {
+        pg_append::Config {
+            url: args.url,
+            clients: args.clients,
+            rounds: args.rounds,
+            budget: args.budget,
+        }
+    };
+    let report = pg_append::run(&config)?;
+    println!("{}", report.markdown());
+    if !args.smoke {
+        let out = args.out.unwrap_or_else(pg_append::default_out);
+        write_json(&out, &report.to_json())?;
+    }
+    Ok(())
+}
+
 fn run(args: Args) -> BenchResult<()> {
     match args {
         Args::Compare(args) => run_compare(args),
         Args::HookLatency(args) => run_hook_latency(args),
+        Args::SeamAb(args) => run_seam_ab(args),
+        Args::PgAppend(args) => run_pg_append(args),
     }
 }
 
