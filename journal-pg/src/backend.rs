@@ -149,6 +149,19 @@ impl PgBackend {
         }
     }
 
+    /// A kept read connection that is still open, else a new one; outside any transaction.
+    fn reader(&self) -> Result<Conn, PgError> {
+        loop {
+            let Some(conn) = lock(&self.readers).pop() else {
+                break;
+            };
+            if !conn.client.is_closed() {
+                return Ok(conn);
+            }
+        }
+        self.new_conn()
+    }
+
     /// A connection inside a new read transaction: a kept one if it still works (one that does
     /// not is dropped), else a new one.
     fn begin_read(&self) -> Result<Conn, PgError> {
@@ -225,6 +238,8 @@ impl PgBackend {
             failed: false,
             lost: false,
             heads: HashMap::new(),
+            events: HashMap::new(),
+            statements: 0,
         };
         let outcome = work(&mut txn);
         let Txn {
@@ -319,6 +334,8 @@ impl Backend for PgBackend {
             failed: false,
             lost: false,
             heads: HashMap::new(),
+            events: HashMap::new(),
+            statements: 0,
         };
         let result = work(&mut txn);
         let lost = txn.lost;
@@ -326,6 +343,39 @@ impl Backend for PgBackend {
         // end it drops the connection and does not change what was read.
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
         if !lost && conn.client.batch_execute(end).is_ok() {
+            self.keep_reader(conn);
+        }
+        result
+    }
+
+    /// A single lookup runs in PostgreSQL's implicit one-statement transaction: one round trip
+    /// instead of three (`BEGIN`, the lookup, `COMMIT`).
+    fn read_single(
+        &self,
+        work: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        let mut conn = self
+            .reader()
+            .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
+        let mut txn = Txn {
+            conn: &mut conn,
+            backend: self,
+            cursor: None,
+            failed: false,
+            lost: false,
+            heads: HashMap::new(),
+            events: HashMap::new(),
+            statements: 0,
+        };
+        let result = work(&mut txn);
+        let (lost, statements) = (txn.lost, txn.statements);
+        // The core's promise (Backend::read_single): more than one statement here would not share
+        // a snapshot.
+        assert!(
+            statements <= 1,
+            "a single-lookup read issued {statements} statements"
+        );
+        if !lost {
             self.keep_reader(conn);
         }
         result
@@ -383,6 +433,11 @@ struct Txn<'a> {
     /// costs no round trip. A read transaction sees one snapshot, and no other writer can move a
     /// head while a write transaction holds the position lock, so they stay true until it ends.
     heads: HashMap<StreamId, Option<StreamHead>>,
+    /// Event ids looked up by [`WriteTxn::prefetch`] or put by this transaction, with their
+    /// positions; true for the same reason as `heads`.
+    events: HashMap<String, Option<u64>>,
+    /// Statements sent, for the one-statement promise of [`Backend::read_single`].
+    statements: u32,
 }
 
 impl Txn<'_> {
@@ -403,6 +458,7 @@ impl Txn<'_> {
     }
 
     fn note<T>(&mut self, result: Result<T, postgres::Error>) -> Result<T, postgres::Error> {
+        self.statements += 1;
         if let Err(e) = &result {
             self.failed = true;
             if !answered(e) || self.conn.client.is_closed() {
@@ -783,6 +839,9 @@ impl WriteTxn for Txn<'_> {
     }
 
     fn find_event(&mut self, event_id: &str) -> Result<Option<u64>, ReadError> {
+        if let Some(found) = self.events.get(event_id) {
+            return Ok(*found);
+        }
         let rows = self
             .query(Q::FindEvent, &[&event_id])
             .map_err(|e| self.read_error("looking up an event id", e))?;
@@ -794,6 +853,60 @@ impl WriteTxn for Txn<'_> {
             position: 0,
             reason: format!("the record of event {event_id} has position {raw}"),
         })
+    }
+
+    /// One round trip for every head and event id the core is about to ask for; what this
+    /// transaction has already cached (its own puts among it) is not asked again.
+    fn prefetch(&mut self, streams: &[StreamId], event_ids: &[&str]) -> Result<(), ReadError> {
+        let ids: Vec<&str> = event_ids
+            .iter()
+            .copied()
+            .filter(|id| !self.events.contains_key(*id))
+            .collect();
+        let keys: Vec<&[u8]> = streams
+            .iter()
+            .filter(|s| !self.heads.contains_key(*s))
+            .map(|s| s.as_bytes().as_slice())
+            .collect();
+        if ids.is_empty() && keys.is_empty() {
+            return Ok(());
+        }
+        let rows = self
+            .query(Q::Prefetch, &[&ids, &keys])
+            .map_err(|e| self.read_error("looking up event ids and stream heads", e))?;
+        for row in &rows {
+            let kind: i32 = column(row, 0, "a prefetch row")?;
+            if kind == 0 {
+                let id: String = column(row, 1, "a prefetched event id")?;
+                let raw: Option<i64> = column(row, 2, "a prefetched position")?;
+                let position = match raw {
+                    None => None,
+                    Some(raw) => Some(counter(raw).ok_or_else(|| ReadError::Corrupt {
+                        position: 0,
+                        reason: format!("the record of event {id} has position {raw}"),
+                    })?),
+                };
+                self.events.insert(id, position);
+            } else {
+                let key: Vec<u8> = column(row, 3, "a prefetched stream")?;
+                let stream = <[u8; 32]>::try_from(key.as_slice())
+                    .map(StreamId::from_bytes)
+                    .map_err(|_| ReadError::Corrupt {
+                        position: 0,
+                        reason: format!("a prefetched stream id is {} bytes long", key.len()),
+                    })?;
+                let revision: Option<i64> = column(row, 4, "a prefetched head")?;
+                let head = match revision {
+                    None => None,
+                    Some(_) => Some(head_of_row(row, 4).map_err(|reason| ReadError::Corrupt {
+                        position: 0,
+                        reason: format!("the head of stream {stream}: {reason}"),
+                    })?),
+                };
+                self.heads.entry(stream).or_insert(head);
+            }
+        }
+        Ok(())
     }
 
     fn put_record(&mut self, record: &PutRecord<'_>) -> Result<(), StorageError> {
@@ -851,6 +964,8 @@ impl WriteTxn for Txn<'_> {
             )));
         }
         self.cursor = Some(next + 1);
+        self.events
+            .insert(record.event_id.to_owned(), Some(record.position));
         self.heads.insert(
             record.stream,
             Some(StreamHead {

@@ -114,10 +114,11 @@ pub(crate) enum Q {
     KvRemove,
     KvClear,
     IsEmpty,
+    Prefetch,
 }
 
 impl Q {
-    pub(crate) const COUNT: usize = 17;
+    pub(crate) const COUNT: usize = 18;
 
     const ALL: [Q; Q::COUNT] = [
         Q::LastPosition,
@@ -137,6 +138,7 @@ impl Q {
         Q::KvRemove,
         Q::KvClear,
         Q::IsEmpty,
+        Q::Prefetch,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -243,6 +245,17 @@ impl Q {
             }
             Q::KvClear => format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text"),
             Q::IsEmpty => format!("SELECT NOT EXISTS (SELECT 1 FROM {s}.ctx_records)"),
+            // $1 event ids, $2 streams: one row per event id (kind 0: the id and its position,
+            // if stored) and one per stream (kind 1: the stream and its head, if any).
+            Q::Prefetch => format!(
+                "SELECT 0, e.id, r.position, NULL::bytea, NULL::bigint, NULL::bigint, NULL::bytea \
+                 FROM unnest($1::text[]) AS e(id) \
+                 LEFT JOIN {s}.ctx_records r ON r.event_id = e.id \
+                 UNION ALL \
+                 SELECT 1, NULL::text, NULL::bigint, t.stream, h.revision, h.position, h.digest \
+                 FROM unnest($2::bytea[]) AS t(stream) \
+                 LEFT JOIN {s}.ctx_streams h ON h.stream = t.stream"
+            ),
         }
     }
 }

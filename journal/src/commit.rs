@@ -277,6 +277,12 @@ impl Journal {
         hooks: &[Arc<dyn ProjectionHook>],
     ) -> Result<Vec<AppendOutcome>, Step> {
         // Phase 1: decide each stream's fate without writing.
+        let streams: Vec<_> = batch.iter().map(|part| part.stream).collect();
+        let event_ids: Vec<&str> = batch
+            .iter()
+            .flat_map(|part| part.records.iter().map(|r| r.event_id.as_str()))
+            .collect();
+        txn.prefetch(&streams, &event_ids).map_err(read)?;
         let mut plans = Vec::with_capacity(batch.len());
         for part in batch {
             let mut existing = Vec::with_capacity(part.records.len());

@@ -367,14 +367,30 @@ impl Journal {
         out.ok_or_else(|| StorageError::message("the backend did not run the read").into())
     }
 
+    /// Runs `f`, which makes exactly one lookup, through [`Backend::read_single`].
+    fn read_single<R>(
+        &self,
+        mut f: impl FnMut(&mut dyn ReadTxn) -> Result<R, ReadError>,
+    ) -> Result<R, ReadError> {
+        if !self.check_process() {
+            return Err(ReadError::ForkedProcess);
+        }
+        let mut out = None;
+        self.shared.backend.read_single(&mut |txn| {
+            out = Some(f(txn)?);
+            Ok(())
+        })?;
+        out.ok_or_else(|| StorageError::message("the backend did not run the read").into())
+    }
+
     /// The head of a stream, or `None` when it has no records.
     pub fn stream_head(&self, stream: &StreamId) -> Result<Option<StreamHead>, ReadError> {
-        self.read(|txn| txn.head(stream))
+        self.read_single(|txn| txn.head(stream))
     }
 
     /// The last global position written (0 for an empty journal).
     pub fn head_position(&self) -> Result<u64, ReadError> {
-        self.read(|txn| txn.last_position())
+        self.read_single(|txn| txn.last_position())
     }
 
     /// Reads up to `max` records of a stream starting at revision `from` (1-based), verifying each
@@ -526,7 +542,26 @@ impl Journal {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R, ProjectionError> {
-        self.projection_read(|read| read.get(table, key, f))?
+        crate::hook::check_table(table)?;
+        if !self.check_process() {
+            return Err(ProjectionError::ForkedProcess);
+        }
+        let mut f = Some(f);
+        let mut out = None;
+        self.shared
+            .backend
+            .read_single(&mut |txn| {
+                let Some(f) = f.take() else {
+                    return Ok(());
+                };
+                out = Some(crate::hook::get_once(|cb| txn.kv_get(table, key, cb), f));
+                Ok(())
+            })
+            .map_err(|e| match e {
+                ReadError::Storage(e) => ProjectionError::Storage(e),
+                e => ProjectionError::Read(e),
+            })?;
+        out.unwrap_or_else(|| Err(StorageError::message("the backend did not run the read").into()))
     }
 
     /// The full verification pass: every record's structure, digest, MAC and chain link, gap-free

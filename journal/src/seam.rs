@@ -76,6 +76,17 @@ pub trait Backend: Send + Sync + 'static {
         work: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), ReadError>,
     ) -> Result<(), ReadError>;
 
+    /// Runs `work`, which issues at most one read (one [`ReadTxn`] call that is a single lookup:
+    /// `head`, `last_position` or `kv_get`), as [`Backend::read`] does. One lookup sees one
+    /// snapshot by itself, so a backend whose transactions cost round trips may run it without an
+    /// explicit transaction. The default is [`Backend::read`].
+    fn read_single(
+        &self,
+        work: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        self.read(work)
+    }
+
     /// Runs `work` in a write transaction and ends it as `work` says. Write transactions of one
     /// backend are serialized (across processes too, for a shared backend): each sees every
     /// earlier commit. An `Err` from `work` aborts and is returned as `NotCommitted`.
@@ -153,6 +164,16 @@ pub trait WriteTxn: ReadTxn {
 
     /// The position of the record with `event_id`, committed or put by this transaction.
     fn find_event(&mut self, event_id: &str) -> Result<Option<u64>, ReadError>;
+
+    /// A hint, before the core decides an append request: the heads of `streams` and the
+    /// positions of `event_ids` are about to be looked up. A backend whose lookups are round
+    /// trips may fetch them together and answer the next [`ReadTxn::head`] and
+    /// [`WriteTxn::find_event`] calls from what it fetched (kept true by its own puts). The
+    /// default does nothing.
+    fn prefetch(&mut self, streams: &[StreamId], event_ids: &[&str]) -> Result<(), ReadError> {
+        let _ = (streams, event_ids);
+        Ok(())
+    }
 
     /// Stores a sealed record and moves its stream's head to it.
     fn put_record(&mut self, record: &PutRecord<'_>) -> Result<(), StorageError>;
