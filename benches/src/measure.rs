@@ -140,6 +140,26 @@ impl Figure {
     }
 }
 
+/// Releases the threads waiting on `barrier` (each took one place; this call takes the last) and
+/// joins them: their samples, and the wall time from the release to the last join. A thread that
+/// panicked is an error naming `what` it was.
+pub fn release_and_join(
+    barrier: &std::sync::Barrier,
+    handles: Vec<std::thread::ScopedJoinHandle<'_, crate::BenchResult<Sample>>>,
+    what: &str,
+) -> (Vec<crate::BenchResult<Sample>>, Duration) {
+    barrier.wait();
+    let start = Instant::now();
+    let parts = handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(format!("{what} thread panicked").into()))
+        })
+        .collect();
+    (parts, start.elapsed())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

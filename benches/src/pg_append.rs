@@ -329,16 +329,7 @@ fn round(case: &mut Case, budget: Duration, sampler: &mut postgres::Client) -> B
             .collect();
         let (stop, database) = (&stop, &database);
         let sampler = scope.spawn(move || sample_locks(sampler, database, stop));
-        barrier.wait();
-        let start = Instant::now();
-        let parts: Vec<BenchResult<Sample>> = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a client thread panicked".into()))
-            })
-            .collect();
-        let wall = start.elapsed();
+        let (parts, wall) = crate::measure::release_and_join(&barrier, handles, "a client");
         stop.store(true, Ordering::Relaxed);
         let locks = sampler
             .join()

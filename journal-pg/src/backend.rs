@@ -231,16 +231,7 @@ impl PgBackend {
         last: u64,
         work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
     ) -> (Result<Finish, CommitError>, bool) {
-        let mut txn = Txn {
-            conn,
-            backend: self,
-            cursor: Some(last + 1),
-            failed: false,
-            lost: false,
-            heads: HashMap::new(),
-            events: HashMap::new(),
-            statements: 0,
-        };
+        let mut txn = Txn::new(conn, self, Some(last + 1));
         let outcome = work(&mut txn);
         let Txn {
             conn,
@@ -327,16 +318,7 @@ impl Backend for PgBackend {
         let mut conn = self
             .begin_read()
             .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
-        let mut txn = Txn {
-            conn: &mut conn,
-            backend: self,
-            cursor: None,
-            failed: false,
-            lost: false,
-            heads: HashMap::new(),
-            events: HashMap::new(),
-            statements: 0,
-        };
+        let mut txn = Txn::new(&mut conn, self, None);
         let result = work(&mut txn);
         let lost = txn.lost;
         // A read-only transaction changes nothing: COMMIT and ROLLBACK only end it. A failure to
@@ -357,16 +339,7 @@ impl Backend for PgBackend {
         let mut conn = self
             .reader()
             .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
-        let mut txn = Txn {
-            conn: &mut conn,
-            backend: self,
-            cursor: None,
-            failed: false,
-            lost: false,
-            heads: HashMap::new(),
-            events: HashMap::new(),
-            statements: 0,
-        };
+        let mut txn = Txn::new(&mut conn, self, None);
         let result = work(&mut txn);
         let (lost, statements) = (txn.lost, txn.statements);
         // The core's promise (Backend::read_single): more than one statement here would not share
@@ -440,7 +413,20 @@ struct Txn<'a> {
     statements: u32,
 }
 
-impl Txn<'_> {
+impl<'a> Txn<'a> {
+    fn new(conn: &'a mut Conn, backend: &'a PgBackend, cursor: Option<u64>) -> Txn<'a> {
+        Txn {
+            conn,
+            backend,
+            cursor,
+            failed: false,
+            lost: false,
+            heads: HashMap::new(),
+            events: HashMap::new(),
+            statements: 0,
+        }
+    }
+
     fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, postgres::Error> {
         let result = self
             .conn

@@ -115,6 +115,15 @@ impl std::fmt::Debug for HookTxn<'_> {
     }
 }
 
+/// The text of a caught panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic payload".to_owned())
+}
+
 /// Entries a scan copies out of the transaction at a time. Callbacks run between pages, with the
 /// transaction free, so a callback may use the transaction itself.
 pub(crate) const SCAN_PAGE_ENTRIES: usize = 256;

@@ -168,20 +168,7 @@ impl Journal {
     /// Opens the journal in `dir` (an absolute path), creating the directory, the installation
     /// key and the database on first use.
     pub fn open(dir: impl AsRef<Path>, options: &OpenOptions) -> Result<Journal, OpenError> {
-        let dir = dir.as_ref();
-        if !dir.is_absolute() {
-            return Err(OpenError::RelativePath {
-                path: dir.to_path_buf(),
-            });
-        }
-        create_private_dir(dir).map_err(|source| OpenError::Io {
-            path: dir.into(),
-            source,
-        })?;
-        let dir = dir.canonicalize().map_err(|source| OpenError::Io {
-            path: dir.into(),
-            source,
-        })?;
+        let dir = prepare_dir(dir.as_ref())?;
         let slot: OpenSlot = {
             let mut open = lock(&OPEN_JOURNALS);
             open.retain(|path, slot| {
@@ -240,20 +227,7 @@ impl Journal {
         options: &OpenOptions,
         backend: Arc<dyn Backend>,
     ) -> Result<Journal, OpenError> {
-        let dir = dir.as_ref();
-        if !dir.is_absolute() {
-            return Err(OpenError::RelativePath {
-                path: dir.to_path_buf(),
-            });
-        }
-        create_private_dir(dir).map_err(|source| OpenError::Io {
-            path: dir.into(),
-            source,
-        })?;
-        let dir = dir.canonicalize().map_err(|source| OpenError::Io {
-            path: dir.into(),
-            source,
-        })?;
+        let dir = prepare_dir(dir.as_ref())?;
         let mut last = 0;
         backend
             .read(&mut |txn| {
@@ -354,32 +328,37 @@ impl Journal {
     /// Runs `f` in one read transaction of the backend and returns its result.
     pub(crate) fn read<R>(
         &self,
-        mut f: impl FnMut(&mut dyn ReadTxn) -> Result<R, ReadError>,
+        f: impl FnMut(&mut dyn ReadTxn) -> Result<R, ReadError>,
     ) -> Result<R, ReadError> {
-        if !self.check_process() {
-            return Err(ReadError::ForkedProcess);
-        }
-        let mut out = None;
-        self.shared.backend.read(&mut |txn| {
-            out = Some(f(txn)?);
-            Ok(())
-        })?;
-        out.ok_or_else(|| StorageError::message("the backend did not run the read").into())
+        self.run_read(false, f)
     }
 
     /// Runs `f`, which makes exactly one lookup, through [`Backend::read_single`].
     fn read_single<R>(
         &self,
+        f: impl FnMut(&mut dyn ReadTxn) -> Result<R, ReadError>,
+    ) -> Result<R, ReadError> {
+        self.run_read(true, f)
+    }
+
+    fn run_read<R>(
+        &self,
+        single: bool,
         mut f: impl FnMut(&mut dyn ReadTxn) -> Result<R, ReadError>,
     ) -> Result<R, ReadError> {
         if !self.check_process() {
             return Err(ReadError::ForkedProcess);
         }
         let mut out = None;
-        self.shared.backend.read_single(&mut |txn| {
+        let mut work = |txn: &mut dyn ReadTxn| {
             out = Some(f(txn)?);
             Ok(())
-        })?;
+        };
+        if single {
+            self.shared.backend.read_single(&mut work)?;
+        } else {
+            self.shared.backend.read(&mut work)?;
+        }
         out.ok_or_else(|| StorageError::message("the backend did not run the read").into())
     }
 
@@ -666,6 +645,21 @@ pub(crate) fn auth_failed(view: &RecordView<'_>, kind: Integrity) -> ReadError {
             Integrity::Mac => "the record MAC does not match the installation key",
         },
     }
+}
+
+/// Checks that `dir` is absolute, creates it (mode 0700) when missing, and canonicalizes it.
+fn prepare_dir(dir: &Path) -> Result<PathBuf, OpenError> {
+    if !dir.is_absolute() {
+        return Err(OpenError::RelativePath {
+            path: dir.to_path_buf(),
+        });
+    }
+    let io = |source| OpenError::Io {
+        path: dir.into(),
+        source,
+    };
+    create_private_dir(dir).map_err(io)?;
+    dir.canonicalize().map_err(io)
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

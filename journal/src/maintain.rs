@@ -179,11 +179,7 @@ impl Journal {
             };
             Ok(match run {
                 Err(payload) => {
-                    let message = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a non-text panic payload".to_owned());
+                    let message = crate::hook::panic_message(payload.as_ref());
                     outcome = Some(Err(ProjectionError::Panicked { message }));
                     Finish::Abort
                 }

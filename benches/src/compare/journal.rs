@@ -151,16 +151,7 @@ pub fn concurrent<'p>(
                     appender.round(limits)
                 }));
             }
-            barrier.wait();
-            let start = Instant::now();
-            let parts: Vec<BenchResult<Sample>> = handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("an appender thread panicked".into()))
-                })
-                .collect();
-            (parts, start.elapsed())
+            crate::measure::release_and_join(&barrier, handles, "an appender")
         });
         let parts = parts.into_iter().collect::<BenchResult<Vec<Sample>>>()?;
         Ok(Sample::merge_concurrent(parts, wall))

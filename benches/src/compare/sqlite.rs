@@ -194,16 +194,7 @@ pub fn concurrent<'p>(
                     Ok(sample)
                 }));
             }
-            barrier.wait();
-            let start = Instant::now();
-            let parts: Vec<BenchResult<Sample>> = handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a writer thread panicked".into()))
-                })
-                .collect();
-            (parts, start.elapsed())
+            crate::measure::release_and_join(&barrier, handles, "a writer")
         });
         let parts = parts.into_iter().collect::<BenchResult<Vec<Sample>>>()?;
         Ok(Sample::merge_concurrent(parts, wall))
@@ -252,16 +243,7 @@ pub fn shared_connection<'p>(
                     Ok(sample)
                 }));
             }
-            barrier.wait();
-            let start = Instant::now();
-            let parts: Vec<BenchResult<Sample>> = handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a writer thread panicked".into()))
-                })
-                .collect();
-            (parts, start.elapsed())
+            crate::measure::release_and_join(&barrier, handles, "a writer")
         });
         let parts = parts.into_iter().collect::<BenchResult<Vec<Sample>>>()?;
         Ok(Sample::merge_concurrent(parts, wall))
