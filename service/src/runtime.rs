@@ -115,6 +115,66 @@ fn component(context: &'static str) -> impl FnOnce(String) -> RuntimeError {
     move |message| RuntimeError::Component { context, message }
 }
 
+/// How long an open or an ingest waits for another process's catalog ingest before giving up,
+/// so that a stuck process can never hang a host's hook.
+const CATALOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const CATALOG_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A held lock on the data directory's catalog: shared while a runtime loads it, exclusive while
+/// an ingest replaces it. An ingest swaps the catalog directory with two renames; without the
+/// lock a concurrent open could look between them and find no catalog, or two first ingests
+/// could both rename into place and one fail.
+pub(crate) struct CatalogLock {
+    _file: fs::File,
+}
+
+impl CatalogLock {
+    /// Takes the lock (`exclusive` for an ingest), creating the data directory and its lock file
+    /// when absent.
+    pub(crate) fn acquire(layout: &Layout, exclusive: bool) -> Result<CatalogLock, RuntimeError> {
+        private_dir(layout.root())?;
+        let path = layout.root().join(".catalog.lock");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(io(&path))?;
+        let start = std::time::Instant::now();
+        loop {
+            let attempt = if exclusive {
+                file.try_lock()
+            } else {
+                file.try_lock_shared()
+            };
+            match attempt {
+                Ok(()) => return Ok(CatalogLock { _file: file }),
+                Err(fs::TryLockError::WouldBlock) if start.elapsed() < CATALOG_LOCK_WAIT => {
+                    std::thread::sleep(CATALOG_LOCK_POLL);
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(RuntimeError::Io {
+                        path,
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "another process held the catalog lock for more than {} s",
+                                CATALOG_LOCK_WAIT.as_secs()
+                            ),
+                        ),
+                    });
+                }
+                Err(fs::TryLockError::Error(source)) => {
+                    return Err(RuntimeError::Io { path, source });
+                }
+            }
+        }
+    }
+}
+
 /// Creates `dir` (and its parents) with mode 0700 when it does not exist.
 pub(crate) fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
     fs::DirBuilder::new()
@@ -619,13 +679,20 @@ impl Runtime {
     /// Composes the service of `layout`'s data directory at the trusted time `now`.
     pub fn open(layout: &Layout, now: UtcMicros) -> Result<Runtime, RuntimeError> {
         let catalog_dir = layout.catalog();
-        if !catalog_dir.join("catalog.json").is_file() {
+        // A missing data directory has no catalog; the lock below would create the directory.
+        if !layout.root().is_dir() {
             return Err(RuntimeError::NoCatalog { path: catalog_dir });
         }
-        let loaded = Arc::new(
-            load_catalog_dir(&catalog_dir)
-                .map_err(|e| component("the ingested catalog does not load")(e.to_string()))?,
-        );
+        let loaded = {
+            let _catalog = CatalogLock::acquire(layout, false)?;
+            if !catalog_dir.join("catalog.json").is_file() {
+                return Err(RuntimeError::NoCatalog { path: catalog_dir });
+            }
+            Arc::new(
+                load_catalog_dir(&catalog_dir)
+                    .map_err(|e| component("the ingested catalog does not load")(e.to_string()))?,
+            )
+        };
         let catalog = Arc::new(loaded.catalog().clone());
         let facts = Arc::new(CatalogBenefitFacts::new(catalog.clone()));
         let ports = AdapterPorts::from_catalog(catalog.clone());

@@ -23,8 +23,8 @@ use crate::managed::{
 };
 use crate::policy::InstallConsentPolicy;
 use crate::runtime::{
-    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, consent_config, generate_device_key,
-    logical_id, private_dir, read_device_key, write_atomically,
+    CONSENT_AUDIENCE, CatalogLock, Runtime, RuntimeError, WorkRequest, consent_config,
+    generate_device_key, logical_id, private_dir, read_device_key, write_atomically,
 };
 
 /// The largest JSON request a host command reads from stdin.
@@ -582,6 +582,10 @@ pub(crate) fn ingest_catalog(
             c.installation_snapshot_digest().to_owned(),
         )
     };
+    // Held across the comparison and the swap: concurrent first ingests then write once, and no
+    // open sees the catalog between the swap's two renames.
+    let _catalog =
+        CatalogLock::acquire(layout, true).map_err(|e| HostFailure::internal(e.to_string()))?;
     let unchanged = target.join("catalog.json").is_file()
         && load_catalog_dir(&target).is_ok_and(|current| identity(&current) == identity(&loaded));
     if !unchanged {

@@ -160,16 +160,19 @@ fn fsync_dir(path: &Path) -> Result<()> {
 /// Creates `path` (mode 0700, parent fsynced) when absent, then validates it.
 fn ensure_directory(path: &Path, label: &'static str, uid: u32) -> Result<Metadata> {
     if lstat(path)?.is_none() {
-        fs::DirBuilder::new()
-            .mode(DIR_MODE)
-            .create(path)
-            .map_err(PolicyStoreError::io("create a policy store directory"))?;
-        // The umask may have cleared bits of 0700; set the mode explicitly.
-        fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE)).map_err(
-            PolicyStoreError::io("set the mode of a policy store directory"),
-        )?;
-        if let Some(parent) = path.parent() {
-            fsync_dir(parent)?;
+        match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
+            Ok(()) => {
+                // The umask may have cleared bits of 0700; set the mode explicitly.
+                fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE)).map_err(
+                    PolicyStoreError::io("set the mode of a policy store directory"),
+                )?;
+                if let Some(parent) = path.parent() {
+                    fsync_dir(parent)?;
+                }
+            }
+            // Another process created it since the lookup; validation judges what it made.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(PolicyStoreError::io("create a policy store directory")(e)),
         }
     }
     validate_directory(path, label, uid)

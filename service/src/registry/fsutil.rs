@@ -80,15 +80,18 @@ pub(crate) fn ensure_private_dir(
     match fs::symlink_metadata(path) {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::DirBuilder::new()
-                .mode(DIR_MODE)
-                .create(path)
-                .map_err(RegistryError::io("create the directory", path))?;
-            // The umask may have cleared bits of 0700; set the mode explicitly.
-            fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
-                .map_err(RegistryError::io("set the mode of", path))?;
-            if let Some(parent) = path.parent() {
-                fsync_dir(parent)?;
+            match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
+                Ok(()) => {
+                    // The umask may have cleared bits of 0700; set the mode explicitly.
+                    fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
+                        .map_err(RegistryError::io("set the mode of", path))?;
+                    if let Some(parent) = path.parent() {
+                        fsync_dir(parent)?;
+                    }
+                }
+                // Another process created it since the lookup; the check below judges what it made.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(RegistryError::io("create the directory", path)(e)),
             }
         }
         Err(e) => return Err(RegistryError::io("inspect", path)(e)),

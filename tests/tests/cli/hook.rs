@@ -121,7 +121,9 @@ fn reply(run: &CtxRun) -> Option<Json> {
 }
 
 fn context(reply: &Json, host_event: &str) -> String {
-    let specific = reply.get("hookSpecificOutput").expect("hookSpecificOutput");
+    let specific = reply
+        .get("hookSpecificOutput")
+        .unwrap_or_else(|| panic!("no hookSpecificOutput in {reply:?}"));
     assert_eq!(specific.get_str("hookEventName"), Some(host_event));
     let text = specific
         .get_str("additionalContext")
