@@ -6,7 +6,7 @@
 //! Reads run in `REPEATABLE READ, READ ONLY` transactions on a small pool of their own
 //! connections and never wait for a writer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -28,6 +28,21 @@ const READERS_KEPT: usize = 8;
 const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
 const DEFAULT_SCHEMA: &str = "public";
 const DEFAULT_PORT: u16 = 5432;
+/// A write transaction sends its deferred projection writes once this many entries, or this
+/// many bytes of keys and values, are waiting (and always before a scan and before `COMMIT`).
+const PENDING_ENTRIES_MAX: usize = 1_000;
+const PENDING_BYTES_MAX: usize = 8 << 20;
+/// Most bytes of projection keys and values one transaction keeps to answer repeated lookups;
+/// past it, lookups go to the server.
+const KV_CACHE_BYTES_MAX: usize = 16 << 20;
+
+/// A projection entry's name: its table and key.
+type KvKey = (String, Vec<u8>);
+
+/// The bytes a cached or queued projection entry holds.
+fn entry_size((table, key): &KvKey, value: Option<&[u8]>) -> usize {
+    table.len() + key.len() + value.map_or(0, <[u8]>::len)
+}
 
 /// A journal backend on one PostgreSQL database (and schema).
 ///
@@ -232,7 +247,13 @@ impl PgBackend {
         work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
     ) -> (Result<Finish, CommitError>, bool) {
         let mut txn = Txn::new(conn, self, Some(last + 1));
-        let outcome = work(&mut txn);
+        let mut outcome = work(&mut txn);
+        if matches!(outcome, Ok(Finish::Commit))
+            && !txn.failed
+            && let Err(e) = txn.flush()
+        {
+            outcome = Err(e);
+        }
         let Txn {
             conn,
             cursor,
@@ -409,6 +430,16 @@ struct Txn<'a> {
     /// Event ids looked up by [`WriteTxn::prefetch`] or put by this transaction, with their
     /// positions; true for the same reason as `heads`.
     events: HashMap<String, Option<u64>>,
+    /// Projection entries this transaction read or sent (`None`: absent), up to
+    /// [`KV_CACHE_BYTES_MAX`]; true for the same reason as `heads`, because only write
+    /// transactions write projection entries and they hold the position lock.
+    kv: HashMap<KvKey, Option<Vec<u8>>>,
+    kv_bytes: usize,
+    /// Write transactions: projection writes not sent yet (`None`: a removal). A projection hook
+    /// writes a handful of entries per record; sending them together before `COMMIT` saves a
+    /// round trip each.
+    pending: BTreeMap<KvKey, Option<Vec<u8>>>,
+    pending_bytes: usize,
     /// Statements sent, for the one-statement promise of [`Backend::read_single`].
     statements: u32,
 }
@@ -423,8 +454,76 @@ impl<'a> Txn<'a> {
             lost: false,
             heads: HashMap::new(),
             events: HashMap::new(),
+            kv: HashMap::new(),
+            kv_bytes: 0,
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
             statements: 0,
         }
+    }
+
+    /// Remembers a projection entry's value as the server has it, while the cache has room.
+    fn remember(&mut self, key: KvKey, value: Option<Vec<u8>>) {
+        self.forget(&key);
+        let size = entry_size(&key, value.as_deref());
+        if self.kv_bytes + size <= KV_CACHE_BYTES_MAX {
+            self.kv_bytes += size;
+            self.kv.insert(key, value);
+        }
+    }
+
+    /// Drops a projection entry from the cache.
+    fn forget(&mut self, key: &KvKey) {
+        if let Some(old) = self.kv.remove(key) {
+            self.kv_bytes -= entry_size(key, old.as_deref());
+        }
+    }
+
+    /// Queues a projection write (superseding what the cache knows); sends the queue when it is
+    /// full.
+    fn defer(&mut self, key: KvKey, value: Option<Vec<u8>>) -> Result<(), StorageError> {
+        self.forget(&key);
+        self.pending_bytes += entry_size(&key, value.as_deref());
+        if let Some(old) = self.pending.insert(key.clone(), value) {
+            self.pending_bytes -= entry_size(&key, old.as_deref());
+        }
+        if self.pending.len() >= PENDING_ENTRIES_MAX || self.pending_bytes >= PENDING_BYTES_MAX {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the queued projection writes in one statement.
+    fn flush(&mut self) -> Result<(), StorageError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let (mut removed_tables, mut removed_keys) = (Vec::new(), Vec::new());
+        let (mut tables, mut keys, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        for ((table, key), value) in &pending {
+            match value {
+                None => {
+                    removed_tables.push(table.as_str());
+                    removed_keys.push(key.as_slice());
+                }
+                Some(value) => {
+                    tables.push(table.as_str());
+                    keys.push(key.as_slice());
+                    values.push(value.as_slice());
+                }
+            }
+        }
+        self.execute(
+            Q::KvFlush,
+            &[&removed_tables, &removed_keys, &tables, &keys, &values],
+        )
+        .map_err(|e| self.storage("writing projection entries", e))?;
+        for (key, value) in pending {
+            self.remember(key, value);
+        }
+        Ok(())
     }
 
     fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, postgres::Error> {
@@ -697,13 +796,20 @@ impl ReadTxn for Txn<'_> {
         key: &[u8],
         f: &mut dyn FnMut(Option<&[u8]>),
     ) -> Result<(), ReadError> {
+        let name = (table.to_owned(), key.to_vec());
+        if let Some(value) = self.pending.get(&name).or_else(|| self.kv.get(&name)) {
+            f(value.as_deref());
+            return Ok(());
+        }
         let rows = self
             .query(Q::KvGet, &[&table, &key])
             .map_err(|e| self.read_error("reading a projection entry", e))?;
-        match rows.first() {
-            Some(row) => f(Some(column(row, 0, "a projection row")?)),
-            None => f(None),
-        }
+        let value = match rows.first() {
+            Some(row) => Some(column::<&[u8]>(row, 0, "a projection row")?.to_vec()),
+            None => None,
+        };
+        f(value.as_deref());
+        self.remember(name, value);
         Ok(())
     }
 
@@ -713,6 +819,8 @@ impl ReadTxn for Txn<'_> {
         after: Option<&[u8]>,
         f: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> Result<(), ReadError> {
+        // The scan reads the server's rows, so this transaction's queued writes go first.
+        self.flush().map_err(ReadError::Storage)?;
         let mut after: Option<Vec<u8>> = after.map(<[u8]>::to_vec);
         loop {
             let rows = match &after {
@@ -963,19 +1071,52 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
+    /// Queued, not sent: the entry reaches the server with the transaction's other projection
+    /// writes (a failure there, such as a key past PostgreSQL's index entry limit, fails the
+    /// commit: NotCommitted).
     fn kv_put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        self.execute(Q::KvPut, &[&table, &key, &value])
-            .map(drop)
-            .map_err(|e| self.storage("writing a projection entry", e))
+        self.defer((table.to_owned(), key.to_vec()), Some(value.to_vec()))
     }
 
+    /// Queued when this transaction knows whether the entry is there; sent at once otherwise,
+    /// since the answer needs the server.
     fn kv_remove(&mut self, table: &str, key: &[u8]) -> Result<bool, StorageError> {
-        self.execute(Q::KvRemove, &[&table, &key])
-            .map(|removed| removed > 0)
-            .map_err(|e| self.storage("removing a projection entry", e))
+        let name = (table.to_owned(), key.to_vec());
+        let known = match self.pending.get(&name) {
+            Some(value) => Some(value.is_some()),
+            None => self.kv.get(&name).map(Option::is_some),
+        };
+        match known {
+            Some(present) => {
+                if present {
+                    self.defer(name, None)?;
+                }
+                Ok(present)
+            }
+            None => {
+                let removed = self
+                    .execute(Q::KvRemove, &[&table, &key])
+                    .map_err(|e| self.storage("removing a projection entry", e))?;
+                self.remember(name, None);
+                Ok(removed > 0)
+            }
+        }
     }
 
     fn kv_clear(&mut self, table: &str) -> Result<(), StorageError> {
+        // Queued writes to the table are moot; cached entries of it are stale.
+        self.pending.retain(|(t, _), _| t != table);
+        self.pending_bytes = self
+            .pending
+            .iter()
+            .map(|(key, value)| entry_size(key, value.as_deref()))
+            .sum();
+        self.kv.retain(|(t, _), _| t != table);
+        self.kv_bytes = self
+            .kv
+            .iter()
+            .map(|(key, value)| entry_size(key, value.as_deref()))
+            .sum();
         self.execute(Q::KvClear, &[&table])
             .map(drop)
             .map_err(|e| self.storage("clearing a projection table", e))

@@ -110,11 +110,11 @@ pub(crate) enum Q {
     KvScanAfter,
     FindEvent,
     PutRecord,
-    KvPut,
     KvRemove,
     KvClear,
     IsEmpty,
     Prefetch,
+    KvFlush,
 }
 
 impl Q {
@@ -134,11 +134,11 @@ impl Q {
         Q::KvScanAfter,
         Q::FindEvent,
         Q::PutRecord,
-        Q::KvPut,
         Q::KvRemove,
         Q::KvClear,
         Q::IsEmpty,
         Q::Prefetch,
+        Q::KvFlush,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -235,15 +235,22 @@ impl Q {
                    position = excluded.position, digest = excluded.digest \
                  WHERE h.revision = excluded.revision - 1"
             ),
-            Q::KvPut => format!(
-                "INSERT INTO {s}.ctx_projection (tbl, key, value) \
-                 VALUES ($1::text, $2::bytea, $3::bytea) \
-                 ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value"
-            ),
             Q::KvRemove => {
                 format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text AND key = $2::bytea")
             }
             Q::KvClear => format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text"),
+            // $1/$2 the tables and keys removed, $3/$4/$5 the tables, keys and values put: a
+            // write transaction's deferred projection writes in one statement. The two sets are
+            // disjoint (one entry per key), so the delete and the upsert never touch one row.
+            Q::KvFlush => format!(
+                "WITH removed AS (\
+                   DELETE FROM {s}.ctx_projection p \
+                   USING unnest($1::text[], $2::bytea[]) AS r(tbl, key) \
+                   WHERE p.tbl = r.tbl AND p.key = r.key) \
+                 INSERT INTO {s}.ctx_projection (tbl, key, value) \
+                 SELECT * FROM unnest($3::text[], $4::bytea[], $5::bytea[]) \
+                 ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value"
+            ),
             Q::IsEmpty => format!("SELECT NOT EXISTS (SELECT 1 FROM {s}.ctx_records)"),
             // $1 event ids, $2 streams: one row per event id (kind 0: the id and its position,
             // if stored) and one per stream (kind 1: the stream and its head, if any).

@@ -375,6 +375,148 @@ fn an_aborted_or_failed_transaction_leaves_nothing() {
     eprintln!("{test}: {:?}", started.elapsed());
 }
 
+/// A projection entry's value through `kv_get`.
+fn kv_value(txn: &mut dyn ReadTxn, table: &str, key: &[u8]) -> Option<Vec<u8>> {
+    let mut value = None;
+    txn.kv_get(table, key, &mut |v| value = v.map(<[u8]>::to_vec))
+        .unwrap();
+    value
+}
+
+/// Every projection table of the model, as `kv_scan` would list it.
+fn model_scan(
+    model: &std::collections::BTreeMap<(String, Vec<u8>), Vec<u8>>,
+    table: &str,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .iter()
+        .filter(|((t, _), _)| t == table)
+        .map(|((_, k), v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The backend queues a write transaction's projection writes and caches what it read; every
+/// answer inside the transaction, and what a later reader sees, must still equal a plain map's.
+/// Random puts, removes, gets, scans and clears over a few keys of two tables, in transactions
+/// that commit or abort, with enough puts in one transaction to fill the queue mid-way.
+#[test]
+fn queued_projection_writes_read_back_like_a_map() {
+    let test = "queued_projection_writes_read_back_like_a_map";
+    let Some(url) = database(test, "ctx_pgb_kv_queue") else {
+        return;
+    };
+    let backend = PgBackend::connect(&url).unwrap();
+    let mut committed = std::collections::BTreeMap::<(String, Vec<u8>), Vec<u8>>::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let tables = ["proj.a", "proj.b"];
+    for round in 0..24 {
+        let mut model = committed.clone();
+        let commit_it = round % 4 != 3;
+        // Round 5 writes more distinct entries than the queue holds, so it is sent mid-way.
+        let operations = if round == 5 { 2_600 } else { 60 };
+        let finish = backend
+            .write(&mut |txn| {
+                model = committed.clone();
+                for i in 0..operations {
+                    let table = tables[next(2) as usize];
+                    let key = if round == 5 {
+                        (i as u32).to_be_bytes().to_vec()
+                    } else {
+                        vec![next(6) as u8]
+                    };
+                    let name = (table.to_owned(), key.clone());
+                    match if round == 5 { 0 } else { next(10) } {
+                        0..=3 => {
+                            let value = format!("r{round}i{i}").into_bytes();
+                            txn.kv_put(table, &key, &value)?;
+                            model.insert(name, value);
+                        }
+                        4 | 5 => {
+                            let removed = txn.kv_remove(table, &key)?;
+                            assert_eq!(removed, model.remove(&name).is_some(), "{name:?}");
+                        }
+                        6 | 7 => {
+                            assert_eq!(kv_value(txn, table, &key), model.get(&name).cloned());
+                        }
+                        8 => assert_eq!(kv_scan(txn, table, None), model_scan(&model, table)),
+                        _ => {
+                            if next(4) == 0 {
+                                txn.kv_clear(table)?;
+                                model.retain(|(t, _), _| t != table);
+                            }
+                        }
+                    }
+                }
+                Ok(if commit_it {
+                    Finish::Commit
+                } else {
+                    Finish::Abort
+                })
+            })
+            .unwrap();
+        if finish == Finish::Commit {
+            committed = model;
+        }
+        if round == 5 {
+            assert!(committed.len() >= 2_600, "{}", committed.len());
+        }
+        backend
+            .read(&mut |txn| {
+                for table in tables {
+                    assert_eq!(
+                        kv_scan(txn, table, None),
+                        model_scan(&committed, table),
+                        "round {round}"
+                    );
+                }
+                for ((table, key), value) in committed.iter().take(20) {
+                    assert_eq!(kv_value(txn, table, key).as_ref(), Some(value));
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    // A queued write the server refuses (an incompressible key past the index entry limit)
+    // fails the commit, and nothing of the transaction is written.
+    let mut noise = 0x2545_f491_4f6c_dd1d_u64;
+    let long_key: Vec<u8> = (0..3_000)
+        .map(|_| {
+            noise ^= noise << 13;
+            noise ^= noise >> 7;
+            noise ^= noise << 17;
+            noise as u8
+        })
+        .collect();
+    let result = backend.write(&mut |txn| {
+        put(txn, &stream(9), 1, "queued-refused")?;
+        txn.kv_put("proj.a", b"fresh", b"value")?;
+        txn.kv_put("proj.a", &long_key, b"value")?;
+        Ok(Finish::Commit)
+    });
+    assert!(
+        matches!(&result, Err(CommitError::NotCommitted(e)) if e.to_string().contains("projection")),
+        "{result:?}"
+    );
+    assert!(records(&backend, 1).is_empty());
+    backend
+        .read(&mut |txn| {
+            assert_eq!(kv_value(txn, "proj.a", b"fresh"), None);
+            assert_eq!(
+                kv_scan(txn, "proj.a", None),
+                model_scan(&committed, "proj.a")
+            );
+            Ok(())
+        })
+        .unwrap();
+}
+
 #[test]
 fn concurrent_writers_in_separate_connections_get_dense_positions() {
     let test = "concurrent_writers_in_separate_connections_get_dense_positions";
