@@ -485,15 +485,7 @@ fn queued_projection_writes_read_back_like_a_map() {
 
     // A queued write the server refuses (an incompressible key past the index entry limit)
     // fails the commit, and nothing of the transaction is written.
-    let mut noise = 0x2545_f491_4f6c_dd1d_u64;
-    let long_key: Vec<u8> = (0..3_000)
-        .map(|_| {
-            noise ^= noise << 13;
-            noise ^= noise >> 7;
-            noise ^= noise << 17;
-            noise as u8
-        })
-        .collect();
+    let long_key: Vec<u8> = (0..3_000).map(|_| next(256) as u8).collect();
     let result = backend.write(&mut |txn| {
         put(txn, &stream(9), 1, "queued-refused")?;
         txn.kv_put("proj.a", b"fresh", b"value")?;
