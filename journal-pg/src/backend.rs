@@ -44,6 +44,14 @@ fn entry_size((table, key): &KvKey, value: Option<&[u8]>) -> usize {
     table.len() + key.len() + value.map_or(0, <[u8]>::len)
 }
 
+/// The bytes all cached or queued projection entries of `entries` hold.
+fn total_size<'e>(entries: impl IntoIterator<Item = (&'e KvKey, &'e Option<Vec<u8>>)>) -> usize {
+    entries
+        .into_iter()
+        .map(|(key, value)| entry_size(key, value.as_deref()))
+        .sum()
+}
+
 /// A journal backend on one PostgreSQL database (and schema).
 ///
 /// Connecting applies the schema's migrations; every process sharing the database may write, and
@@ -1106,17 +1114,9 @@ impl WriteTxn for Txn<'_> {
     fn kv_clear(&mut self, table: &str) -> Result<(), StorageError> {
         // Queued writes to the table are moot; cached entries of it are stale.
         self.pending.retain(|(t, _), _| t != table);
-        self.pending_bytes = self
-            .pending
-            .iter()
-            .map(|(key, value)| entry_size(key, value.as_deref()))
-            .sum();
+        self.pending_bytes = total_size(&self.pending);
         self.kv.retain(|(t, _), _| t != table);
-        self.kv_bytes = self
-            .kv
-            .iter()
-            .map(|(key, value)| entry_size(key, value.as_deref()))
-            .sum();
+        self.kv_bytes = total_size(&self.kv);
         self.execute(Q::KvClear, &[&table])
             .map(drop)
             .map_err(|e| self.storage("clearing a projection table", e))
