@@ -31,11 +31,12 @@ mod tests {
     use crate::consent_store::CONSENT_STORE_PROJECTION;
     use crate::engine::{
         AuditComponent, ENGINE_BENEFIT_AUDIT_PROJECTION, ENGINE_EFFECTS_PROJECTION,
-        ENGINE_RECORD_KIND, ENGINE_STATE_PROJECTION, Engine, EngineOptions, ManualClock,
-        engine_stream, replay_audit_stream,
+        ENGINE_STATE_PROJECTION, Engine, EngineOptions, ManualClock, engine_stream,
+        replay_audit_stream,
     };
     use crate::framework::{DetachedStatus, Projections};
     use crate::query_store::QUERY_STORE_PROJECTION;
+    use crate::streams::ENGINE_RECORD_KIND;
     use crate::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
     use ctx_model::testkit::Session;
 

@@ -7,20 +7,21 @@
 //! Architecture (spec/projections.md "Code"): `framework` and `archive` know only the journal;
 //! `engine`, `query_store` and `consent_store` build on them and on ctx-model; `all` lists every
 //! domain projection. The three subsystems stay public modules, each with one curated `pub use`
-//! list, because each has its own `codes` and a flat root would mix their names; everything else
-//! is private and listed below once.
+//! list, because each has its own `codes` and a flat root would mix their names; `streams` is
+//! public as the one table of stream names the service imports too; everything else is private
+//! and listed below once.
 #![forbid(unsafe_code)]
 
 mod all;
 mod archive;
 mod framework;
-mod streams;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
 pub mod consent_store;
 pub mod engine;
 pub mod query_store;
+pub mod streams;
 
 pub use all::domain_projections;
 pub use archive::ArchiveError;
@@ -29,7 +30,6 @@ pub use framework::{
     META_BYTES, META_FORMAT, META_MAGIC, META_TABLE, MetaError, Projection, ProjectionMeta,
     ProjectionSummary, Projections, RebuildCause, RebuildReport, TableDifference,
 };
-pub use streams::{STREAMS, StreamSpec};
 
 // Compatibility re-exports for downstream crates until their imports move to ctx_model (issue 18,
 // step 2); removed then. Each old `ctx_projections::…` path below names the one item defined in

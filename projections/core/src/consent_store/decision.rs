@@ -28,8 +28,8 @@ use ctx_model::{UtcMicros, is_sha, is_token, parse_sha};
 
 use super::assertion::{HumanDecision, SignedHumanDecisionAssertion};
 use super::lifecycle::{
-    ExpiryCause, Lifecycle, ReauthenticationCause, SettleBasis, TRUSTED_TIME_KIND,
-    lifecycle_event_id, sha256, trusted_time_event_id, trusted_time_payload,
+    ExpiryCause, Lifecycle, ReauthenticationCause, SettleBasis, lifecycle_event_id, sha256,
+    trusted_time_event_id, trusted_time_payload,
 };
 use super::{
     CONCURRENT_CHANGE, CONSENT_CHALLENGES_TABLE, CONSENT_COUNTS_TABLE, CONSENT_NONCES_MAX,
@@ -39,6 +39,7 @@ use super::{
     challenge_stream, corruption, ct_eq, decision_already, identity_stream, invalid,
     record_already, unavailable,
 };
+use crate::streams::TRUSTED_TIME_KIND;
 
 /// Lost races tolerated by one operation before it gives up with [`CONCURRENT_CHANGE`].
 pub const RACE_RETRIES: usize = 8;
@@ -1031,7 +1032,7 @@ impl ConsentStore {
         result: Result<(), AppendError>,
     ) -> Result<ChallengeRecord, ConsentStoreError> {
         let ours = challenge_stream(&token.challenge_id)? == append.stream
-            && matches!(append.records.as_slice(), [r] if r.kind == super::SETTLED_KIND
+            && matches!(append.records.as_slice(), [r] if r.kind == crate::streams::SETTLED_KIND
                 && r.payload == Self::settle_record(token).to_payload(&token.challenge_digest));
         if !ours {
             return Err(invalid("the append is not this reservation's settlement"));

@@ -15,9 +15,9 @@ use ctx_model::{UtcMicros, cja_digest, is_sha, is_token, parse_sha};
 
 use super::{ChallengeEntry, ChallengeState, DecisionEntry, ReservationEntry, codes, in_range};
 
-pub use crate::streams::{
+use crate::streams::{
     DECISION_READY_KIND, EXPIRED_KIND, NONCE_RECORDED_KIND, REAUTHENTICATION_REQUIRED_KIND,
-    RELEASED_KIND, RESERVED_KIND, SETTLED_KIND, TRUSTED_TIME_KIND,
+    RELEASED_KIND, RESERVED_KIND, SETTLED_KIND,
 };
 
 /// Every lifecycle kind of a challenge stream (revision ≥ 2).

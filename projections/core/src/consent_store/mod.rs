@@ -58,17 +58,17 @@ pub use decision::{
     Reservation, ReservationToken, VerifiedHumanDecision,
 };
 pub use lifecycle::{
-    CHALLENGE_STREAM_RECORDS_MAX, DECISION_READY_KIND, EXPIRED_KIND, LIFECYCLE_KINDS,
-    NONCE_HISTORY_FACTOR, NONCE_RECORDED_KIND, REAUTHENTICATION_REQUIRED_KIND, RELEASED_KIND,
-    RESERVED_KIND, SETTLED_KIND, TRUSTED_TIME_KIND, nonce_history_genesis, nonce_record_digest,
+    CHALLENGE_STREAM_RECORDS_MAX, LIFECYCLE_KINDS, NONCE_HISTORY_FACTOR, nonce_history_genesis,
+    nonce_record_digest,
 };
 
 // ------------------------------------------------------------------------------------------------
 // Names, formulas and limits
 // ------------------------------------------------------------------------------------------------
 
-pub use crate::streams::{
+use crate::streams::{
     CHALLENGE_KIND, CHALLENGE_STREAM_NAMESPACE, IDENTITY_KIND, IDENTITY_STREAM_NAMESPACE,
+    TRUSTED_TIME_KIND,
 };
 pub const IDENTITY_STREAM_KEY: &[u8] = b"identity";
 /// Event id of the identity record.

@@ -5,6 +5,7 @@ use std::path::Path;
 use ctx_journal::OpenOptions;
 
 use super::*;
+use crate::streams::*;
 use ctx_model::testkit::{self, RowKind, Session};
 
 const AUDIENCE: &str = "ctx-broker-test";

@@ -25,8 +25,8 @@ use ctx_model::{
 use ctx_model::{UtcMicros, is_sha, is_token, parse_sha};
 
 use super::benefit::{
-    BENEFIT_RESULT_KIND, BENEFIT_RESULTS_TABLE, BenefitAuditProjection, BenefitResultEntry,
-    benefit_event_id, benefit_stream, validate_result_text,
+    BENEFIT_RESULTS_TABLE, BenefitAuditProjection, BenefitResultEntry, benefit_event_id,
+    benefit_stream, validate_result_text,
 };
 use super::codes::{self, EffectRefusal};
 use super::effects::EffectsProjection;
@@ -38,9 +38,11 @@ use super::heads::{
     EVENTS_TABLE, EngineHead, EngineStateProjection, EventEntry, HEADS_TABLE, ReduceFn,
 };
 use super::record::{
-    ENGINE_RECORD_FORMAT_VERSION, ENGINE_RECORD_KIND, EngineRecord, GuardEffect, GuardMode,
-    RecordPlace, SettlementGuard, decode_view, engine_stream,
+    ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect, GuardMode, RecordPlace,
+    SettlementGuard, decode_view, engine_stream,
 };
+use crate::streams::BENEFIT_RESULT_KIND;
+use crate::streams::ENGINE_RECORD_KIND;
 
 // ------------------------------------------------------------------------------------------------
 // Seams

@@ -1197,15 +1197,15 @@ impl Engine {
 
 fn claim_kind_of(effect: GuardEffect) -> &'static str {
     match effect {
-        GuardEffect::Install => super::effects::INSTALL_CLAIM_KIND,
-        GuardEffect::Activation => super::effects::ACTIVATION_CLAIM_KIND,
+        GuardEffect::Install => crate::streams::INSTALL_CLAIM_KIND,
+        GuardEffect::Activation => crate::streams::ACTIVATION_CLAIM_KIND,
     }
 }
 
 fn outcome_kind_of(effect: GuardEffect) -> &'static str {
     match effect {
-        GuardEffect::Install => super::effects::INSTALL_OUTCOME_KIND,
-        GuardEffect::Activation => super::effects::ACTIVATION_OUTCOME_KIND,
+        GuardEffect::Install => crate::streams::INSTALL_OUTCOME_KIND,
+        GuardEffect::Activation => crate::streams::ACTIVATION_OUTCOME_KIND,
     }
 }
 

@@ -17,7 +17,7 @@ use ctx_model::{Json, JsonError};
 
 use super::codes;
 
-pub use crate::streams::{BENEFIT_AUDIT_NAMESPACE, BENEFIT_RESULT_KIND};
+use crate::streams::{BENEFIT_AUDIT_NAMESPACE, BENEFIT_RESULT_KIND};
 /// Event id prefix; the event id is this prefix and the result digest.
 pub const BENEFIT_EVENT_PREFIX: &str = "benefit-result:";
 /// Longest stored result. The reference allows 32 MiB; one journal record holds at most

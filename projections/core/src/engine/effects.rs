@@ -21,13 +21,11 @@ use ctx_model::{ActionKind, EngineEvent, HostAction};
 use ctx_model::{UtcMicros, cj_digest, is_canonical_timestamp, is_sha, is_token};
 
 use super::codes::{self, EffectRefusal};
-use super::record::{
-    ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE, EngineRecord, GuardEffect, GuardMode,
-    SettlementGuard,
-};
+use super::record::{EngineRecord, GuardEffect, GuardMode, SettlementGuard};
+use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
 use ctx_model::InstallExecutionBinding;
 
-pub use crate::streams::{
+use crate::streams::{
     ACTIVATION_CLAIM_KIND, ACTIVATION_EFFECT_NAMESPACE, ACTIVATION_OUTCOME_KIND,
     INSTALL_CLAIM_KIND, INSTALL_EFFECT_NAMESPACE, INSTALL_OUTCOME_KIND,
 };

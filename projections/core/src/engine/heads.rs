@@ -16,7 +16,8 @@ use ctx_model::Transition;
 use ctx_model::parse_sha;
 
 use super::codes;
-use super::record::{ENGINE_RECORD_KIND, decode_view};
+use super::record::decode_view;
+use crate::streams::ENGINE_RECORD_KIND;
 use ctx_model::ReduceError;
 
 /// Name of the projection (its journal hook and meta entry).

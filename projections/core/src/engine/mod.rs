@@ -25,17 +25,14 @@ pub use authority::{
     InstallOutcome,
 };
 pub use benefit::{
-    BENEFIT_AUDIT_NAMESPACE, BENEFIT_EVENT_PREFIX, BENEFIT_RESULT_KIND, BENEFIT_RESULT_MAX_BYTES,
-    BENEFIT_RESULTS_TABLE, BenefitResultEntry, ENGINE_BENEFIT_AUDIT_PROJECTION, benefit_event_id,
-    benefit_stream, validate_result_text,
+    BENEFIT_EVENT_PREFIX, BENEFIT_RESULT_MAX_BYTES, BENEFIT_RESULTS_TABLE, BenefitResultEntry,
+    ENGINE_BENEFIT_AUDIT_PROJECTION, benefit_event_id, benefit_stream, validate_result_text,
 };
 pub use codes::EffectRefusal;
 pub use effects::{
-    ACTIVATION_CLAIM_KIND, ACTIVATION_CLAIMS_TABLE, ACTIVATION_EFFECT_NAMESPACE,
-    ACTIVATION_EXPIRIES_TABLE, ACTIVATION_OUTCOME_KIND, ACTIVATION_OUTCOMES_TABLE,
+    ACTIVATION_CLAIMS_TABLE, ACTIVATION_EXPIRIES_TABLE, ACTIVATION_OUTCOMES_TABLE,
     ACTIVATION_SETTLEMENTS_TABLE, ClaimRecord, EFFECT_FORMAT_VERSION, ENGINE_EFFECTS_PROJECTION,
-    ExpiryEntry, INSTALL_CLAIM_KIND, INSTALL_CLAIMS_TABLE, INSTALL_EFFECT_NAMESPACE,
-    INSTALL_EXPIRIES_TABLE, INSTALL_OUTCOME_KIND, INSTALL_OUTCOMES_TABLE,
+    ExpiryEntry, INSTALL_CLAIMS_TABLE, INSTALL_EXPIRIES_TABLE, INSTALL_OUTCOMES_TABLE,
     INSTALL_SETTLEMENTS_TABLE, OutcomeRecord, SettlementEntry, claim_event_id, effect_key,
     effect_stream, outcome_event_id,
 };
@@ -45,8 +42,12 @@ pub use error::{
 };
 pub use heads::{ENGINE_STATE_PROJECTION, EVENTS_TABLE, EngineHead, EventEntry, HEADS_TABLE};
 pub use record::{
-    ACTION_ID_MAX_BYTES, DecodedRecord, ENGINE_RECORD_FORMAT_VERSION, ENGINE_RECORD_KIND,
-    ENGINE_STREAM_NAMESPACE, EngineRecord, GuardEffect, GuardMode, REPLAY_JSON_MAX_BYTES,
-    RecordError, RecordPlace, SettlementGuard, TRANSITION_JSON_MAX_BYTES, decode_view,
-    engine_stream, transition_from_canonical_text,
+    ACTION_ID_MAX_BYTES, DecodedRecord, ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect,
+    GuardMode, REPLAY_JSON_MAX_BYTES, RecordError, RecordPlace, SettlementGuard,
+    TRANSITION_JSON_MAX_BYTES, decode_view, engine_stream, transition_from_canonical_text,
 };
+
+// Compatibility re-export for downstream crates until their imports move to
+// `ctx_projections::streams` (issue 18, step 2); removed then. See the compatibility block at the
+// end of `lib.rs`.
+pub use crate::streams::ENGINE_RECORD_KIND;

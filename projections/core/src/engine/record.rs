@@ -13,7 +13,7 @@ use ctx_model::ReplayInput;
 use ctx_model::{EventKind, ScopeRef, Transition};
 use ctx_model::{UtcMicros, is_sha, is_token};
 
-pub use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
+use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
 /// The only [`EngineRecord::format_version`] of kind `ctx.engine.v1`.
 pub const ENGINE_RECORD_FORMAT_VERSION: u32 = 1;
 /// Longest replay JSON text (reference engine-core §6.2).

@@ -13,6 +13,7 @@ use ctx_journal::{
 use super::api::audit_stream;
 use super::*;
 use crate::framework::Projections;
+use crate::streams::*;
 use ctx_model::InstallExecutionBinding;
 use ctx_model::Json;
 use ctx_model::ReduceError;

@@ -24,17 +24,18 @@ use sha2::{Digest as _, Sha256};
 use super::{
     COUNT_DESIRED_COMMITTED_KEY, COUNT_DESIRED_SETS_KEY, DESIRED_BY_CHOICE_TABLE,
     DESIRED_BY_REF_TABLE, DESIRED_BY_STREAM_REVISION_TABLE, DESIRED_CAPABILITIES_MAX,
-    DESIRED_CAPABILITY_IDS_JSON_MAX_BYTES, DESIRED_COMMITTED_EVENT_SUFFIX, DESIRED_COMMITTED_KIND,
+    DESIRED_CAPABILITY_IDS_JSON_MAX_BYTES, DESIRED_COMMITTED_EVENT_SUFFIX,
     DESIRED_COMMITTED_SCHEMA, DESIRED_EVENT_JSON_MAX_BYTES, DESIRED_LATEST_TABLE,
-    DESIRED_REGISTRATION_SCHEMA, DESIRED_RESERVATION_KIND, DESIRED_SET_REF_DOMAIN,
-    DESIRED_SET_REF_PREFIX, DESIRED_SETS_MAX, DESIRED_STREAMS_TABLE, DesiredCommit,
-    DesiredSetRecord, QUERY_BY_REF_TABLE, QUERY_COUNTS_TABLE, QUERY_REF_PREFIX, QueryEntry,
-    QueryRecord, QueryStore, QueryStoreError, REVISION_BOUND, append_error, check_digest,
-    check_event_tokens, check_query_ref, check_scope, codes, corruption, ct_eq, entry_in,
-    envelope_digest, invalid, parse_canonical, query_stream, refuse, scope_plan_key, unavailable,
+    DESIRED_REGISTRATION_SCHEMA, DESIRED_SET_REF_DOMAIN, DESIRED_SET_REF_PREFIX, DESIRED_SETS_MAX,
+    DESIRED_STREAMS_TABLE, DesiredCommit, DesiredSetRecord, QUERY_BY_REF_TABLE, QUERY_COUNTS_TABLE,
+    QUERY_REF_PREFIX, QueryEntry, QueryRecord, QueryStore, QueryStoreError, REVISION_BOUND,
+    append_error, check_digest, check_event_tokens, check_query_ref, check_scope, codes,
+    corruption, ct_eq, entry_in, envelope_digest, invalid, parse_canonical, query_stream, refuse,
+    scope_plan_key, unavailable,
 };
 use crate::archive;
 use crate::engine::engine_stream;
+use crate::streams::{DESIRED_COMMITTED_KIND, DESIRED_RESERVATION_KIND};
 use ctx_model::Json;
 use ctx_model::parse_sha;
 use ctx_model::{CapabilityKind, UtcMicros, hex, is_capability_identity, is_sha, is_token};

@@ -48,7 +48,7 @@ pub use desired::{
 // Names, formulas and limits
 // ------------------------------------------------------------------------------------------------
 
-pub use crate::streams::{
+use crate::streams::{
     DESIRED_COMMITTED_KIND, DESIRED_RESERVATION_KIND, QUERY_PLANNED_KIND, QUERY_REGISTRATION_KIND,
     QUERY_STREAM_NAMESPACE,
 };
