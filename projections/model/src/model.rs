@@ -1031,8 +1031,12 @@ fn validate_user_decision_payload(
         return perr("requested_action_id must be non-empty trimmed text");
     }
     if !matches!(
-        m.get("requested_action_kind").and_then(Json::as_str),
-        Some("InstallCapability" | "UninstallCapability")
+        m.get("requested_action_kind")
+            .and_then(Json::as_str)
+            .map(ActionKind::parse),
+        Some(Ok(
+            ActionKind::InstallCapability | ActionKind::UninstallCapability
+        ))
     ) {
         return perr("requested_action_kind must be InstallCapability or UninstallCapability");
     }
@@ -1092,7 +1096,9 @@ fn validate_consent_expired_payload(payload: &Json) -> Result<(), ProtocolError>
             "InstallConsentExpired payload must contain exactly the pending consent identity",
         );
     }
-    if m.get("requested_action_kind").and_then(Json::as_str) != Some("InstallCapability") {
+    if m.get("requested_action_kind").and_then(Json::as_str)
+        != Some(ActionKind::InstallCapability.as_str())
+    {
         return perr("InstallConsentExpired requested_action_kind must be InstallCapability");
     }
     if !m

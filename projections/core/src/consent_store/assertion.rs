@@ -9,8 +9,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use ctx_model::{JSON_PARSE_DEPTH_MAX, Json};
-use ctx_model::{UtcMicros, is_sha, is_token, sha256_hex};
+use ctx_model::{JSON_PARSE_DEPTH_MAX, Json, UtcMicros, is_sha, is_token, sha256_hex};
 
 /// The `schema` field of the signing bytes and of the wire form: the domain tag of the signature.
 pub const SIGNED_HUMAN_DECISION_ASSERTION_SCHEMA: &str = "ctx.signed-human-install-decision-v1";

@@ -1,16 +1,12 @@
 //! The install consent challenge value (reference consent-and-skill-cas §1.6) and its derivation
 //! from a pending install action (§3.2).
 
-use ctx_model::InstallExecutionBinding;
-use ctx_model::validate_plan_row_v3;
 use ctx_model::{
-    ActionKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3, SCOPE_KEYS, ScopeRef, has_exact_keys,
+    ActionKind, CapabilityKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
+    InstallExecutionBinding, Json, JsonError, JsonMap, SCOPE_KEYS, ScopeRef, UtcMicros, cja_digest,
+    has_exact_keys, is_canonical_timestamp, is_capability_identity, is_sha, is_token,
+    validate_plan_row_v3,
 };
-use ctx_model::{
-    CapabilityKind, UtcMicros, cja_digest, is_canonical_timestamp, is_capability_identity, is_sha,
-    is_token,
-};
-use ctx_model::{Json, JsonError, JsonMap};
 
 use super::{ConsentStoreError, binding_error, invalid};
 

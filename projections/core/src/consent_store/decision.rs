@@ -19,12 +19,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ctx_journal::{AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, Timestamp};
+use ctx_model::{Json, ScopeRef, UtcMicros, is_sha, is_token, parse_sha};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use ctx_model::Json;
-use ctx_model::ScopeRef;
-use ctx_model::{UtcMicros, is_sha, is_token, parse_sha};
+use crate::streams::TRUSTED_TIME_KIND;
 
 use super::assertion::{HumanDecision, SignedHumanDecisionAssertion};
 use super::lifecycle::{
@@ -39,7 +38,6 @@ use super::{
     challenge_stream, corruption, ct_eq, decision_already, identity_stream, invalid,
     record_already, unavailable,
 };
-use crate::streams::TRUSTED_TIME_KIND;
 
 /// Lost races tolerated by one operation before it gives up with [`CONCURRENT_CHANGE`].
 pub const RACE_RETRIES: usize = 8;

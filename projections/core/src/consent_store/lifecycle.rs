@@ -8,17 +8,15 @@
 //! every read (the store re-folds the authenticated stream and compares the result with the index
 //! entry), so the index can never say more than the journal.
 
+use ctx_model::{Json, JsonMap, UtcMicros, cja_digest, is_sha, is_token, parse_sha};
 use sha2::{Digest as _, Sha256};
-
-use ctx_model::{Json, JsonMap};
-use ctx_model::{UtcMicros, cja_digest, is_sha, is_token, parse_sha};
-
-use super::{ChallengeEntry, ChallengeState, DecisionEntry, ReservationEntry, codes, in_range};
 
 use crate::streams::{
     DECISION_READY_KIND, EXPIRED_KIND, NONCE_RECORDED_KIND, REAUTHENTICATION_REQUIRED_KIND,
     RELEASED_KIND, RESERVED_KIND, SETTLED_KIND,
 };
+
+use super::{ChallengeEntry, ChallengeState, DecisionEntry, ReservationEntry, codes, in_range};
 
 /// Every lifecycle kind of a challenge stream (revision ≥ 2).
 pub const LIFECYCLE_KINDS: [&str; 7] = [

@@ -35,18 +35,16 @@ mod lifecycle;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
+use challenge::decode_stored;
 use ctx_journal::{
     AppendError, ExpectedRevision, HookError, HookTxn, Journal, NewRecord, ReadError, Record,
     RecordView, StreamAppend, StreamId, Timestamp,
 };
+use ctx_model::{Json, JsonMap, UtcMicros, is_sha, is_token, parse_sha};
 use sha2::{Digest as _, Sha256};
 
 use crate::archive;
 use crate::framework::{FrameworkError, Projection, Projections};
-use ctx_model::{Json, JsonMap};
-use ctx_model::{UtcMicros, is_sha, is_token, parse_sha};
-
-use challenge::decode_stored;
 pub use challenge::{
     CAPABILITY_ID_MAX_BYTES, CHALLENGE_DIGEST_KEYS, CHALLENGE_JSON_MAX_BYTES, CHALLENGE_KEYS,
     CHALLENGE_SCHEMA, ChallengeFields, ChallengeInputs, INSTALLATION_HOST_FEATURE,

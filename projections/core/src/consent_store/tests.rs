@@ -3,10 +3,11 @@
 use std::path::Path;
 
 use ctx_journal::OpenOptions;
+use ctx_model::testkit::{self, RowKind, Session};
+
+use crate::streams::*;
 
 use super::*;
-use crate::streams::*;
-use ctx_model::testkit::{self, RowKind, Session};
 
 const AUDIENCE: &str = "ctx-broker-test";
 

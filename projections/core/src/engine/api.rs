@@ -12,17 +12,15 @@ use ctx_journal::{
     AppendError, AppendOutcome, Digest, ExpectedRevision, Journal, NewRecord, RecordView,
     StreamAppend, StreamId, Timestamp,
 };
+use ctx_model::{
+    EffectKind, EngineEvent, EngineState, EventKind, HostAction, Json, NORMALIZER_VERSION_DEFAULT,
+    ObservationRef, PendingConsent, Preflight, ReplayError, ReplayInput, ScopeRef, Surrogate,
+    Transition, UtcMicros, is_sha, is_token, parse_sha, preflight,
+};
 
 use crate::archive;
 use crate::framework::{Projection, Projections};
-use ctx_model::Json;
-use ctx_model::{EffectKind, EngineState, PendingConsent};
-use ctx_model::{EngineEvent, EventKind, HostAction, ScopeRef, Transition};
-use ctx_model::{
-    NORMALIZER_VERSION_DEFAULT, ObservationRef, Preflight, ReplayError, ReplayInput, Surrogate,
-    preflight,
-};
-use ctx_model::{UtcMicros, is_sha, is_token, parse_sha};
+use crate::streams::{BENEFIT_RESULT_KIND, ENGINE_RECORD_KIND};
 
 use super::benefit::{
     BENEFIT_RESULTS_TABLE, BenefitAuditProjection, BenefitResultEntry, benefit_event_id,
@@ -41,8 +39,6 @@ use super::record::{
     ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect, GuardMode, RecordPlace,
     SettlementGuard, decode_view, engine_stream,
 };
-use crate::streams::BENEFIT_RESULT_KIND;
-use crate::streams::ENGINE_RECORD_KIND;
 
 // ------------------------------------------------------------------------------------------------
 // Seams

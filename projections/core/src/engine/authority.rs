@@ -11,16 +11,15 @@ use std::ops::ControlFlow;
 use ctx_journal::{
     AppendError, Digest, ExpectedRevision, NewRecord, StreamAppend, StreamId, Timestamp,
 };
+use ctx_model::{
+    ActionKind, Activation, CapabilityKind, EffectKind, EngineEvent, EventKind, HostAction,
+    INSTALL_ACTION_PAYLOAD_SCHEMA_V3, INSTALL_RECEIPT_SCHEMA_V3, InstallExecutionBinding,
+    Installation, Json, MATERIAL_ACTION_PAYLOAD_SCHEMA_V3, MATERIAL_RECEIPT_SCHEMA_V3, Transition,
+    UtcMicros, activation_authorization_digest, descriptor_matches_result_material, hex,
+    install_authorization_digest, is_sha, validate_install_plan_descriptor,
+};
 
 use crate::archive;
-use ctx_model::Json;
-use ctx_model::{
-    ActionKind, EngineEvent, EventKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
-    INSTALL_RECEIPT_SCHEMA_V3, MATERIAL_ACTION_PAYLOAD_SCHEMA_V3, MATERIAL_RECEIPT_SCHEMA_V3,
-    Transition,
-};
-use ctx_model::{Activation, EffectKind, Installation};
-use ctx_model::{CapabilityKind, UtcMicros, hex, is_sha};
 
 use super::api::{Engine, ProcessWithError, is_v3_activation, is_v3_install};
 use super::codes::EffectRefusal;
@@ -32,10 +31,6 @@ use super::effects::{
 use super::error::{AuthorizeError, OutcomeError, ProcessError, StatusError, StoreError};
 use super::heads::EngineHead;
 use super::record::{GuardEffect, GuardMode, SettlementGuard, engine_stream};
-use ctx_model::{
-    InstallExecutionBinding, activation_authorization_digest, descriptor_matches_result_material,
-    install_authorization_digest, validate_install_plan_descriptor,
-};
 
 /// The outcome a driver observed for an install.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

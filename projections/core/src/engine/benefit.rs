@@ -7,17 +7,14 @@
 //! `benefit-result:` + digest; its payload is the result's canonical ASCII JSON text.
 
 use ctx_journal::{HookError, HookTxn, PAYLOAD_MAX_BYTES, RecordView, StreamId};
-
-use crate::archive;
+use ctx_model::{BENEFIT_RESULT_SCHEMA_ID, Json, JsonError, cja_digest, is_sha, parse_sha};
 use sha2::{Digest as _, Sha256};
 
+use crate::archive;
 use crate::framework::Projection;
-use ctx_model::{BENEFIT_RESULT_SCHEMA_ID, cja_digest, is_sha, parse_sha};
-use ctx_model::{Json, JsonError};
+use crate::streams::{BENEFIT_AUDIT_NAMESPACE, BENEFIT_RESULT_KIND};
 
 use super::codes;
-
-use crate::streams::{BENEFIT_AUDIT_NAMESPACE, BENEFIT_RESULT_KIND};
 /// Event id prefix; the event id is this prefix and the result digest.
 pub const BENEFIT_EVENT_PREFIX: &str = "benefit-result:";
 /// Longest stored result. The reference allows 32 MiB; one journal record holds at most

@@ -12,23 +12,21 @@
 use std::fmt;
 
 use ctx_journal::{HookError, HookTxn, RecordView, StreamId, Timestamp};
+use ctx_model::{
+    ActionKind, EngineEvent, HostAction, InstallExecutionBinding, Json, ReplayInput, UtcMicros,
+    cj_digest, is_canonical_timestamp, is_sha, is_token,
+};
 
 use crate::archive;
 use crate::framework::Projection;
-use ctx_model::Json;
-use ctx_model::ReplayInput;
-use ctx_model::{ActionKind, EngineEvent, HostAction};
-use ctx_model::{UtcMicros, cj_digest, is_canonical_timestamp, is_sha, is_token};
+use crate::streams::{
+    ACTIVATION_CLAIM_KIND, ACTIVATION_EFFECT_NAMESPACE, ACTIVATION_OUTCOME_KIND,
+    ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE, INSTALL_CLAIM_KIND, INSTALL_EFFECT_NAMESPACE,
+    INSTALL_OUTCOME_KIND,
+};
 
 use super::codes::{self, EffectRefusal};
 use super::record::{EngineRecord, GuardEffect, GuardMode, SettlementGuard};
-use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
-use ctx_model::InstallExecutionBinding;
-
-use crate::streams::{
-    ACTIVATION_CLAIM_KIND, ACTIVATION_EFFECT_NAMESPACE, ACTIVATION_OUTCOME_KIND,
-    INSTALL_CLAIM_KIND, INSTALL_EFFECT_NAMESPACE, INSTALL_OUTCOME_KIND,
-};
 /// The only `format_version` of the claim and outcome layouts of this build.
 pub const EFFECT_FORMAT_VERSION: u32 = 1;
 

@@ -4,12 +4,12 @@
 use std::fmt;
 
 use ctx_journal::{AppendError, ProjectionError, ReadError, StreamId};
+use ctx_model::ReduceError;
 
 use crate::framework::FrameworkError;
 
 use super::codes::EffectRefusal;
 use super::record::GuardEffect;
-use ctx_model::ReduceError;
 
 /// A failure of the journal or of the engine's projection tables underneath an operation.
 #[derive(Debug, thiserror::Error)]

@@ -7,18 +7,14 @@
 //! a record the reducer would not have produced cannot enter the journal while it is attached.
 
 use ctx_journal::{Digest, HookError, HookTxn, RecordView, StreamId};
+use ctx_model::{EngineState, ReduceError, ReplayInput, Transition, parse_sha};
 
 use crate::archive;
 use crate::framework::Projection;
-use ctx_model::EngineState;
-use ctx_model::ReplayInput;
-use ctx_model::Transition;
-use ctx_model::parse_sha;
+use crate::streams::ENGINE_RECORD_KIND;
 
 use super::codes;
 use super::record::decode_view;
-use crate::streams::ENGINE_RECORD_KIND;
-use ctx_model::ReduceError;
 
 /// Name of the projection (its journal hook and meta entry).
 pub const ENGINE_STATE_PROJECTION: &str = "engine.state";

@@ -6,13 +6,9 @@
 //! and every time it is read; a failure is a [`RecordError`], never a panic.
 
 use ctx_journal::{PAYLOAD_MAX_BYTES, RecordView, StreamId, Timestamp};
+use ctx_model::{EventKind, Json, ReplayInput, ScopeRef, Transition, UtcMicros, is_sha, is_token};
 
 use crate::archive::{self, ArchiveError};
-use ctx_model::Json;
-use ctx_model::ReplayInput;
-use ctx_model::{EventKind, ScopeRef, Transition};
-use ctx_model::{UtcMicros, is_sha, is_token};
-
 use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
 /// The only [`EngineRecord::format_version`] of kind `ctx.engine.v1`.
 pub const ENGINE_RECORD_FORMAT_VERSION: u32 = 1;

@@ -9,18 +9,17 @@ use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, OpenOptions, StreamAppend, StreamId,
     Timestamp,
 };
+use ctx_model::testkit::{self, RowKind, Session};
+use ctx_model::{
+    ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_ID, InstallExecutionBinding, Json,
+    ReduceError, Surrogate, Transition, UtcMicros, cja_digest,
+};
+
+use crate::framework::Projections;
+use crate::streams::*;
 
 use super::api::audit_stream;
 use super::*;
-use crate::framework::Projections;
-use crate::streams::*;
-use ctx_model::InstallExecutionBinding;
-use ctx_model::Json;
-use ctx_model::ReduceError;
-use ctx_model::Surrogate;
-use ctx_model::testkit::{self, RowKind, Session};
-use ctx_model::{ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_ID};
-use ctx_model::{UtcMicros, cja_digest};
 
 // ------------------------------------------------------------------------------------------------
 // Fixture
@@ -227,8 +226,6 @@ fn count(journal: &Journal, table: &'static str) -> usize {
         .unwrap();
     n
 }
-
-use ctx_model::Transition;
 
 // ------------------------------------------------------------------------------------------------
 // Records

@@ -19,7 +19,15 @@ use ctx_journal::{
     AppendError, ExpectedRevision, HookError, HookTxn, Journal, NewRecord, ReadError, Record,
     RecordView, StreamAppend, StreamId, Timestamp,
 };
+use ctx_model::{
+    CapabilityKind, EngineEvent, EventKind, Json, ScopeRef, UtcMicros, has_exact_keys, hex,
+    is_capability_identity, is_sha, is_token, parse_sha,
+};
 use sha2::{Digest as _, Sha256};
+
+use crate::archive;
+use crate::engine::engine_stream;
+use crate::streams::{DESIRED_COMMITTED_KIND, DESIRED_RESERVATION_KIND};
 
 use super::{
     COUNT_DESIRED_COMMITTED_KEY, COUNT_DESIRED_SETS_KEY, DESIRED_BY_CHOICE_TABLE,
@@ -33,13 +41,6 @@ use super::{
     corruption, ct_eq, entry_in, envelope_digest, invalid, parse_canonical, query_stream, refuse,
     scope_plan_key, unavailable,
 };
-use crate::archive;
-use crate::engine::engine_stream;
-use crate::streams::{DESIRED_COMMITTED_KIND, DESIRED_RESERVATION_KIND};
-use ctx_model::Json;
-use ctx_model::parse_sha;
-use ctx_model::{CapabilityKind, UtcMicros, hex, is_capability_identity, is_sha, is_token};
-use ctx_model::{EngineEvent, EventKind, ScopeRef, has_exact_keys};
 
 /// Largest reservation payload: the event, the ids and the fixed fields with room to spare.
 const RESERVATION_MAX_BYTES: usize =

@@ -28,14 +28,14 @@ use ctx_journal::{
     AppendError, ExpectedRevision, HookError, HookTxn, Journal, NewRecord, ReadError, Record,
     RecordView, StreamAppend, StreamId, Timestamp,
 };
+use ctx_model::{
+    ARTIFACT_OBSERVATION_PROVIDER, EngineEvent, EventKind, Json, JsonError, JsonMap, RandomSeed,
+    ScopeRef, UtcMicros, hex, is_sha, is_token, parse_sha,
+};
 use sha2::{Digest as _, Sha256};
 
 use crate::archive;
 use crate::framework::{FrameworkError, Projection, Projections};
-use ctx_model::ARTIFACT_OBSERVATION_PROVIDER;
-use ctx_model::{EngineEvent, EventKind, RandomSeed, ScopeRef};
-use ctx_model::{Json, JsonError, JsonMap};
-use ctx_model::{UtcMicros, hex, is_sha, is_token, parse_sha};
 
 mod desired;
 

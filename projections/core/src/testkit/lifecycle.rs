@@ -4,14 +4,13 @@
 
 use std::collections::BTreeSet;
 
-use crate::engine::{Engine, InstallOutcome, ManualClock, ObservationNormalizer, SeamError};
-use ctx_model::InstallExecutionBinding;
-use ctx_model::Json;
-use ctx_model::UtcMicros;
-use ctx_model::{ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID};
-use ctx_model::{ObservationRef, Surrogate};
-
 use ctx_model::testkit::{RowKind, Session, decision, digest, row};
+use ctx_model::{
+    ActionKind, EngineEvent, EventKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID,
+    InstallExecutionBinding, Json, OPAQUE_REF_SCHEMA, ObservationRef, Surrogate, UtcMicros,
+};
+
+use crate::engine::{Engine, InstallOutcome, ManualClock, ObservationNormalizer, SeamError};
 
 /// Resolves any observation reference into the approved opaque-reference surrogate.
 #[derive(Debug, Clone, Copy, Default)]
@@ -20,7 +19,7 @@ pub struct OpaqueNormalizer;
 impl ObservationNormalizer for OpaqueNormalizer {
     fn normalize(&self, reference: &ObservationRef) -> Result<Surrogate, SeamError> {
         Ok(Surrogate::new(
-            "ctx.observation.opaque-ref",
+            OPAQUE_REF_SCHEMA,
             1,
             Json::object([
                 ("content_digest", Json::str(&reference.content_digest)),
