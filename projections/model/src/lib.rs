@@ -3,7 +3,7 @@
 //! identity and action-contract documents, plan values, replay inputs and the reducer. Specified
 //! in `spec/engine.md`.
 //!
-//! Architecture invariant (spec/engine.md "Code"): this crate depends on no other ctx crate and
+//! Architecture invariant (spec/engine.md, "Code:"): this crate depends on no other ctx crate and
 //! does no I/O and reads no clock; time and randomness enter only as values of events. Every
 //! module is private and the list below is the whole API, one path per item.
 #![forbid(unsafe_code)]

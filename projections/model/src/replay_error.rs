@@ -1,5 +1,5 @@
-//! The replay error classes and the small value checks that fail with them (spec/engine.md
-//! "Replay inputs"). They sit below both `replay` (surrogates, preflight) and `plan` (the
+//! The replay error classes and the small value checks that fail with them (spec/engine.md §8).
+//! They sit below both `replay` (surrogates, preflight) and `plan` (the
 //! capability plan a decision surrogate carries), so the replay dispatch can call the plan
 //! validator without `plan` importing `replay` back.
 

@@ -1,4 +1,4 @@
-//! The one vocabulary of ctx (spec/engine.md "Vocabulary"): the capability kinds, and every
+//! The one vocabulary of ctx (spec/engine.md §9): the capability kinds, and every
 //! schema, provider, installer and presentation string that more than one module or crate names.
 //! Each value is defined here once; the strings are on-disk and wire formats, so a value never
 //! changes, only new ones are added.
@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// What a capability is. The catalog, plans, install descriptors and host activation all name
-/// one of these four kinds by its string (spec/engine.md "Vocabulary").
+/// one of these four kinds by its string (spec/engine.md §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CapabilityKind {
     Skill,
@@ -88,7 +88,7 @@ const fn kind_strings<const N: usize>(installable_only: bool) -> [&'static str; 
     out
 }
 
-/// The decision surrogate schema of a capability plan (spec/engine.md "Replay inputs").
+/// The decision surrogate schema of a capability plan (spec/engine.md §3, §8).
 pub const CAPABILITY_PLAN_SCHEMA: &str = "ctx.decision.capability-plan";
 /// The capability plan version the v3 reducer accepts.
 pub const CAPABILITY_PLAN_VERSION_V3: i64 = 3;
