@@ -6,7 +6,6 @@
 //! consent requests, schema-less material payloads, `{host_state}` receipts) and prompt-context
 //! actions are refused as unsupported schemas.
 
-use crate::check::{is_capability_identity, is_sha, is_trimmed};
 use crate::identity::{
     INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
     validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
@@ -18,6 +17,7 @@ use crate::model::{
     MATERIAL_ACTION_PAYLOAD_SCHEMA_V3, MATERIAL_RECEIPT_SCHEMA_V3, ProtocolError, names, perr,
     unknown_keys,
 };
+use crate::shape::{is_capability_identity, is_sha, is_trimmed};
 use crate::vocab::{CapabilityKind, INSTALLER_DIGEST};
 
 /// The prompt-context receipt schema: valid protocol, but not accepted by reducer v3.

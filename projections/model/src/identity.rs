@@ -8,9 +8,10 @@
 //! schema string, field shapes, recomputed digest) is what makes a stored byte string trustworthy.
 //! Builders compute the digest and then run the validator, so a built document is always valid.
 
-use crate::check::{cj_digest, cja_digest, is_capability_identity, is_safe_token, is_sha};
+use crate::digest::{cj_digest, cja_digest};
 use crate::json::{Json, JsonMap};
 use crate::model::{HostAction, ProtocolError, exact_keys, has_exact_keys, perr};
+use crate::shape::{is_capability_identity, is_safe_token, is_sha};
 use crate::vocab::CapabilityKind;
 
 pub const MATERIAL_IDENTITY_SCHEMA: &str = "ctx.material-identity-v2";
@@ -1016,7 +1017,7 @@ pub fn classify_lineage_promotion(
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::check::sha256_hex;
+    use crate::digest::sha256_hex;
 
     pub(crate) fn d(c: char) -> String {
         c.to_string().repeat(64)

@@ -8,8 +8,8 @@
 //! module is private and the list below is the whole API, one path per item.
 #![forbid(unsafe_code)]
 
-mod check;
 mod contract;
+mod digest;
 mod identity;
 mod json;
 mod model;
@@ -17,23 +17,20 @@ mod plan;
 mod reducer;
 mod replay;
 mod replay_error;
+mod shape;
 mod state;
 mod state_check;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod vocab;
 
-pub use check::{
-    ONE_HOUR_MICROS, TOKEN_MAX_CHARS, TimestampError, UtcMicros, cj_digest, cja_digest, hex,
-    is_canonical_timestamp, is_capability_identity, is_capability_name, is_safe_token, is_sha,
-    is_token, is_trimmed, kind_of, normalize_timestamp, parse_sha, sha256_hex, sha256_hex_bytes,
-};
 pub use contract::{
     PROMPT_CONTEXT_RECEIPT_SCHEMA_V1, consent_request_payload_v3, expected_install_receipt,
     expected_material_receipt, install_payload_v3, install_rollback, install_verification,
     material_payload_v3, material_rollback, material_verification, validate_action,
     validate_receipt_verification_v3,
 };
+pub use digest::{cj_digest, cja_digest, hex, parse_sha, sha256_hex, sha256_hex_bytes};
 pub use identity::{
     ACTIVATION_AUTHORIZATION_SCHEMA, AUTHORIZED_MATERIAL_SCHEMA, CATALOG_IDENTITY_SCHEMA,
     EXECUTION_BINDING_SCHEMA, INSTALL_AUTHORIZATION_SCHEMA, INSTALL_DESCRIPTOR_SCHEMA_V1,
@@ -73,6 +70,11 @@ pub use replay::{
     validate_surrogate,
 };
 pub use replay_error::ReplayError;
+pub use shape::{
+    ONE_HOUR_MICROS, TOKEN_MAX_CHARS, TimestampError, UtcMicros, is_canonical_timestamp,
+    is_capability_identity, is_capability_name, is_safe_token, is_sha, is_token, is_trimmed,
+    kind_of, normalize_timestamp,
+};
 pub use state::{
     Activation, CapabilityState, CommittedPlan, EffectKind, EngineState, Evidence, Exposure,
     HostLevel, Installation, Invocation, Lease, PendingConsent, PendingEffect, STATE_KEYS_V3,

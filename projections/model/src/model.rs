@@ -4,8 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::check::{TimestampError, is_sha, is_token, is_trimmed, normalize_timestamp, sha256_hex};
+use crate::digest::sha256_hex;
 use crate::json::{Json, JsonMap, JsonView};
+use crate::shape::{TimestampError, is_sha, is_token, is_trimmed, normalize_timestamp};
 
 /// The only protocol version.
 pub const PROTOCOL_VERSION: i64 = 1;
@@ -1104,7 +1105,7 @@ fn validate_consent_expired_payload(payload: &Json) -> Result<(), ProtocolError>
     if !m
         .get("install_expires_at")
         .and_then(Json::as_str)
-        .is_some_and(crate::check::is_canonical_timestamp)
+        .is_some_and(crate::shape::is_canonical_timestamp)
     {
         return perr("install_expires_at must use canonical UTC RFC 3339");
     }

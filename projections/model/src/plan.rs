@@ -8,7 +8,6 @@
 //! messages naming `capabilities[i]`, failing with replay error classes). Both accept exactly the
 //! same rows built by the planner.
 
-use crate::check::{is_capability_name, is_safe_token, is_sha, is_trimmed};
 use crate::identity::{
     INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
     validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
@@ -18,6 +17,7 @@ use crate::model::{ACTIVE_CAPABILITIES_MAX, ProtocolError, exact_keys, perr};
 use crate::replay_error::{
     ReplayError, r_bounded, r_digest, r_exact, r_sequence, r_token, r_token_array, vfail,
 };
+use crate::shape::{is_capability_name, is_safe_token, is_sha, is_trimmed};
 use crate::state::CommittedPlan;
 use crate::vocab::{
     BENEFIT_CANDIDATES_MAX_ITEMS, BENEFIT_POLICY_SCHEMA_ID, BENEFIT_RESULT_SCHEMA_ID,

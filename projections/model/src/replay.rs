@@ -1,7 +1,7 @@
 //! Replay inputs (reference engine-core §6): the privacy-safe, frozen input from which a reducer
 //! output is recomputed bit for bit.
 
-use crate::check::{cj_digest, is_sha, sha256_hex};
+use crate::digest::{cj_digest, sha256_hex};
 use crate::json::{Json, JsonError, JsonMap, JsonView};
 use crate::model::{
     ActionKind, EVENT_DIGEST_METADATA, EVENT_TEXT_METADATA, EngineEvent, EventKind, RandomSeed,
@@ -12,6 +12,7 @@ use crate::replay_error::{
     pfail, r_allowed, r_bounded, r_digest, r_exact, r_nonnegative, r_sequence, r_token,
     r_token_array, r_token_str, vfail,
 };
+use crate::shape::is_sha;
 use crate::vocab::{CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3, CapabilityKind};
 
 pub const REPLAY_SCHEMA: &str = "ctx.engine.replay-input";

@@ -3,9 +3,9 @@
 //! capability plan a decision surrogate carries), so the replay dispatch can call the plan
 //! validator without `plan` importing `replay` back.
 
-use crate::check::{is_sha, is_token};
 use crate::json::{Json, JsonMap};
 use crate::model::has_exact_keys;
+use crate::shape::{is_sha, is_token};
 
 /// Why a replay value was refused. The classes are the reference's: a structural violation, a
 /// value unsafe for the journal (free text, wrong retention), a value that does not match what it

@@ -622,7 +622,7 @@ impl EngineState {
 
     /// `H(CJ(state))`.
     pub fn digest(&self) -> String {
-        crate::check::sha256_hex(&self.view().to_cj())
+        crate::digest::sha256_hex(&self.view().to_cj())
     }
 
     pub fn capability(&self, id: &str) -> Option<&CapabilityState> {

@@ -7,12 +7,12 @@
 
 use std::collections::BTreeSet;
 
-use crate::check::{is_sha, is_trimmed};
 use crate::json::Json;
 use crate::model::{
     ACTIVE_CAPABILITIES_MAX, ActionKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
     MATERIAL_ACTION_PAYLOAD_SCHEMA_V3,
 };
+use crate::shape::{is_sha, is_trimmed};
 use crate::state::{
     Activation, CapabilityState, CommittedPlan, EffectKind, EngineState, Evidence, HostLevel,
     Installation, Lease, PendingConsent, PendingEffect, SessionStatus, StateError, exact_fields,
@@ -973,7 +973,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::check::{cj_digest, sha256_hex};
+    use crate::digest::{cj_digest, sha256_hex};
     use crate::model::{PrivacyLabel, ScopeRef};
     use crate::state::{Exposure, Invocation, SessionStatus};
     use crate::vocab::{INSTALLER_DIGEST, INSTALLER_ID};

@@ -148,7 +148,7 @@ mod tests {
     #[test]
     fn installer_digest_is_the_hash_of_its_statement() {
         assert_eq!(
-            crate::check::sha256_hex(&format!("{INSTALLER_ID}:typed-plan-only:no-raw-command")),
+            crate::digest::sha256_hex(&format!("{INSTALLER_ID}:typed-plan-only:no-raw-command")),
             INSTALLER_DIGEST
         );
     }

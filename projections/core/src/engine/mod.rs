@@ -6,7 +6,7 @@
 mod api;
 mod authority;
 mod benefit;
-pub mod codes;
+mod codes;
 mod effects;
 mod error;
 mod heads;

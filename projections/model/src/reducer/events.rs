@@ -6,7 +6,6 @@ use super::actions::emit_material;
 use super::planning::commit_plan;
 use super::reconcile::reconcile;
 use super::{ReduceError, Step, invalid, invalid_event};
-use crate::check::{UtcMicros, is_sha, is_token};
 use crate::contract::{expected_install_receipt, expected_material_receipt};
 use crate::identity::{authorized_material_from_lineage, build_installed_lineage};
 use crate::json::Json;
@@ -15,6 +14,7 @@ use crate::model::{
     has_exact_keys,
 };
 use crate::replay::Surrogate;
+use crate::shape::{UtcMicros, is_sha, is_token};
 use crate::state::{
     Activation, EffectKind, EngineState, Evidence, Exposure, Installation, Invocation, Lease,
     PendingEffect, SessionStatus,

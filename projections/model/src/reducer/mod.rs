@@ -9,10 +9,10 @@ mod events;
 mod planning;
 mod reconcile;
 
-use crate::check::{ONE_HOUR_MICROS, UtcMicros, is_sha};
 use crate::json::Json;
 use crate::model::{EngineEvent, EventKind, HostAction, ProtocolError, Transition};
 use crate::replay::{REDUCER_V3, ReplayInput};
+use crate::shape::{ONE_HOUR_MICROS, UtcMicros, is_sha};
 use crate::state::{EngineState, HostLevel};
 use crate::vocab::CAPABILITY_PLAN_SCHEMA;
 

@@ -3,11 +3,11 @@
 use super::actions::present_bundle;
 use super::reconcile::reconcile;
 use super::{ReduceError, Step, invalid, invalid_event};
-use crate::check::is_sha;
 use crate::identity::{classify_lineage_promotion, material_identity};
 use crate::json::Json;
 use crate::plan::validate_capability_plan_v3_value;
 use crate::replay::Surrogate;
+use crate::shape::is_sha;
 use crate::state::{Activation, CapabilityState, CommittedPlan, EngineState, Installation};
 
 pub(crate) fn commit_plan(

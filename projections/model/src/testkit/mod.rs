@@ -6,7 +6,7 @@
 
 pub mod ops;
 
-use crate::check::{ONE_HOUR_MICROS, UtcMicros, sha256_hex};
+use crate::digest::sha256_hex;
 use crate::identity::{
     InstallDescriptorInput, MaterialDescriptorInput, authorized_material_from_catalog,
     catalog_capability_identity, install_plan_descriptor, material_descriptor, material_identity,
@@ -15,6 +15,7 @@ use crate::json::Json;
 use crate::model::{EngineEvent, EventKind, HostAction, RandomSeed, ScopeRef};
 use crate::plan::canonical_row_order_key;
 use crate::replay::{NORMALIZER_VERSION_DEFAULT, REDUCER_V3, ReplayInput, Surrogate};
+use crate::shape::{ONE_HOUR_MICROS, UtcMicros};
 use crate::vocab::{
     BENEFIT_POLICY_SCHEMA_ID, BENEFIT_RESULT_SCHEMA_ID, BENEFIT_SELECTION_ALGORITHM_ID,
     CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3, INSTALLER_ID,

@@ -113,7 +113,7 @@ pub fn event_for(
                         && let Some(exp) = action
                             .expires_at
                             .as_deref()
-                            .and_then(|e| crate::check::UtcMicros::parse(e).ok())
+                            .and_then(|e| crate::shape::UtcMicros::parse(e).ok())
                         && exp > s.now
                     {
                         s.now = exp;
