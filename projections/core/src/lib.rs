@@ -7,9 +7,9 @@
 //! Architecture (spec/projections.md "Code"): `framework` and `archive` know only the journal;
 //! `engine`, `query_store` and `consent_store` build on them and on ctx-model; `all` lists every
 //! domain projection. The three subsystems stay public modules, each with one curated `pub use`
-//! list, because each has its own `codes` and a flat root would mix their names; `streams` is
-//! public as the one table of stream names the service imports too; everything else is private
-//! and listed below once.
+//! list, because together they hold about 200 names (two with their own `codes`) that a flat root
+//! would mix; `streams` is public as the one table of stream names the service imports too;
+//! everything else is private and listed below once.
 #![forbid(unsafe_code)]
 
 mod all;
@@ -33,7 +33,7 @@ pub use framework::{
 
 // Compatibility re-exports for downstream crates until their imports move to ctx_model (issue 18,
 // step 2); removed then. Each old `ctx_projections::…` path below names the one item defined in
-// ctx-model (or ctx-journal); `/work/phase2/model-imports.md` maps every old path to its new one.
+// ctx-model (or ctx-journal) and adds no item of its own (spec/projections.md "Code").
 pub use ctx_journal as journal;
 pub use ctx_model::{
     ACTIVE_CAPABILITIES_MAX, ActionKind, Activation, COLLECTION_MAX_ITEMS, CONSENT_EXPIRED_KEYS,
