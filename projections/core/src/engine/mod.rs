@@ -1,0 +1,53 @@
+//! The engine: engine records in the journal, the engine projections (`engine.state`,
+//! `engine.effects`, `engine.benefit_audit`) and the [`Engine`] coordinator that processes
+//! events, answers snapshots and replay audits, and runs the exactly-once install and activation
+//! protocols (reference engine-core §7, §8; spec/engine-store.md).
+
+mod api;
+mod authority;
+mod benefit;
+mod codes;
+mod effects;
+mod error;
+mod heads;
+mod record;
+
+#[cfg(test)]
+mod tests;
+
+pub use api::{
+    AuditReport, Clock, ClockError, DecisionPlanner, Engine, EngineOptions, JournaledEvent,
+    ManualClock, ObservationNormalizer, PendingCommit, PlanningContext, ProcessWithError,
+    SeamError, Snapshot, engine_projections, replay_audit_journal, replay_audit_stream,
+};
+pub use authority::{
+    ActivationExecutionStatus, ActivationGuard, InstallExecutionStatus, InstallGuard,
+    InstallOutcome,
+};
+pub use benefit::{
+    BENEFIT_EVENT_PREFIX, BENEFIT_RESULT_MAX_BYTES, BENEFIT_RESULTS_TABLE, BenefitResultEntry,
+    ENGINE_BENEFIT_AUDIT_PROJECTION, benefit_event_id, benefit_stream, validate_result_text,
+};
+pub use codes::EffectRefusal;
+pub use effects::{
+    ACTIVATION_CLAIMS_TABLE, ACTIVATION_EXPIRIES_TABLE, ACTIVATION_OUTCOMES_TABLE,
+    ACTIVATION_SETTLEMENTS_TABLE, ClaimRecord, EFFECT_FORMAT_VERSION, ENGINE_EFFECTS_PROJECTION,
+    ExpiryEntry, INSTALL_CLAIMS_TABLE, INSTALL_EXPIRIES_TABLE, INSTALL_OUTCOMES_TABLE,
+    INSTALL_SETTLEMENTS_TABLE, OutcomeRecord, SettlementEntry, claim_event_id, effect_key,
+    effect_stream, outcome_event_id,
+};
+pub use error::{
+    AuditComponent, AuditError, AuthorizeError, BenefitAuditError, Divergence, OpenEngineError,
+    OutcomeError, ProcessError, SnapshotError, StatusError, StoreError,
+};
+pub use heads::{ENGINE_STATE_PROJECTION, EVENTS_TABLE, EngineHead, EventEntry, HEADS_TABLE};
+pub use record::{
+    ACTION_ID_MAX_BYTES, DecodedRecord, ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect,
+    GuardMode, REPLAY_JSON_MAX_BYTES, RecordError, RecordPlace, SettlementGuard,
+    TRANSITION_JSON_MAX_BYTES, decode_view, engine_stream, transition_from_canonical_text,
+};
+
+// Compatibility re-export for downstream crates until their imports move to
+// `ctx_projections::streams` (issue 18, step 2); removed then. See the compatibility block at the
+// end of `lib.rs`.
+pub use crate::streams::ENGINE_RECORD_KIND;
