@@ -94,20 +94,6 @@ impl RedbBackend {
     pub(crate) fn event_index_upto(&self) -> u64 {
         lock(&self.writer).event_index_upto
     }
-
-    /// The redb backend behind `journal`, for this crate's tests that reach into its file.
-    #[cfg(test)]
-    pub(crate) fn of(journal: &crate::Journal) -> &RedbBackend {
-        match journal
-            .shared
-            .backend
-            .as_any()
-            .downcast_ref::<RedbBackend>()
-        {
-            Some(backend) => backend,
-            None => panic!("the journal's backend is not redb"),
-        }
-    }
 }
 
 fn corrupt(position: u64, reason: impl Into<String>) -> ReadError {

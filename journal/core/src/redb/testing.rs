@@ -14,6 +14,21 @@ use super::{RedbBackend, Writer};
 use crate::backend::Backend;
 use crate::journal::Journal;
 
+impl RedbBackend {
+    /// The redb backend behind `journal`, for this crate's tests that reach into its file.
+    pub(crate) fn of(journal: &Journal) -> &RedbBackend {
+        match journal
+            .shared
+            .backend
+            .as_any()
+            .downcast_ref::<RedbBackend>()
+        {
+            Some(backend) => backend,
+            None => panic!("the journal's backend is not redb"),
+        }
+    }
+}
+
 /// The stored value of the record at `position`.
 pub(crate) fn record_value(journal: &Journal, position: u64) -> Vec<u8> {
     let txn = RedbBackend::of(journal).db.begin_read().unwrap();
