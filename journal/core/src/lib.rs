@@ -5,6 +5,10 @@
 //! stream's previous digest, its own SHA-256 digest and an HMAC-SHA256 tag under the installation
 //! key. Appends are idempotent by event id, atomic across streams and group-committed. The format
 //! and its invariants are specified in `spec/journal.md`.
+//!
+//! Layers (spec/journal.md, "Code map"): the handle (`journal.rs`) uses the group commit, the
+//! hooks and the backend seam (`backend.rs`), never the other way round; every redb name lives
+//! under `redb/`, and the file-system rules are ctx-fs's.
 #![forbid(unsafe_code)]
 
 mod audit;
