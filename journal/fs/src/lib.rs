@@ -29,5 +29,5 @@ pub use mode::{
     DIR_MODE_PRIVATE, FILE_MODE_PRIVATE, FILE_MODE_READ_ONLY, MODE_GROUP_OTHER,
     MODE_GROUP_OTHER_WRITE, MODE_PERMISSION_BITS, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, S_ISVTX,
 };
-pub use read::{read_bounded, read_bounded_file};
+pub use read::{read_bounded, read_bounded_at, read_bounded_file};
 pub use stat::{EntryType, FileId, FileStat};

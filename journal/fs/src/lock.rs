@@ -8,6 +8,7 @@
 
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,7 @@ impl LockOptions {
 /// A held lock; dropping it releases the lock.
 #[derive(Debug)]
 pub struct DirLock {
+    /// Held for its `flock`: closing the descriptor releases the lock.
     _file: File,
     path: PathBuf,
 }
@@ -92,6 +94,18 @@ impl DirLock {
     /// and closed to other users. Gives up after the wait of `options` with
     /// [`LockError::Held`], naming the holder the file records.
     pub fn acquire(path: &Path, options: &LockOptions) -> Result<DirLock, LockError> {
+        DirLock::acquire_at(CWD, path, path, options)
+    }
+
+    /// [`DirLock::acquire`] on the lock file `name` relative to the open directory `dir` (an
+    /// `openat`), so a path swapped above `dir` cannot redirect the lock; `path` names the lock
+    /// file in errors.
+    pub fn acquire_at(
+        dir: impl AsFd,
+        name: impl rustix::path::Arg,
+        path: &Path,
+        options: &LockOptions,
+    ) -> Result<DirLock, LockError> {
         let io = |action| {
             move |source| LockError::Io {
                 action,
@@ -100,8 +114,8 @@ impl DirLock {
             }
         };
         let fd = rustix::fs::openat(
-            CWD,
-            path,
+            dir,
+            name,
             OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
             Mode::RUSR | Mode::WUSR,
         )
@@ -179,6 +193,12 @@ impl DirLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The open lock file, for a caller's own checks of the file it locked (for example that its
+    /// name still denotes this file, by comparing `fstat` and `lstat` identities).
+    pub fn file(&self) -> &File {
+        &self._file
+    }
 }
 
 fn read_holder(file: &mut File) -> String {
@@ -199,6 +219,7 @@ mod tests {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
     use super::*;
+    use crate::stat::FileStat;
 
     fn quick(wait: Duration) -> LockOptions {
         LockOptions::new(wait).self_held_grace(Duration::ZERO)
@@ -269,6 +290,24 @@ mod tests {
             quick(Duration::from_secs(10)).poll(Duration::from_millis(5), Duration::from_millis(5));
         DirLock::acquire(&path, &options).unwrap();
         released.join().unwrap();
+    }
+
+    #[test]
+    fn a_lock_taken_relative_to_an_open_directory_excludes_one_taken_by_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = rustix::fs::openat(
+            CWD,
+            dir.path(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let path = dir.path().join("content.lock");
+        let held = DirLock::acquire_at(&fd, "content.lock", &path, &quick(Duration::ZERO)).unwrap();
+        let named = FileStat::at(CWD, &path).unwrap();
+        assert_eq!(FileStat::of_fd(held.file()).unwrap().id(), named.id());
+        let err = DirLock::acquire(&path, &quick(Duration::ZERO)).unwrap_err();
+        assert!(matches!(err, LockError::Held { .. }), "{err:?}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::Read as _;
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use rustix::fs::{CWD, Mode, OFlags};
@@ -15,9 +16,20 @@ use crate::mode::S_IFMT;
 /// (`O_NOFOLLOW`), and the file is opened non-blocking, so a FIFO or device at the name is refused
 /// by the type check instead of hanging the read.
 pub fn read_bounded(path: &Path, limit_bytes: u64) -> Result<Vec<u8>, ReadError> {
+    read_bounded_at(CWD, path, path, limit_bytes)
+}
+
+/// [`read_bounded`] of the entry `name` of the open directory `dir` (an `openat`, never following
+/// a final link); `path` names the file in errors.
+pub fn read_bounded_at(
+    dir: impl AsFd,
+    name: impl rustix::path::Arg,
+    path: &Path,
+    limit_bytes: u64,
+) -> Result<Vec<u8>, ReadError> {
     let fd = rustix::fs::openat(
-        CWD,
-        path,
+        dir,
+        name,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
     )
@@ -134,6 +146,23 @@ mod tests {
             matches!(&err, ReadError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_read_relative_to_an_open_directory_applies_the_same_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"12345").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("f"), dir.path().join("l")).unwrap();
+        let fd = std::fs::File::open(dir.path()).unwrap();
+        let named = dir.path().join("f");
+        assert_eq!(read_bounded_at(&fd, "f", &named, 5).unwrap(), b"12345");
+        let err = read_bounded_at(&fd, "f", &named, 4).unwrap_err();
+        assert!(
+            matches!(err, ReadError::TooLarge { size_bytes: 5, .. }),
+            "{err:?}"
+        );
+        let err = read_bounded_at(&fd, "l", &dir.path().join("l"), 5).unwrap_err();
+        assert!(matches!(err, ReadError::Symlink { .. }), "{err:?}");
     }
 
     #[test]
