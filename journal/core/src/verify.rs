@@ -6,9 +6,9 @@ use std::ops::ControlFlow;
 
 use rkyv::util::AlignedVec;
 
+use crate::backend::{IndexKind, ReadTxn};
 use crate::codec::{Integrity, MacKey, authenticate, decode_record};
 use crate::error::ReadError;
-use crate::seam::{IndexKind, ReadTxn};
 use crate::types::{Digest, StreamId};
 
 /// The kinds of integrity failure the verification pass reports.

@@ -5,9 +5,14 @@
 //! stream's previous digest, its own SHA-256 digest and an HMAC-SHA256 tag under the installation
 //! key. Appends are idempotent by event id, atomic across streams and group-committed. The format
 //! and its invariants are specified in `spec/journal.md`.
+//!
+//! Layers (spec/journal.md, "Code map"): the handle (`journal.rs`) uses the group commit, the
+//! hooks and the backend seam (`backend.rs`), never the other way round; every redb name lives
+//! under `redb/`, and the file-system rules are ctx-fs's.
 #![forbid(unsafe_code)]
 
 mod audit;
+mod backend;
 mod codec;
 mod commit;
 mod error;
@@ -18,13 +23,23 @@ mod key;
 mod limits;
 mod lock;
 mod maintain;
-mod redb_store;
-mod seam;
-mod storage;
+mod redb;
+mod shared;
+mod sync;
 mod types;
+mod verified;
 mod verify;
 
-pub use audit::{StorageIntegrity, StreamInfo, check_storage_integrity};
+pub use crate::redb::audit::{StorageIntegrity, check_storage_integrity};
+pub use crate::redb::create::DATABASE_FILE;
+/// Interposition on the database file, for fault injection and crash images: only with the
+/// `testing` feature, so redb's `StorageBackend` and `FileBackend` are not part of the default API.
+#[cfg(feature = "testing")]
+pub use crate::redb::interpose::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
+pub use audit::StreamInfo;
+pub use backend::{
+    Backend, CommitError, Finish, IndexFinding, IndexKind, PutRecord, ReadTxn, WriteTxn,
+};
 pub use codec::{RecordView, decode_record_value};
 pub use error::{
     AppendError, DecodeError, InputError, OpenError, ProjectionError, ReadError, StorageError,
@@ -32,7 +47,7 @@ pub use error::{
 };
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
 pub use import::{ImportError, ImportRecord, Importer};
-pub use journal::{DATABASE_FILE, Journal, OpenOptions, WeakJournal};
+pub use journal::{Journal, OpenOptions, WeakJournal};
 pub use key::KeySource;
 pub use limits::{
     BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, EVENT_ID_MAX_BYTES,
@@ -40,10 +55,6 @@ pub use limits::{
     PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
 };
 pub use maintain::{MaintenanceTxn, ProjectionRead};
-pub use seam::{
-    Backend, CommitError, Finish, IndexFinding, IndexKind, PutRecord, ReadTxn, WriteTxn,
-};
-pub use storage::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
 pub use types::{
     AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
     StreamHead, StreamId, Timestamp,
@@ -52,7 +63,7 @@ pub use verify::{FailureKind, VerifyFailure, VerifyReport};
 
 /// File names inside a data directory.
 pub mod files {
-    pub use crate::journal::DATABASE_FILE;
     pub use crate::key::KEY_FILE;
     pub use crate::lock::LOCK_FILE;
+    pub use crate::redb::create::DATABASE_FILE;
 }

@@ -1,12 +1,22 @@
 //! The embedded backend: the journal's tables in one redb file (spec/journal.md §4), behind the
-//! storage seam (spec/scale-out.md §2).
+//! backend seam (spec/scale-out.md §2).
 //!
-//! What is redb-specific lives here: the per-stream position index (heads with an unsealed tail
-//! plus sealed chunks), the event-id index merged in bulk with the unmerged ids kept in memory,
-//! and heads staged per transaction and written once at its end.
+//! What is redb-specific lives here, and only here: the per-stream position index (heads with an
+//! unsealed tail plus sealed chunks), the event-id index merged in bulk with the unmerged ids kept
+//! in memory, heads staged per transaction and written once at its end, the tables, the creation
+//! of the file, redb's integrity check and (with the `testing` feature) interposition on the
+//! file. Nothing outside this folder names a redb type.
 
 // The callbacks are spelled out in each signature: an alias would hide what a backend calls.
 #![allow(clippy::type_complexity)]
+
+pub(crate) mod audit;
+pub(crate) mod create;
+#[cfg(feature = "testing")]
+pub(crate) mod interpose;
+mod tables;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -19,14 +29,43 @@ use redb::{
 };
 use rkyv::util::AlignedVec;
 
-use crate::codec::{HeadState, chunk_key, chunk_position, decode_record, encode_chunk, event_key};
-use crate::error::{ReadError, StorageError};
-use crate::journal::{CHUNKS, EVENT_IDS, META, META_EVENT_INDEX_UPTO, RECORDS, STREAMS, lock};
-use crate::limits::{EVENT_INDEX_MERGE_RECORDS, STREAM_CHUNK_REVISIONS};
-use crate::seam::{
+use self::tables::{CHUNKS, EVENT_IDS, META, META_EVENT_INDEX_UPTO, RECORDS, STREAMS, Tables};
+use crate::backend::{
     Backend, CommitError, Finish, IndexFinding, IndexKind, PutRecord, ReadTxn, WriteTxn,
 };
+use crate::codec::{HeadState, chunk_key, chunk_position, decode_record, encode_chunk, event_key};
+use crate::error::{ReadError, StorageError};
+use crate::limits::{EVENT_INDEX_MERGE_RECORDS, STREAM_CHUNK_REVISIONS};
+use crate::sync::lock;
 use crate::types::{Digest, StreamHead, StreamId};
+
+/// What may sit between redb and the database file: a [`interpose::StorageWrapper`] with the
+/// `testing` feature; nothing otherwise (an uninhabited type, so `Option<&Wrapper>` is always
+/// `None` in a production build).
+#[cfg(feature = "testing")]
+pub(crate) type Wrapper = dyn interpose::StorageWrapper;
+#[cfg(not(feature = "testing"))]
+pub(crate) enum Wrapper {}
+
+// redb's errors reach callers only as the opaque `StorageError`, so redb's types stay out of the
+// public API.
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StorageError {
+            fn from(e: $t) -> Self {
+                StorageError(Box::new(redb::Error::from(e)))
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::Error,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::DatabaseError
+);
 
 /// State only the committing transaction touches. `recent` maps the event ids at positions at or
 /// after `event_index_upto` (not yet merged into the on-disk event index) to their positions.
@@ -75,6 +114,11 @@ impl Backend for RedbBackend {
 
     fn fail_stop_on_uncertain_commit(&self) -> bool {
         true
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn read(
@@ -454,26 +498,6 @@ fn check_indexes(
 }
 
 // ----- writes -----
-
-pub(crate) struct Tables<'t> {
-    pub(crate) records: Table<'t, u64, &'static [u8]>,
-    pub(crate) streams: Table<'t, &'static [u8], &'static [u8]>,
-    pub(crate) chunks: Table<'t, &'static [u8], &'static [u8]>,
-    pub(crate) event_ids: Table<'t, (u64, u64), ()>,
-    pub(crate) meta: Table<'t, &'static str, &'static [u8]>,
-}
-
-impl<'t> Tables<'t> {
-    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>, StorageError> {
-        Ok(Tables {
-            records: txn.open_table(RECORDS)?,
-            streams: txn.open_table(STREAMS)?,
-            chunks: txn.open_table(CHUNKS)?,
-            event_ids: txn.open_table(EVENT_IDS)?,
-            meta: txn.open_table(META)?,
-        })
-    }
-}
 
 struct RedbWrite<'t, 'w> {
     txn: &'t WriteTransaction,

@@ -21,24 +21,6 @@ impl StorageError {
     }
 }
 
-macro_rules! storage_from {
-    ($($t:ty),*) => {$(
-        impl From<$t> for StorageError {
-            fn from(e: $t) -> Self {
-                StorageError(Box::new(redb::Error::from(e)))
-            }
-        }
-    )*};
-}
-storage_from!(
-    redb::Error,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    redb::DatabaseError
-);
-
 /// A caller value that the journal refuses before touching storage.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -1,7 +1,9 @@
-//! The storage seam below the journal's database file: a [`StorageWrapper`] may put a
+//! Interposition on the journal's database file: a [`StorageWrapper`] may put a
 //! [`StorageInterceptor`] between redb and every database file the journal opens. It exists for
-//! fault injection and crash images (tests and fuzzing); a production open passes none and redb
-//! talks to the file directly.
+//! fault injection and crash images (tests and fuzzing), so it is compiled only with the
+//! `testing` feature: a production build has no such layer, redb talks to the file directly, and
+//! redb's `StorageBackend` and `FileBackend` stay out of the crate's default public API (and so
+//! redb's version out of its semver).
 
 use std::fmt;
 use std::ops::Bound;
@@ -106,16 +108,11 @@ impl StorageBackend for Intercepted {
     }
 }
 
-/// Opens (creating when absent) the redb database at `path`, through `wrapper` when there is one.
+/// Opens (creating when absent) the redb database at `path` through `wrapper`.
 pub(crate) fn open_database(
     path: &Path,
-    wrapper: Option<&dyn StorageWrapper>,
+    wrapper: &dyn StorageWrapper,
 ) -> Result<Database, OpenError> {
-    let Some(wrapper) = wrapper else {
-        return Ok(Database::builder()
-            .create(path)
-            .map_err(StorageError::from)?);
-    };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -7,11 +7,12 @@ use std::ops::{ControlFlow, Deref};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 
+use crate::backend::{CommitError, Finish, ReadTxn};
 use crate::codec::RecordView;
 use crate::error::{ProjectionError, ReadError, StorageError};
 use crate::hook::{HookError, HookTxn, check_table, get_once, scan_pages};
-use crate::journal::{Journal, lock};
-use crate::seam::{CommitError, Finish, ReadTxn};
+use crate::journal::Journal;
+use crate::sync::lock;
 
 /// The write transaction of [`Journal::maintain`]: everything a [`HookTxn`] offers (through
 /// `Deref`), plus the journal head and a verified replay of the records.
@@ -264,9 +265,8 @@ mod tests {
     use crate::error::AppendError;
     use crate::hook::ProjectionHook;
     use crate::journal::OpenOptions;
-    use crate::journal::RECORDS;
+    use crate::redb::testing;
     use crate::types::{ExpectedRevision, NewRecord, StreamAppend, StreamId, Timestamp};
-    use redb::ReadableTable;
 
     const T: &str = "proj.test";
 
@@ -560,13 +560,8 @@ mod tests {
         // Move record 2's value to position 3: its MAC binds it to position 2.
         {
             let _commit = lock(&j.shared.commit);
-            let txn = j.shared.redb.as_ref().unwrap().db.begin_write().unwrap();
-            {
-                let mut records = txn.open_table(RECORDS).unwrap();
-                let two = records.get(2).unwrap().unwrap().value().to_vec();
-                records.insert(3, two.as_slice()).unwrap();
-            }
-            txn.commit().unwrap();
+            let two = testing::record_value(&j, 2);
+            testing::put_record_value(&j, 3, &two);
         }
         let mut shown = Vec::new();
         let err = j
@@ -604,15 +599,10 @@ mod tests {
         append(&j, b"a", &["a1"]).unwrap();
         {
             let _commit = lock(&j.shared.commit);
-            let txn = j.shared.redb.as_ref().unwrap().db.begin_write().unwrap();
-            {
-                let mut records = txn.open_table(RECORDS).unwrap();
-                let mut v = records.get(1).unwrap().unwrap().value().to_vec();
-                let last = v.len() - 1;
-                v[last] ^= 1;
-                records.insert(1, v.as_slice()).unwrap();
-            }
-            txn.commit().unwrap();
+            let mut v = testing::record_value(&j, 1);
+            let last = v.len() - 1;
+            v[last] ^= 1;
+            testing::put_record_value(&j, 1, &v);
         }
         drop(j);
         let j = open(&dir);

@@ -3,56 +3,41 @@
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use rkyv::util::AlignedVec;
 
-use crate::codec::{FORMAT_VERSION, Integrity, MacKey, RecordView, authenticate, decode_record};
-use crate::commit::Queue;
-use crate::error::{OpenError, ProjectionError, ReadError, StorageError, VerifyError};
+use crate::backend::{Backend, ReadTxn};
+use crate::codec::{MacKey, RecordView, authenticate, decode_record};
+use crate::error::{AppendError, OpenError, ProjectionError, ReadError, StorageError, VerifyError};
 use crate::hook::ProjectionHook;
 use crate::key::{self, KeySource, KeyedDigestKey};
-use crate::lock::{self, ProcessLock};
-use crate::redb_store::{RedbBackend, Tables, Writer};
-use crate::seam::{Backend, ReadTxn};
-use crate::storage::{StorageWrapper, open_database};
-use crate::types::{Digest, Record, StreamHead, StreamId};
+use crate::lock;
+use crate::redb::create::{DATABASE_FILE, open_backend};
+use crate::shared::{Queue, Shared};
+use crate::sync::lock;
+use crate::types::{AppendOutcome, Digest, Record, StreamAppend, StreamHead, StreamId};
+use crate::verified::{auth_failed, scan_in};
 use crate::verify::VerifyReport;
-
-pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("journal.records");
-pub(crate) const STREAMS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal.streams");
-pub(crate) const CHUNKS: TableDefinition<&[u8], &[u8]> =
-    TableDefinition::new("journal.stream_chunks");
-pub(crate) const EVENT_IDS: TableDefinition<(u64, u64), ()> =
-    TableDefinition::new("journal.event_ids");
-pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("journal.meta");
-
-const META_FORMAT: &str = "format_version";
-/// Largest position or revision a valid journal holds (J11); values from disk above it are corrupt.
-pub(crate) const POSITION_MAX: u64 = 1 << 63;
-
-pub(crate) const META_EVENT_INDEX_UPTO: &str = "event_index_upto";
-
-/// The redb file's name inside the data directory.
-pub const DATABASE_FILE: &str = "journal.redb";
 
 /// Options for [`Journal::open`].
 #[derive(Clone)]
 pub struct OpenOptions {
     lock_wait: Duration,
     key_source: Arc<KeySource>,
-    storage_wrapper: Option<Arc<dyn StorageWrapper>>,
+    #[cfg(feature = "testing")]
+    storage_wrapper: Option<Arc<dyn crate::StorageWrapper>>,
 }
 
 impl std::fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenOptions")
-            .field("lock_wait", &self.lock_wait)
-            .field("storage_wrapper", &self.storage_wrapper.is_some())
-            .finish_non_exhaustive()
+        let mut f = f.debug_struct("OpenOptions");
+        f.field("lock_wait", &self.lock_wait);
+        #[cfg(feature = "testing")]
+        f.field("storage_wrapper", &self.storage_wrapper.is_some());
+        f.finish_non_exhaustive()
     }
 }
 
@@ -61,6 +46,7 @@ impl Default for OpenOptions {
         OpenOptions {
             lock_wait: Duration::ZERO,
             key_source: Arc::new(key::os_random_key),
+            #[cfg(feature = "testing")]
             storage_wrapper: None,
         }
     }
@@ -87,10 +73,11 @@ impl OpenOptions {
         self
     }
 
-    /// Puts `wrapper` between redb and the database file (see [`StorageWrapper`]): a seam for
-    /// fault injection and crash images. It applies only when this open is the first of the data
+    /// Puts `wrapper` between redb and the database file (see [`crate::StorageWrapper`]; the
+    /// `testing` feature): interposition for fault injection and crash images. It applies only when this open is the first of the data
     /// directory in this process; later opens share the journal already open.
-    pub fn storage_wrapper(mut self, wrapper: Arc<dyn StorageWrapper>) -> OpenOptions {
+    #[cfg(feature = "testing")]
+    pub fn storage_wrapper(mut self, wrapper: Arc<dyn crate::StorageWrapper>) -> OpenOptions {
         self.storage_wrapper = Some(wrapper);
         self
     }
@@ -130,40 +117,6 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-pub(crate) struct Shared {
-    // Field order matters for drop: the backend closes before the process lock is released.
-    pub(crate) backend: Arc<dyn Backend>,
-    /// The same backend when it is redb, for tests that reach into its file.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) redb: Option<Arc<RedbBackend>>,
-    pub(crate) mac: MacKey,
-    /// Sub-key of [`Journal::keyed_digest`]; derived from the installation key at open.
-    pub(crate) keyed: KeyedDigestKey,
-    pub(crate) data_dir: PathBuf,
-    pub(crate) pid: u32,
-    pub(crate) queue: Mutex<Queue>,
-    /// Signalled whenever a group commit finishes and its slots are filled.
-    pub(crate) group_done: Condvar,
-    /// Held around each group commit, maintenance and import: one write transaction of this
-    /// handle at a time.
-    pub(crate) commit: Mutex<()>,
-    pub(crate) failed: AtomicBool,
-    /// Set when the open found a record it could not authenticate in the unmerged tail; the
-    /// journal then serves reads and verification but refuses writes.
-    pub(crate) write_refusal: Option<String>,
-    /// True when this open created the database file.
-    pub(crate) created: bool,
-    pub(crate) hooks: RwLock<Vec<Arc<dyn ProjectionHook>>>,
-    /// The data directory's process lock, for a backend that only one process may write.
-    pub(crate) _lock: Option<ProcessLock>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks is handled where it can happen (the group commit
-    // catches it and fail-stops), so the data behind a poisoned lock is still consistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Journal {
     /// Opens the journal in `dir` (an absolute path), creating the directory, the installation
     /// key and the database on first use.
@@ -184,21 +137,17 @@ impl Journal {
             return Ok(Journal { shared });
         }
         let process_lock = lock::acquire(&dir, options.lock_wait)?;
-        let db_path = dir.join(DATABASE_FILE);
-        let exists = db_path.exists();
+        let exists = dir.join(DATABASE_FILE).exists();
         let key = key::load_or_create(&dir, !exists, options.key_source.as_ref())?;
         let mac = MacKey::new(key.bytes());
+        #[cfg(feature = "testing")]
         let wrapper = options.storage_wrapper.as_deref();
-        if !exists {
-            create_database(&dir, &db_path, &mac, wrapper)?;
-        }
-        let db = open_database(&db_path, wrapper)?;
+        #[cfg(not(feature = "testing"))]
+        let wrapper = None;
+        let (backend, write_refusal) = open_backend(&dir, !exists, &mac, wrapper)?;
         let keyed = KeyedDigestKey::derive(&key);
-        let (writer, write_refusal) = initialize(&db, &mac, &db_path)?;
-        let backend = Arc::new(RedbBackend::new(db, writer, db_path.display().to_string()));
         let shared = Arc::new(Shared {
-            backend: backend.clone(),
-            redb: Some(backend),
+            backend,
             mac,
             keyed,
             data_dir: dir.clone(),
@@ -244,7 +193,6 @@ impl Journal {
         Ok(Journal {
             shared: Arc::new(Shared {
                 backend,
-                redb: None,
                 mac,
                 keyed,
                 data_dir: dir,
@@ -316,11 +264,26 @@ impl Journal {
 
     /// True once a failed commit has stopped the journal; it refuses writes until reopened.
     pub fn is_fail_stopped(&self) -> bool {
-        self.shared.failed.load(Ordering::Acquire)
+        self.shared.is_fail_stopped()
     }
 
     pub(crate) fn check_process(&self) -> bool {
-        self.shared.pid == std::process::id()
+        self.shared.check_process()
+    }
+
+    // ----- appends (the group commit is in commit.rs) -----
+
+    /// Appends records to one stream atomically.
+    pub fn append(&self, append: StreamAppend) -> Result<AppendOutcome, AppendError> {
+        self.shared.append(append)
+    }
+
+    /// Appends to several streams in one atomic commit: all of it is written, or none.
+    pub fn append_batch(
+        &self,
+        batch: Vec<StreamAppend>,
+    ) -> Result<Vec<AppendOutcome>, AppendError> {
+        self.shared.append_batch(batch)
     }
 
     // ----- reads -----
@@ -560,93 +523,6 @@ impl Journal {
     }
 }
 
-/// Visits every record from `from` in position order inside `txn`, verified, checking that
-/// positions have no gaps. Shared by [`Journal::scan`] and maintenance replays, so both refuse
-/// exactly the same records.
-pub(crate) fn scan_in(
-    txn: &mut dyn ReadTxn,
-    from: u64,
-    mac: &MacKey,
-    f: &mut dyn FnMut(&RecordView<'_>) -> ControlFlow<()>,
-) -> Result<u64, ReadError> {
-    let from = from.max(1);
-    let mut scratch = AlignedVec::<16>::new();
-    let mut expected = from;
-    let mut visited = 0;
-    let mut failed = None;
-    let mut stopped = false;
-    txn.records(from, &mut |position, value| {
-        if position != expected {
-            failed = Some(ReadError::Corrupt {
-                position: expected,
-                reason: format!("positions jump from {} to {position}", expected - 1),
-            });
-            return ControlFlow::Break(());
-        }
-        expected += 1;
-        match verified_at(value, position, &mut scratch, mac) {
-            Ok(view) => {
-                visited += 1;
-                let flow = f(&view);
-                stopped = flow.is_break();
-                flow
-            }
-            Err(e) => {
-                failed = Some(e);
-                ControlFlow::Break(())
-            }
-        }
-    })?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    // A backend that leaves out the newest records is caught here: the records must run to the
-    // last position of the same snapshot.
-    let last = txn.last_position()?;
-    if !stopped && expected <= last {
-        return Err(ReadError::Corrupt {
-            position: expected,
-            reason: format!(
-                "the records end at position {}, but the journal's last position is {last}",
-                expected - 1
-            ),
-        });
-    }
-    Ok(visited)
-}
-
-/// Decodes the record stored under `position` and authenticates it: its structure, the position
-/// its header names, D and M. Shared by `scan` and maintenance replays, so both refuse exactly the
-/// same records.
-pub(crate) fn verified_at<'a>(
-    value: &'a [u8],
-    position: u64,
-    scratch: &'a mut AlignedVec<16>,
-    mac: &MacKey,
-) -> Result<RecordView<'a>, ReadError> {
-    let view = decode_record(value, scratch).map_err(|reason| ReadError::Corrupt {
-        position,
-        reason: reason.to_owned(),
-    })?;
-    if view.position != position {
-        return Err(auth_failed(&view, Integrity::Digest));
-    }
-    authenticate(&view, mac).map_err(|kind| auth_failed(&view, kind))?;
-    Ok(view)
-}
-
-pub(crate) fn auth_failed(view: &RecordView<'_>, kind: Integrity) -> ReadError {
-    ReadError::AuthenticationFailed {
-        stream: view.stream,
-        revision: view.revision,
-        position: view.position,
-        reason: match kind {
-            Integrity::Digest => "the record digest does not match its content",
-            Integrity::Mac => "the record MAC does not match the installation key",
-        },
-    }
-}
-
 /// Checks that `dir` is absolute, creates it (mode 0700) when missing, and canonicalizes it.
 fn prepare_dir(dir: &Path) -> Result<PathBuf, OpenError> {
     if !dir.is_absolute() {
@@ -658,176 +534,10 @@ fn prepare_dir(dir: &Path) -> Result<PathBuf, OpenError> {
         path: dir.into(),
         source,
     };
-    create_private_dir(dir).map_err(io)?;
+    // New directories get mode 0700; an existing one is left as it is (spec/fs.md rule 4).
+    ctx_fs::create_private_dir_all(dir).map_err(|e| match e {
+        ctx_fs::PrivateError::Io { source, .. } => io(source),
+        other => io(std::io::Error::other(other)),
+    })?;
     dir.canonicalize().map_err(io)
-}
-
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir)
-}
-
-/// Creates the tables of a new journal or checks the format of an existing one, and rebuilds the
-/// writer's in-memory state: the next position and the unmerged event ids.
-/// Name of a database being created: it becomes [`DATABASE_FILE`] only once initialized.
-pub const CREATING_FILE: &str = "journal.redb.creating";
-
-/// Creates and initializes a new database under [`CREATING_FILE`], then renames it into place
-/// and syncs the directory. redb writes a new file's header in steps (the magic number last) and
-/// refuses a file whose header is incomplete, so a process killed while creating the database in
-/// place would leave a journal that never opens again. Here a crash leaves either no
-/// `journal.redb` (the next open starts over, removing the leftover) or a complete one. Runs under
-/// the process lock.
-fn create_database(
-    dir: &Path,
-    db_path: &Path,
-    mac: &MacKey,
-    wrapper: Option<&dyn StorageWrapper>,
-) -> Result<(), OpenError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| OpenError::Io { path, source }
-    };
-    let creating = dir.join(CREATING_FILE);
-    match std::fs::remove_file(&creating) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(&creating)(e)),
-    }
-    {
-        let db = open_database(&creating, wrapper)?;
-        initialize(&db, mac, &creating)?;
-    }
-    std::fs::File::open(&creating)
-        .and_then(|f| f.sync_all())
-        .map_err(io(&creating))?;
-    std::fs::rename(&creating, db_path).map_err(io(db_path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))
-}
-
-fn initialize(
-    db: &Database,
-    mac: &MacKey,
-    path: &Path,
-) -> Result<(Writer, Option<String>), OpenError> {
-    let corrupt = |reason: &str| OpenError::Corrupt {
-        path: path.into(),
-        reason: reason.to_owned(),
-    };
-    // Only a brand-new database needs a write transaction (and its fsync); reopening an existing
-    // journal, which short-lived hook processes do on every call, only reads.
-    let exists = match db
-        .begin_read()
-        .map_err(StorageError::from)?
-        .open_table(META)
-    {
-        Ok(_) => true,
-        Err(redb::TableError::TableDoesNotExist(_)) => false,
-        Err(e) => return Err(StorageError::from(e).into()),
-    };
-    if !exists {
-        let txn = db.begin_write().map_err(StorageError::from)?;
-        {
-            let mut tables = Tables::open(&txn)?;
-            if !tables.records.is_empty().map_err(StorageError::from)? {
-                return Err(corrupt("records exist but the format version is missing"));
-            }
-            tables
-                .meta
-                .insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())
-                .map_err(StorageError::from)?;
-            tables
-                .meta
-                .insert(META_EVENT_INDEX_UPTO, 1u64.to_le_bytes().as_slice())
-                .map_err(StorageError::from)?;
-        }
-        txn.commit().map_err(StorageError::from)?;
-    }
-    let read = db.begin_read().map_err(StorageError::from)?;
-    let meta = read.open_table(META).map_err(StorageError::from)?;
-    let found = meta
-        .get(META_FORMAT)
-        .map_err(StorageError::from)?
-        .map(|g| <[u8; 4]>::try_from(g.value()).map(u32::from_le_bytes))
-        .ok_or_else(|| corrupt("the format version is missing"))?
-        .map_err(|_| corrupt("the format version is not 4 bytes"))?;
-    if found != FORMAT_VERSION {
-        return Err(OpenError::FormatVersion {
-            path: path.into(),
-            found,
-            supported: FORMAT_VERSION,
-        });
-    }
-    let event_index_upto = meta
-        .get(META_EVENT_INDEX_UPTO)
-        .map_err(StorageError::from)?
-        .and_then(|g| <[u8; 8]>::try_from(g.value()).ok())
-        .map(u64::from_le_bytes)
-        .ok_or_else(|| corrupt("the event index checkpoint is missing"))?;
-    let records = read.open_table(RECORDS).map_err(StorageError::from)?;
-    let last_position = records
-        .last()
-        .map_err(StorageError::from)?
-        .map_or(0, |(k, _)| k.value());
-    // Positions and revisions stay below 2^63 (J11), so the writer's increments cannot overflow.
-    if last_position >= POSITION_MAX {
-        return Err(OpenError::Corrupt {
-            path: path.into(),
-            reason: format!("the last position {last_position} is out of range"),
-        });
-    }
-    let next_position = last_position + 1;
-    if event_index_upto == 0 || event_index_upto > next_position {
-        return Err(OpenError::Corrupt {
-            path: path.into(),
-            reason: format!(
-                "the event index checkpoint {event_index_upto} is past the last record {}",
-                next_position - 1
-            ),
-        });
-    }
-    let mut recent = HashMap::new();
-    let mut scratch = AlignedVec::<16>::new();
-    let mut refusal = None;
-    for entry in records
-        .range(event_index_upto..)
-        .map_err(StorageError::from)?
-    {
-        let (key, value) = entry.map_err(StorageError::from)?;
-        let position = key.value();
-        // A record that does not authenticate could hide an event id, and appending past it
-        // could then duplicate an event; reads and the verification pass stay available.
-        match decode_record(value.value(), &mut scratch) {
-            Ok(view) if view.position == position && authenticate(&view, mac).is_ok() => {
-                recent.insert(Box::from(view.event_id), position);
-            }
-            Ok(view) => {
-                refusal.get_or_insert_with(|| {
-                    format!(
-                        "authentication failed for stream {} revision {} (position {position})",
-                        view.stream, view.revision
-                    )
-                });
-            }
-            Err(reason) => {
-                refusal.get_or_insert_with(|| format!("record at position {position}: {reason}"));
-            }
-        }
-    }
-    Ok((
-        Writer {
-            next_position,
-            event_index_upto,
-            recent,
-        },
-        refusal,
-    ))
 }

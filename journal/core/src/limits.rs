@@ -24,3 +24,5 @@ pub const GROUP_RECORDS_MAX: usize = 8192;
 pub const EVENT_INDEX_MERGE_RECORDS: u64 = 32 * 1024;
 /// Revisions per sealed chunk of the per-stream position index (spec/journal.md, "streams").
 pub const STREAM_CHUNK_REVISIONS: u64 = 16;
+/// Largest position or revision a valid journal holds (J11); values from disk above it are corrupt.
+pub(crate) const POSITION_MAX: u64 = 1 << 63;

@@ -6,11 +6,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
+use crate::backend::{CommitError, Finish, PutRecord};
 use crate::codec::{MacKey, RecordView, encode_record, record_digest};
 use crate::error::{InputError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
-use crate::journal::{Journal, POSITION_MAX, lock};
-use crate::seam::{CommitError, Finish, PutRecord};
+use crate::journal::Journal;
+use crate::limits::POSITION_MAX;
+use crate::sync::lock;
 use crate::types::{AppendedRecord, Digest, NewRecord, StreamId};
 
 /// One exported record, as [`Importer::push`] takes it: its place in the exporting journal and

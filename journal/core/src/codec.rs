@@ -310,7 +310,7 @@ impl HeadState {
         let position = u64::from_le_bytes(array(&bytes[16..24]));
         let digest = Digest::from_bytes(array(&bytes[24..56]));
         if revision == 0
-            || revision >= crate::journal::POSITION_MAX
+            || revision >= crate::limits::POSITION_MAX
             || count as u64 != revision % STREAM_CHUNK_REVISIONS
             || bytes.len() != HEAD_FIXED_BYTES + 8 * count
         {

@@ -1,9 +1,10 @@
 //! The installation key: 32 random bytes created with the journal, kept in a 0600 file, used only
 //! as the HMAC key of record MACs. It never appears in `Debug`, `Display` or an error.
 
-use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::fs::File;
 use std::path::Path;
+
+use ctx_fs::{ModeRule, PrivateError};
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -79,9 +80,10 @@ impl KeyedDigestKey {
     }
 }
 
-/// Loads the key, or creates it when `may_create` (a brand-new journal). Creation writes a
-/// temporary 0600 file, syncs it, renames it into place and syncs the directory, so a crash leaves
-/// either no key or a whole one.
+/// Loads the key, or creates it when `may_create` (a brand-new journal). Creation is ctx-fs's
+/// durable write (spec/fs.md rule 2: a temporary 0600 file, synced, renamed into place, directory
+/// synced), so a crash leaves either no key or a whole one. Runs under the process lock, which
+/// serializes the writers of the temporary name.
 pub(crate) fn load_or_create(
     dir: &Path,
     may_create: bool,
@@ -91,21 +93,24 @@ pub(crate) fn load_or_create(
     match File::open(&path) {
         Ok(mut file) => {
             check_private(&file, &path)?;
-            let mut bytes = Vec::with_capacity(KEY_FILE_BYTES);
-            Read::by_ref(&mut file)
-                .take(KEY_FILE_BYTES as u64 + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|source| OpenError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-            let key: [u8; 32] = bytes
-                .as_slice()
-                .try_into()
-                .map_err(|_| OpenError::KeyInvalid {
-                    path: path.clone(),
-                    reason: "it is not exactly 32 bytes long",
-                })?;
+            let not_32 = || OpenError::KeyInvalid {
+                path: path.clone(),
+                reason: "it is not exactly 32 bytes long",
+            };
+            let bytes = match ctx_fs::read_bounded_file(&mut file, &path, KEY_FILE_BYTES as u64) {
+                Ok(bytes) => bytes,
+                Err(ctx_fs::ReadError::TooLarge { .. }) => return Err(not_32()),
+                Err(ctx_fs::ReadError::Io { source, .. }) => {
+                    return Err(OpenError::Io { path, source });
+                }
+                Err(other) => {
+                    return Err(OpenError::Io {
+                        path,
+                        source: std::io::Error::other(other),
+                    });
+                }
+            };
+            let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| not_32())?;
             Ok(InstallationKey(key))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -115,46 +120,42 @@ pub(crate) fn load_or_create(
                 });
             }
             let key = source().map_err(|reason| OpenError::KeyGeneration { reason })?;
-            let tmp = dir.join(format!("{KEY_FILE}.tmp"));
-            let io = |source| OpenError::Io {
-                path: tmp.clone(),
-                source,
-            };
-            let _ = fs::remove_file(&tmp);
-            let mut file = crate::lock::open_private(&tmp).map_err(io)?;
-            file.write_all(&key).map_err(io)?;
-            file.sync_all().map_err(io)?;
-            fs::rename(&tmp, &path).map_err(io)?;
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            ctx_fs::write_durable(&path, &key, ctx_fs::FILE_MODE_PRIVATE).map_err(|e| match e {
+                ctx_fs::WriteError::Io { path, source, .. } => OpenError::Io { path, source },
+                other => OpenError::Io {
+                    path: path.clone(),
+                    source: std::io::Error::other(other),
+                },
+            })?;
             Ok(InstallationKey(key))
         }
         Err(source) => Err(OpenError::Io { path, source }),
     }
 }
 
-#[cfg(unix)]
+/// The key file must be a regular file of this user that no other user may read or write
+/// (spec/fs.md rule 5; the key is the root of every record MAC).
 fn check_private(file: &File, path: &Path) -> Result<(), OpenError> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = file
-        .metadata()
-        .map_err(|source| OpenError::Io {
+    let invalid = |reason| OpenError::KeyInvalid {
+        path: path.to_path_buf(),
+        reason,
+    };
+    match ctx_fs::check_open_file(file, path, ModeRule::NoneOf(ctx_fs::MODE_GROUP_OTHER)) {
+        Ok(_) => Ok(()),
+        Err(PrivateError::ModeForbidden { .. } | PrivateError::ModeNotExact { .. }) => Err(
+            invalid("it is readable or writable by other users (mode must be 0600)"),
+        ),
+        Err(PrivateError::Owner { .. }) => Err(invalid("it is owned by another user")),
+        Err(PrivateError::NotRegularFile { .. }) => Err(invalid("it is not a regular file")),
+        Err(PrivateError::Io { source, .. }) => Err(OpenError::Io {
             path: path.to_path_buf(),
             source,
-        })?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 {
-        return Err(OpenError::KeyInvalid {
+        }),
+        Err(other) => Err(OpenError::Io {
             path: path.to_path_buf(),
-            reason: "it is readable or writable by other users (mode must be 0600)",
-        });
+            source: std::io::Error::other(other),
+        }),
     }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn check_private(_file: &File, _path: &Path) -> Result<(), OpenError> {
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The storage seam: what a journal backend must provide below the journal's core
-//! (spec/scale-out.md §2).
+//! The backend seam: what a journal backend (redb in `redb/`, PostgreSQL in ctx-journal-pg) must
+//! provide below the journal's core (spec/scale-out.md §2).
 //!
 //! The core — request validation, idempotency and expected-revision decisions, the digest chain
 //! (formula D), the record MAC (formula M), the group commit, projection hooks and the
@@ -69,6 +69,11 @@ pub trait Backend: Send + Sync + 'static {
     /// position and unmerged event ids). A backend that reads everything inside its transaction
     /// returns false, and the journal goes on after a [`CommitError::MaybeCommitted`].
     fn fail_stop_on_uncertain_commit(&self) -> bool;
+
+    /// This crate's tests only: the backend as `Any`, so a test can reach the redb file behind a
+    /// journal. Compiled out of every other build, so no implementor outside sees it.
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any;
 
     /// Runs `work` in a read-only transaction: a consistent snapshot as of one commit.
     fn read(

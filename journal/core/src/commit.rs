@@ -8,26 +8,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rkyv::util::AlignedVec;
 
+use crate::backend::{CommitError, Finish, PutRecord, WriteTxn};
 use crate::codec::{self, RecordView, record_digest};
 use crate::error::{AppendError, InputError, ReadError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
-use crate::journal::{Journal, POSITION_MAX, lock, verified_at};
 use crate::limits::{
-    BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, GROUP_RECORDS_MAX,
+    BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, GROUP_RECORDS_MAX, POSITION_MAX,
 };
-use crate::seam::{CommitError, Finish, PutRecord, WriteTxn};
+use crate::shared::{Pending, Reply, Shared};
+use crate::sync::lock;
 use crate::types::{AppendOutcome, AppendedRecord, Digest, ExpectedRevision, Record, StreamAppend};
-
-pub(crate) type Reply = Result<Vec<AppendOutcome>, AppendError>;
-
-/// Requests waiting for a group commit, and whether a leader is committing one now.
-#[derive(Default)]
-pub(crate) struct Queue {
-    pub(crate) pending: Vec<Pending>,
-    pub(crate) leading: bool,
-    /// Requests in the previous group: how many callers are likely to come back soon.
-    pub(crate) last_group: usize,
-}
+use crate::verified::verified_at;
 
 /// Most scheduler turns a new leader gives returning callers before it drains the queue.
 const GATHER_TURNS_MAX: u32 = 4;
@@ -47,22 +38,16 @@ pub(crate) fn take_group(pending: &mut Vec<Pending>) -> Vec<Pending> {
     pending.drain(..count).collect()
 }
 
-pub(crate) struct Pending {
-    batch: Vec<StreamAppend>,
-    records: usize,
-    slot: Arc<Mutex<Option<Reply>>>,
-}
-
-impl Journal {
-    /// Appends records to one stream atomically.
-    pub fn append(&self, append: StreamAppend) -> Result<AppendOutcome, AppendError> {
+impl Shared {
+    /// [`crate::Journal::append`].
+    pub(crate) fn append(&self, append: StreamAppend) -> Result<AppendOutcome, AppendError> {
         let mut outcomes = self.append_batch(vec![append])?;
         // append_batch returns exactly one outcome per stream append it was given.
         outcomes.pop().ok_or(AppendError::Input(InputError::Empty))
     }
 
-    /// Appends to several streams in one atomic commit: all of it is written, or none.
-    pub fn append_batch(
+    /// [`crate::Journal::append_batch`].
+    pub(crate) fn append_batch(
         &self,
         batch: Vec<StreamAppend>,
     ) -> Result<Vec<AppendOutcome>, AppendError> {
@@ -70,7 +55,7 @@ impl Journal {
             return Err(AppendError::ForkedProcess);
         }
         let records = validate_batch(&batch)?;
-        if let Some(detail) = &self.shared.write_refusal {
+        if let Some(detail) = &self.write_refusal {
             return Err(AppendError::Integrity {
                 detail: detail.clone(),
             });
@@ -79,7 +64,7 @@ impl Journal {
             return Err(AppendError::FailStopped);
         }
         let slot = Arc::new(Mutex::new(None));
-        let mut queue = lock(&self.shared.queue);
+        let mut queue = lock(&self.queue);
         queue.pending.push(Pending {
             batch,
             records,
@@ -94,7 +79,6 @@ impl Journal {
             }
             if queue.leading {
                 queue = self
-                    .shared
                     .group_done
                     .wait(queue)
                     .unwrap_or_else(PoisonError::into_inner);
@@ -109,18 +93,18 @@ impl Journal {
                 drop(queue);
                 std::thread::yield_now();
                 turns += 1;
-                queue = lock(&self.shared.queue);
+                queue = lock(&self.queue);
             }
             let group = take_group(&mut queue.pending);
             queue.last_group = group.len();
             drop(queue);
             {
-                let _commit = lock(&self.shared.commit);
+                let _commit = lock(&self.commit);
                 self.commit_group(group);
             }
-            queue = lock(&self.shared.queue);
+            queue = lock(&self.queue);
             queue.leading = false;
-            self.shared.group_done.notify_all();
+            self.group_done.notify_all();
         }
     }
 
@@ -133,7 +117,6 @@ impl Journal {
             return;
         }
         let hooks: Vec<Arc<dyn ProjectionHook>> = self
-            .shared
             .hooks
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -144,7 +127,7 @@ impl Journal {
         let replies = match run {
             Ok(replies) => replies,
             Err(_) => {
-                self.shared.failed.store(true, Ordering::Release);
+                self.failed.store(true, Ordering::Release);
                 group
                     .iter()
                     .map(|_| {
@@ -170,7 +153,7 @@ impl Journal {
         loop {
             let mut retry = false;
             let mut injected = None;
-            let ended = self.shared.backend.write(&mut |txn| {
+            let ended = self.backend.write(&mut |txn| {
                 retry = false;
                 injected = None;
                 let mut written = false;
@@ -251,9 +234,9 @@ impl Journal {
         reason: String,
         uncertain: bool,
     ) -> Vec<Reply> {
-        let stop = self.shared.backend.fail_stop_on_uncertain_commit();
+        let stop = self.backend.fail_stop_on_uncertain_commit();
         if stop {
-            self.shared.failed.store(true, Ordering::Release);
+            self.failed.store(true, Ordering::Release);
         }
         replies
             .iter_mut()
@@ -377,7 +360,7 @@ impl Journal {
                     &previous,
                     &record.payload,
                 );
-                let mac = self.shared.mac.tag(position, &digest);
+                let mac = self.mac.tag(position, &digest);
                 codec::encode_record(
                     &part.stream,
                     revision,
@@ -415,7 +398,7 @@ impl Journal {
                         digest,
                         mac,
                     };
-                    let hook_txn = HookTxn::new(&mut *txn, &self.shared.mac);
+                    let hook_txn = HookTxn::new(&mut *txn, &self.mac);
                     for hook in hooks {
                         if let Err(e) = hook.apply(&hook_txn, &view) {
                             return Err(Step::HookFailed(AppendError::Hook {
@@ -443,7 +426,7 @@ impl Journal {
         let mut scratch = AlignedVec::<16>::new();
         txn.record(position, &mut |bytes| {
             found = Some(bytes.map(|bytes| {
-                verified_at(bytes, position, &mut scratch, &self.shared.mac).map(|v| v.to_record())
+                verified_at(bytes, position, &mut scratch, &self.mac).map(|v| v.to_record())
             }));
         })
         .map_err(read)?;
@@ -554,20 +537,19 @@ fn validate_batch(batch: &[StreamAppend]) -> Result<usize, InputError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::collections::HashMap;
     use std::sync::atomic::AtomicBool;
     use std::sync::{Condvar, RwLock};
     use std::time::Duration;
 
-    use redb::Database;
-
     use super::*;
     use crate::codec::event_key;
     use crate::hook::HookError;
-    use crate::journal::{EVENT_IDS, OpenOptions, Shared};
+    use crate::journal::{Journal, OpenOptions};
     use crate::limits::EVENT_INDEX_MERGE_RECORDS;
     use crate::lock;
-    use crate::redb_store::{RedbBackend, Writer};
+    use crate::redb::RedbBackend;
+    use crate::redb::testing;
+    use crate::shared::Queue;
     use crate::types::StreamId;
     use crate::types::{NewRecord, Timestamp};
 
@@ -643,7 +625,7 @@ mod tests {
         .collect();
         let group = take_group(&mut lock(&j.shared.queue).pending);
         assert_eq!(group.len(), 3);
-        j.commit_group(group);
+        j.shared.commit_group(group);
         drop(commit);
         let replies: Vec<Reply> = slots.iter().map(|s| lock(s).take().unwrap()).collect();
         assert_eq!(replies[0].as_ref().unwrap()[0].records[0].position, 1);
@@ -690,21 +672,9 @@ mod tests {
     /// Runs `f` with a handle that believes it was opened by process `pid`.
     fn with_pid<R>(j: &Journal, pid: u32, f: impl FnOnce(&Journal) -> R) -> R {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder()
-            .create(dir.path().join("x.redb"))
-            .unwrap();
         let fake = Journal {
             shared: Arc::new(Shared {
-                backend: Arc::new(RedbBackend::new(
-                    db,
-                    Writer {
-                        next_position: 1,
-                        event_index_upto: 1,
-                        recent: HashMap::new(),
-                    },
-                    "x.redb".to_owned(),
-                )),
-                redb: None,
+                backend: testing::scratch_backend(&dir.path().join("x.redb")),
                 mac: j.shared.mac.clone(),
                 keyed: j.shared.keyed.clone(),
                 data_dir: dir.path().to_path_buf(),
@@ -739,7 +709,7 @@ mod tests {
             next += n;
         }
         assert!(
-            j.shared.redb.as_ref().unwrap().event_index_upto() > 1,
+            RedbBackend::of(&j).event_index_upto() > 1,
             "a merge happened"
         );
         let replay = j
@@ -782,12 +752,7 @@ mod tests {
         // of "a1", in the merged part of the index.
         {
             let _commit = lock(&j.shared.commit);
-            let txn = j.shared.redb.as_ref().unwrap().db.begin_write().unwrap();
-            txn.open_table(EVENT_IDS)
-                .unwrap()
-                .insert((event_key("zzz"), 1), ())
-                .unwrap();
-            txn.commit().unwrap();
+            testing::insert_event_index(&j, event_key("zzz"), 1);
         }
         let new = j
             .append(StreamAppend::new(

@@ -7,10 +7,10 @@ use std::cell::RefCell;
 
 use rkyv::util::AlignedVec;
 
+use crate::backend::WriteTxn;
 use crate::codec::{MacKey, RecordView};
 use crate::error::{ProjectionError, ReadError, StorageError};
-use crate::journal::verified_at;
-use crate::seam::WriteTxn;
+use crate::verified::verified_at;
 
 /// Prefix every projection table name must carry, so a hook cannot touch the journal's tables.
 pub const PROJECTION_TABLE_PREFIX: &str = "proj.";
