@@ -14,7 +14,9 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ctx_journal::OpenOptions;
 use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
+use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
 use ctx_projections::engine::{Clock, ManualClock};
 use ctx_projections::{CURRENT_WORK_SCHEMA, EngineEvent, HostAction, Json, ScopeRef, Surrogate};
 
@@ -26,8 +28,8 @@ use crate::decision::{
 };
 use crate::managed::{
     ConsentBrokerConfig, InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority,
-    ManagedQueryService, ManagedQueryServiceConfig, PlanningEventsSpec, open_managed_query_service,
-    planning_events,
+    ManagedQueryService, ManagedQueryServiceConfig, PlanningEventsSpec, ServiceError,
+    open_managed_query_service, planning_events,
 };
 use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
 use crate::planning::benefit::NetBenefitPolicy;
@@ -102,6 +104,19 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Service(#[from] crate::managed::ServiceError),
+}
+
+impl RuntimeError {
+    /// The stable wire code (spec/cli.md §4): a service refusal keeps its own code
+    /// ([`crate::ServiceError::code`]); a data directory without a catalog is `no-catalog`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RuntimeError::Service(e) => e.code(),
+            RuntimeError::NoCatalog { .. } => "no-catalog",
+            RuntimeError::Invalid(_) => "invalid",
+            _ => "internal",
+        }
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
@@ -916,6 +931,52 @@ fn truncate(text: &str, max_bytes: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// The consent challenge `challenge_digest` of this data directory's broker as it stands at
+/// `now` (pending, decided or expired).
+pub fn challenge_record(
+    layout: &Layout,
+    challenge_digest: &str,
+    now: UtcMicros,
+) -> Result<ChallengeRecord, ServiceError> {
+    // The runtime has opened the journal in this process; this open shares it.
+    let journal = crate::journal_store::open_journal(&layout.journal(), &OpenOptions::new())?;
+    let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)?;
+    let config = consent_config(layout);
+    Ok(store.get_by_challenge_digest(
+        challenge_digest,
+        &config.workspace_identity_digest,
+        &config.release_root_digest,
+        now,
+    )?)
+}
+
+/// Why no installer of a data directory — the skill store, and the material store of agents and
+/// MCP servers — could ever install the catalog entry `capability_id`, or `None` when one can (or
+/// the entry needs no install). Checked before a desired set: the service would publish a consent
+/// challenge and claim the install, and the store's eligibility gate would then refuse it on every
+/// attempt, leaving the claim indeterminate and the session busy.
+pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
+    use crate::skill_cas::SKILL_KIND;
+    let entry = loaded
+        .catalog()
+        .entries()
+        .iter()
+        .find(|e| e.id == capability_id)?;
+    let install = entry.install.as_ref()?;
+    let kind = entry.kind.as_str();
+    let (pe, cr) = (install.permission_expansion, install.credential_requirement);
+    if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
+        return None;
+    }
+    Some(if kind == SKILL_KIND {
+        "the skill store installs no skill that expands permissions or needs credentials".to_owned()
+    } else {
+        format!(
+            "no {kind} installer is configured (skills, agents and MCP servers are installed here)"
+        )
+    })
 }
 
 /// A logical id (a lowercase SHA-256 digest) for a host's label of a query or a choice.

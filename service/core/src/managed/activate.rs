@@ -16,8 +16,8 @@ use ctx_projections::identity::InstallExecutionBinding;
 use ctx_projections::{ActionKind, EffectKind, EngineEvent, EventKind, HostAction, SessionStatus};
 
 use super::error::ServiceError;
+use super::install::{RECEIPT_ATTEMPTS_MAX, action_receipt};
 use super::service::ManagedQueryService;
-use crate::install::{RECEIPT_ATTEMPTS_MAX, action_receipt};
 
 /// How many receipts one call commits at most: every receipt may emit the next action (an
 /// activation frees capacity, a deactivation makes room), and at most five capabilities are active.
@@ -225,7 +225,7 @@ fn activate(
             Err(e) => return Err(ServiceError::Authorize(e)),
         }
     };
-    crate::fail_point!(failpoints::AFTER_CLAIM);
+    crate::failpoint::fail_point!(failpoints::AFTER_CLAIM);
     let Some(material) = action
         .payload
         .get("material_identity")
@@ -243,7 +243,7 @@ fn activate(
     let guard = engine
         .record_activation_outcome(action, binding, material, &verification)
         .map_err(execution)?;
-    crate::fail_point!(failpoints::AFTER_OUTCOME);
+    crate::failpoint::fail_point!(failpoints::AFTER_OUTCOME);
     settle_activation(engine, action, &guard)
 }
 
@@ -402,7 +402,7 @@ mod tests {
     /// selections are chosen; returns the runtime and the query ref.
     fn chosen_loads(dir: &std::path::Path, prompt: &str) -> (Runtime, String, Vec<String>) {
         let layout = Layout::new(dir);
-        crate::cli::host::ingest_catalog(&layout, &None).unwrap();
+        crate::ingest_catalog(&layout, None).unwrap();
         let runtime = Runtime::open(&layout, UtcMicros(1_800_000_000_000_000)).unwrap();
         runtime
             .policy_store()

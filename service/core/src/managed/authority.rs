@@ -13,10 +13,10 @@ use ctx_projections::query_store::{DesiredSetRecord, QueryRecord, QueryStore, Qu
 use ctx_projections::{ActionKind, EngineEvent, EventKind, HostAction, Installation, Json};
 
 use super::error::ServiceError;
+use super::install::InstallActuators;
 use super::reconcile::{exact_parent_plan, head_action_summaries};
 use super::resolution::{ManagedConsentResolutionResult, ResolvedChallenge, outcome};
 use super::result::ManagedConsentChallengeProjection;
-use crate::install::InstallActuators;
 use crate::policy::{InstallConsentPolicy, route_install_consent_request};
 
 /// Reference §6.3: the planned query and the committed desired choice that own a challenge.

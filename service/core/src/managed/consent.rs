@@ -156,7 +156,7 @@ fn prepare_challenge(
             "managed consent execution binding does not match its install action",
         ));
     }
-    crate::fail_point!(failpoints::CONSENT_AFTER_BINDING);
+    crate::failpoint::fail_point!(failpoints::CONSENT_AFTER_BINDING);
     require_consent_head_unchanged(ctx.engine, snapshot, install_action)?;
     let challenge = derive_install_consent_challenge(&ChallengeInputs {
         consent_id: directive.consent_id(),
@@ -177,10 +177,10 @@ fn prepare_challenge(
         .now()
         .map_err(|_| ServiceError::Identity("trusted consent clock is unavailable"))?;
     store.create_challenge(&challenge, now)?;
-    crate::fail_point!(failpoints::CONSENT_AFTER_CREATE);
+    crate::failpoint::fail_point!(failpoints::CONSENT_AFTER_CREATE);
     require_consent_head_unchanged(ctx.engine, snapshot, install_action)?;
     let status = store.get(challenge.challenge_id(), now)?;
-    crate::fail_point!(failpoints::CONSENT_AFTER_STATUS);
+    crate::failpoint::fail_point!(failpoints::CONSENT_AFTER_STATUS);
     if *status.challenge() != challenge {
         return Err(ServiceError::Identity(
             "managed consent broker substituted its challenge",

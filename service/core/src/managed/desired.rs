@@ -282,7 +282,7 @@ impl ManagedDesiredSetResult {
         record: &DesiredSetRecord,
         parts: DesiredResultParts,
     ) -> Result<ManagedDesiredSetResult, ServiceError> {
-        crate::fail_point!(super::failpoints::DESIRED_BEFORE_RESULT);
+        crate::failpoint::fail_point!(super::failpoints::DESIRED_BEFORE_RESULT);
         Self::validate_parts(record, &parts)?;
         let (Some(journal_revision), Some(journal_record_digest)) =
             (record.journal_revision(), record.journal_record_digest())

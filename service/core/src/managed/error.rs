@@ -10,6 +10,7 @@ use ctx_projections::engine::{
 use ctx_projections::query_store::QueryStoreError;
 
 use crate::decision::DecisionError;
+use crate::failpoint::FailPointFired;
 use crate::policy::PolicyStoreError;
 use crate::registry::RegistryError;
 
@@ -89,7 +90,10 @@ pub enum ServiceError {
     /// The verifier registry refused (no exact verifier for the assertion, another process).
     #[error(transparent)]
     Decision(#[from] DecisionError),
-    /// A named fail point fired (tests only: feature `failpoints`).
+    /// A named fail point fired. The variant exists only with feature `failpoints` (tests), so
+    /// the production type has no test-only case; without the feature a [`FailPointFired`]
+    /// (which never fires there) would convert to [`ServiceError::Internal`].
+    #[cfg(feature = "failpoints")]
     #[error("fail point {name} fired: {detail}")]
     FailPoint { name: &'static str, detail: String },
     /// A planning authority now reports a snapshot other than the artifact's (§3.2 rule 3).
@@ -122,6 +126,55 @@ pub enum ServiceError {
     /// A fault that no input explains.
     #[error("{0}")]
     Internal(String),
+}
+
+impl From<FailPointFired> for ServiceError {
+    fn from(fired: FailPointFired) -> ServiceError {
+        #[cfg(feature = "failpoints")]
+        {
+            ServiceError::FailPoint {
+                name: fired.name,
+                detail: fired.detail.to_owned(),
+            }
+        }
+        #[cfg(not(feature = "failpoints"))]
+        {
+            ServiceError::Internal(fired.to_string())
+        }
+    }
+}
+
+impl ServiceError {
+    /// The stable wire code of this failure (spec/cli.md §4): what a host matches on, whatever
+    /// the sentence says. `invalid` is bad input, `internal` a fault no input explains; every
+    /// other code is a domain outcome the host acts on (busy, conflict, head-drift, …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServiceError::Invalid(_)
+            | ServiceError::Assertion(_)
+            | ServiceError::InputAuthority(_) => "invalid",
+            ServiceError::Busy(_) => "busy",
+            ServiceError::DesiredConflict(_) => "conflict",
+            ServiceError::DesiredSuperseded(_) | ServiceError::Superseded => "superseded",
+            ServiceError::HeadDrift(_) => "head-drift",
+            ServiceError::NoActuator => "no-actuator",
+            ServiceError::Routing(_) | ServiceError::Authorize(_) | ServiceError::Identity(_) => {
+                "refused"
+            }
+            ServiceError::Decision(_) => "unverifiable",
+            ServiceError::Consent(c) => match c {
+                ConsentStoreError::NotFound { .. } => "not-found",
+                ConsentStoreError::Conflict { .. } => "conflict",
+                ConsentStoreError::Expired { .. } => "expired",
+                ConsentStoreError::Rejected { .. } => "rejected",
+                ConsentStoreError::Binding { .. } => "binding",
+                ConsentStoreError::CapacityExceeded { .. } => "capacity",
+                ConsentStoreError::Invalid { .. } => "invalid",
+                _ => "internal",
+            },
+            _ => "internal",
+        }
+    }
 }
 
 pub(crate) fn invalid<T>(message: impl Into<String>) -> Result<T, ServiceError> {

@@ -17,7 +17,8 @@ use ctx_projections::engine::{
 use ctx_projections::identity::InstallExecutionBinding;
 use ctx_projections::{EngineEvent, EventKind, HostAction, Json, Transition};
 
-use crate::managed::ServiceError;
+use super::error::ServiceError;
+use crate::failpoint::FailPointFired;
 use crate::skill_cas::{InstallDriverObservation, ObservationState, SkillCasRuntimeConfig};
 
 /// How many times a receipt is retried when the stream moved between snapshot and commit.
@@ -162,6 +163,12 @@ impl From<ServiceError> for ExecuteError {
     }
 }
 
+impl From<FailPointFired> for ExecuteError {
+    fn from(e: FailPointFired) -> ExecuteError {
+        ExecuteError::Service(e.into())
+    }
+}
+
 fn execution(message: &str) -> ExecuteError {
     ExecuteError::Service(ServiceError::Execution(message.to_owned()))
 }
@@ -211,7 +218,7 @@ pub fn execute_install(
             Err(e) => return Err(ExecuteError::Service(ServiceError::Authorize(e))),
         }
     };
-    crate::fail_point!(failpoints::AFTER_CLAIM);
+    crate::failpoint::fail_point!(failpoints::AFTER_CLAIM);
     let status = engine
         .install_execution_status(action)
         .map_err(|e| ServiceError::Execution(e.to_string()))?;
@@ -244,15 +251,18 @@ pub fn execute_install(
                 observation.ok_or_else(|| execution("install observation vanished"))?;
             let observed = observation.observed_material_identity_digest.as_deref();
             let verification = observation.verification_digest.as_str();
-            if crate::failpoint_fired(failpoints::AFTER_OUTCOME) {
+            if crate::failpoint::failpoint_fired(failpoints::AFTER_OUTCOME) {
                 // The two-step path, stopped between its steps (a crash after the outcome).
                 engine
                     .record_install_outcome(action, binding, outcome, observed, verification)
                     .map_err(|e| ServiceError::Execution(e.to_string()))?;
-                return Err(ExecuteError::Service(ServiceError::FailPoint {
-                    name: failpoints::AFTER_OUTCOME,
-                    detail: "outcome recorded, receipt not committed".into(),
-                }));
+                return Err(ExecuteError::Service(
+                    FailPointFired::after(
+                        failpoints::AFTER_OUTCOME,
+                        "outcome recorded, receipt not committed",
+                    )
+                    .into(),
+                ));
             }
             // The outcome and its receipt commit in one append (one fsync).
             for _ in 0..RECEIPT_ATTEMPTS_MAX {
@@ -269,7 +279,7 @@ pub fn execute_install(
                     |guard, observed_at| install_receipt(action, guard, revision, observed_at),
                 ) {
                     Ok((_, Some(transition))) => {
-                        crate::fail_point!(failpoints::AFTER_RECEIPT);
+                        crate::failpoint::fail_point!(failpoints::AFTER_RECEIPT);
                         return Ok(InstallExecutionReport {
                             outcome,
                             claim_was_new,
@@ -366,7 +376,7 @@ fn settle(
         let receipt = install_receipt(action, guard, snapshot.revision(), &observed_at);
         match engine.process_install_receipt(&receipt, guard) {
             Ok(transition) => {
-                crate::fail_point!(failpoints::AFTER_RECEIPT);
+                crate::failpoint::fail_point!(failpoints::AFTER_RECEIPT);
                 return Ok(InstallExecutionReport {
                     outcome: match guard.outcome() {
                         InstallOutcome::Applied => InstallOutcome::Applied,

@@ -15,6 +15,7 @@ mod consent;
 mod desired;
 mod error;
 mod events;
+pub mod install;
 mod reconcile;
 mod request;
 mod resolution;
@@ -84,5 +85,5 @@ pub mod failpoints {
     pub const CONSENT_BEFORE_RESULT: &str = "consent-before-result";
     /// `prepare` / `reopen`: after the planned mark, before the result is built.
     pub const QUERY_BEFORE_RESULT: &str = "query-before-result";
-    pub use crate::install::failpoints::{AFTER_CLAIM, AFTER_OUTCOME, AFTER_RECEIPT};
+    pub use super::install::failpoints::{AFTER_CLAIM, AFTER_OUTCOME, AFTER_RECEIPT};
 }

@@ -26,10 +26,11 @@ use super::desired::{
 };
 use super::error::ServiceError;
 use super::failpoints;
+use super::install::{ExecuteError, InstallAuthority, execute_install};
 use super::request::ManagedQueryInput;
 use super::result::{ACTION_SUMMARIES_MAX, ManagedActionSummary};
 use super::service::{ManagedQueryService, Runtime};
-use crate::install::{ExecuteError, InstallAuthority, execute_install};
+use crate::failpoint::FailPointFired;
 use crate::policy::InstallConsentPolicy;
 
 /// Everything one `set_desired` works with.
@@ -588,11 +589,11 @@ fn commit_desired(
             "managed desired-set journal head advanced before its reserved event",
         ));
     }
-    crate::fail_point!(failpoints::DESIRED_BEFORE_COMMIT);
+    crate::failpoint::fail_point!(failpoints::DESIRED_BEFORE_COMMIT);
     let mut mark_skipped = false;
     let outcome = engine.process_with(event, None, |pending| {
         check_desired_transition(pending.transition(), event)?;
-        if crate::failpoint_fired(failpoints::DESIRED_BEFORE_MARK) {
+        if crate::failpoint::failpoint_fired(failpoints::DESIRED_BEFORE_MARK) {
             // Simulates a crash between the engine commit and the store mark.
             mark_skipped = true;
             return Ok::<Vec<StreamAppend>, ServiceError>(Vec::new());
@@ -616,10 +617,11 @@ fn commit_desired(
         }
     }
     if mark_skipped {
-        return Err(ServiceError::FailPoint {
-            name: failpoints::DESIRED_BEFORE_MARK,
-            detail: "engine committed, store mark skipped".into(),
-        });
+        return Err(FailPointFired::after(
+            failpoints::DESIRED_BEFORE_MARK,
+            "engine committed, store mark skipped",
+        )
+        .into());
     }
     let marked = ctx
         .runtime
@@ -750,7 +752,7 @@ pub(crate) fn require_consent_head_unchanged(
         return Err(drift);
     };
     let mut fresh_plan = b.committed_plan.clone();
-    if crate::failpoint_fired(failpoints::CONSENT_SNAPSHOT_PLAN_DRIFT)
+    if crate::failpoint::failpoint_fired(failpoints::CONSENT_SNAPSHOT_PLAN_DRIFT)
         && let Some(plan) = fresh_plan.as_mut()
     {
         plan.plan_id = "plan-race-b".to_owned();
@@ -1110,7 +1112,7 @@ fn advance_automatic_installs(
             let binding = service
                 .actuators
                 .resolve_binding(&install_action, descriptor_of(&row))?;
-            crate::fail_point!(failpoints::AUTO_AFTER_BINDING);
+            crate::failpoint::fail_point!(failpoints::AUTO_AFTER_BINDING);
             check_binding(&binding, &row, &install_action)?;
             require_consent_head_unchanged(engine, &current, &install_action)?;
             let head = authoritative_head(engine, &current, &install_action.scope)?;
@@ -1173,7 +1175,7 @@ fn advance_automatic_installs(
                 "managed install action has no exact policy digest",
             ));
         };
-        crate::fail_point!(failpoints::AUTO_BEFORE_EXECUTE);
+        crate::failpoint::fail_point!(failpoints::AUTO_BEFORE_EXECUTE);
         let authority = InstallAuthority {
             action: &install_action,
             selection_row: &row,
@@ -1199,7 +1201,7 @@ fn advance_automatic_installs(
             }
             Err(ExecuteError::Service(e)) => return Err(e),
         };
-        crate::fail_point!(failpoints::AUTO_AFTER_EXECUTE);
+        crate::failpoint::fail_point!(failpoints::AUTO_AFTER_EXECUTE);
         if report.execution_binding_digest != binding.binding_digest() {
             return Err(ServiceError::Identity(
                 "managed install execution report substituted its physical binding",

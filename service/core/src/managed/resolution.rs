@@ -68,7 +68,7 @@ impl ManagedConsentResolutionResult {
         journal_revision: u64,
         journal_record_digest: &str,
     ) -> Result<ManagedConsentResolutionResult, ServiceError> {
-        crate::fail_point!(super::failpoints::CONSENT_BEFORE_RESULT);
+        crate::failpoint::fail_point!(super::failpoints::CONSENT_BEFORE_RESULT);
         if !outcome::ALL.contains(&outcome) {
             return Err(ServiceError::Identity(
                 "managed consent resolution outcome is invalid",

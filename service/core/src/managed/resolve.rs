@@ -17,11 +17,12 @@ use super::authority::{
 };
 use super::error::ServiceError;
 use super::failpoints;
+use super::install::{ExecuteError, InstallAuthority, execute_install};
 use super::reconcile::{check_install_result, exact_parent_plan};
 use super::request::ManagedQueryInput;
 use super::resolution::{ManagedConsentResolutionResult, outcome};
 use super::service::{ManagedQueryService, Runtime};
-use crate::install::{ExecuteError, InstallAuthority, execute_install};
+use crate::failpoint::FailPointFired;
 
 fn broker_missing() -> ServiceError {
     ServiceError::Identity("managed consent continuation requires captured broker authorities")
@@ -482,7 +483,7 @@ impl ManagedQueryService {
         let decision =
             store.verify_human_decision(challenge.challenge_id(), &assertion, &verify, now)?;
         let ready = store.mark_decision_ready(&decision, now)?;
-        crate::fail_point!(failpoints::CONSENT_AFTER_AUTHENTICATE);
+        crate::failpoint::fail_point!(failpoints::CONSENT_AFTER_AUTHENTICATE);
         let (_, desired_again) = consent_owner(&runtime.store, &challenge)?;
         let again = consent_authority(engine, &challenge, &parent, desired_again, checks)?;
         if again != authority {
@@ -509,7 +510,7 @@ impl ManagedQueryService {
         let mut settle_skipped = false;
         let committed = engine.process_with(&event, None, |pending| {
             check_decision_transition(pending.transition(), &event, &authority, &identity)?;
-            if crate::failpoint_fired(failpoints::CONSENT_BEFORE_SETTLE) {
+            if crate::failpoint::failpoint_fired(failpoints::CONSENT_BEFORE_SETTLE) {
                 settle_skipped = true;
                 return Ok::<Vec<StreamAppend>, ServiceError>(Vec::new());
             }
@@ -531,10 +532,11 @@ impl ManagedQueryService {
         };
         check_decision_transition(&transition, &event, &authority, &identity)?;
         if settle_skipped {
-            return Err(ServiceError::FailPoint {
-                name: failpoints::CONSENT_BEFORE_SETTLE,
-                detail: "decision committed, broker settlement skipped".into(),
-            });
+            return Err(FailPointFired::after(
+                failpoints::CONSENT_BEFORE_SETTLE,
+                "decision committed, broker settlement skipped",
+            )
+            .into());
         }
         held.assert_current()?;
         drop(held);
@@ -544,7 +546,7 @@ impl ManagedQueryService {
                 "interactive consent commit did not settle its one-shot broker authority",
             ));
         }
-        crate::fail_point!(failpoints::CONSENT_BEFORE_FINISH);
+        crate::failpoint::fail_point!(failpoints::CONSENT_BEFORE_FINISH);
         self.finish_settled_consent(engine, &challenge, &parent, &authority, &settled, &event)
     }
 

@@ -217,7 +217,7 @@ impl ManagedQueryServiceResult {
         actions: Vec<ManagedActionSummary>,
         challenge: Option<ManagedConsentChallengeProjection>,
     ) -> Result<ManagedQueryServiceResult, ServiceError> {
-        crate::fail_point!(super::failpoints::QUERY_BEFORE_RESULT);
+        crate::failpoint::fail_point!(super::failpoints::QUERY_BEFORE_RESULT);
         if !ctx_projections::query_store::is_query_ref(&query_ref) {
             return Err(ServiceError::Identity("query result reference is invalid"));
         }

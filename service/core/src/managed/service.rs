@@ -14,12 +14,12 @@ use ctx_projections::{EngineEvent, EventKind, Json, Transition};
 use super::composition::{EngineComposition, build_planner, check_captured, open_journal};
 use super::consent::{ConsentContext, publish_current_consent};
 use super::error::{ServiceError, invalid};
+use super::install::InstallActuators;
 use super::request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
 use super::result::{
     ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedQueryServiceResult, PreparedManagedQuery,
 };
 use crate::decision::TrustedHumanDecisionVerifierRegistry;
-use crate::install::InstallActuators;
 use crate::planning::adapter::AdapterPorts;
 use crate::planning::benefit::NetBenefitPolicy;
 use crate::policy::InstallPolicyStore;
