@@ -29,7 +29,10 @@ pub struct CatalogIngest {
 pub enum IngestError {
     /// The source catalog does not load: bad input.
     #[error("the catalog in {} does not load: {source}", dir.display())]
-    Load { dir: PathBuf, source: CatalogError },
+    Load {
+        dir: PathBuf,
+        source: Box<CatalogError>,
+    },
     /// A file or directory of the data directory could not be written or replaced.
     #[error("{}: {source}", path.display())]
     Io {
@@ -81,7 +84,7 @@ pub fn ingest_catalog(
     };
     let loaded = load_catalog_dir(&source_dir).map_err(|source| IngestError::Load {
         dir: source_dir.clone(),
-        source,
+        source: Box::new(source),
     })?;
     let target = layout.catalog();
     let identity = |l: &LoadedCatalog| {

@@ -22,9 +22,9 @@ use crate::activation::{
     ActivationError, ActivationOutcome, ActivationRequest, ActivationTarget, Actuator,
     CapabilityKind, ConflictReason, JournalLedger,
 };
-use crate::catalog::LoadedCatalog;
 use crate::hosts::{AgentHost, HostHome};
-use crate::managed::{ActivationDriver, ActuatorObservation};
+use ctx_service::catalog::LoadedCatalog;
+use ctx_service::managed::{ActivationDriver, ActuatorObservation};
 
 /// Stream namespace of the engine sessions holding a host entry: key = host ‖ kind ‖ name ‖
 /// project.

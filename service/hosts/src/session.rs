@@ -1,40 +1,36 @@
-//! `ctx hook claude|codex EVENT`: one hook call of an agent host (spec/cli.md §7).
-//!
-//! The host runs this as a short-lived process with its hook JSON on standard input and reads at
-//! most one JSON object from standard output. A hook never blocks the host because of ctx: every
-//! failure, bad input included, becomes a `systemMessage` and exit status 0 (an exit status 2
-//! would erase the person's prompt). Standard output carries only that JSON object.
+//! The hook session of an agent host (spec/cli.md §7), as a library: one call per host hook
+//! event, with a typed input ([`HookInput`]), a typed reply ([`HookReply`]) and a typed error
+//! ([`SessionError`]). The `ctx hook` command is stdin/stdout glue over this module; a host that
+//! embeds ctx calls [`run_hook`] directly.
 //!
 //! Every hook call is recorded on the session's stream of the journal (kind
-//! [`HOST_SESSION_KIND`]); the record's event id is a digest of the host's input, so a host that
-//! runs one hook twice with the same input records it once.
+//! [`HOST_SESSION_KIND`], namespace [`HOST_SESSION_NAMESPACE`]); the record's event id is a
+//! digest of the host's input, so a host that runs one hook twice with the same input records it
+//! once.
 
-use std::io::{Read, Write};
+use std::io::Read;
 
 use ctx_journal::{
-    AppendError, ExpectedRevision, Journal, NewRecord, OpenOptions, StreamAppend, StreamId,
-    Timestamp,
+    AppendError, ExpectedRevision, InputError, Journal, NewRecord, OpenError, OpenOptions,
+    ReadError, StreamAppend, StreamId, Timestamp,
 };
-use ctx_projections::Json;
 use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
-
-use super::host::{
-    HostFailure, challenge_record, desired_json, ingest_catalog, opt_str, query_json, strings,
-    uninstallable,
-};
-use crate::data_dir::Layout;
-use crate::error::{CliError, EXIT_OK};
-use crate::host_actuator::HostActivationDriver;
-use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};
-use crate::managed::{
+use ctx_projections::consent_store::ChallengeState;
+use ctx_projections::{Json, JsonError};
+use ctx_service::managed::{
     ActivationReport, JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest,
 };
-use crate::policy::InstallConsentPolicy;
-use crate::runtime::{Runtime, RuntimeError, WorkRequest, logical_id};
-use ctx_projections::consent_store::ChallengeState;
+use ctx_service::policy::{InstallConsentPolicy, PolicyStoreError};
+use ctx_service::runtime::{
+    Runtime, RuntimeError, WorkRequest, challenge_record, logical_id, uninstallable,
+};
+use ctx_service::{IngestError, Layout, ServiceError, ingest_catalog};
+
+use crate::host_actuator::HostActivationDriver;
+use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};
 
 /// The largest hook input ctx reads; tool outcomes carry the tool's response, so this is larger
-/// than the host commands' limit.
+/// than the JSON commands' limit.
 pub const HOOK_INPUT_MAX_BYTES: usize = 1024 * 1024;
 /// The hosts cap `additionalContext` and `systemMessage` at 10,000 characters (longer text is
 /// moved to a file the model may never read), so ctx never writes more.
@@ -51,40 +47,138 @@ const SESSION_RECORDS_READ_MAX: usize = 1024;
 /// How many of a session's latest queries a hook advances activations of.
 const SESSION_QUERIES_MAX: usize = 16;
 
-/// What a hook does with the host, as a value: the JSON object to print, if any.
-type Reply = Option<Json>;
-
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn hook(
-    host: AgentHost,
-    event: &HookEvent,
-    layout: Result<Layout, CliError>,
-    home: Result<HostHome, HostHomeError>,
-    now: Timestamp,
-    input: &mut dyn Read,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> u8 {
-    let reply = match run(host, event, layout, home, now, input) {
-        Ok(reply) => reply,
-        Err(message) => {
-            // The sentence goes to the host's log (standard error) and to the person.
-            let _ = writeln!(err, "ctx: hook {host} {}: {message}", event.ctx_name);
-            Some(Json::object([(
-                "systemMessage",
-                Json::str(clip(&format!("ctx: {message}"))),
-            )]))
-        }
-    };
-    if let Some(reply) = reply {
-        // A host that closed our standard output gets nothing; the exit status stays 0.
-        let _ = writeln!(out, "{reply}");
-    }
-    EXIT_OK
+/// Why a hook call did nothing for the host. The sentence is what the person sees (spec/cli.md
+/// §7: a hook never blocks the host; its glue turns this into a `systemMessage`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("could not read the hook input: {0}")]
+    Read(std::io::Error),
+    #[error("the hook input is larger than {max_bytes} bytes")]
+    TooLarge { max_bytes: usize },
+    #[error("the hook input is not UTF-8 text")]
+    NotUtf8,
+    #[error("the hook input is not JSON: {0}")]
+    NotJson(JsonError),
+    #[error("the hook input is not a JSON object")]
+    NotObject,
+    /// The input's `hook_event_name` is not one this call was registered for.
+    #[error("hook_event_name {name:?} is not an event `ctx hook {host} {event}` handles")]
+    UnregisteredEvent {
+        name: String,
+        host: AgentHost,
+        event: &'static str,
+    },
+    #[error("the hook input has no string field \"{0}\"")]
+    MissingField(&'static str),
+    #[error(
+        "session_id {session_id:?} is not a token of letters, digits and . _ : @ - (at most \
+         {HOOK_SESSION_ID_MAX_BYTES} bytes)"
+    )]
+    SessionId { session_id: String },
+    #[error("the hook input's cwd {cwd:?} is not an absolute path")]
+    RelativeCwd { cwd: String },
+    #[error("ctx has no handler for hook event {0:?}")]
+    NoHandler(String),
+    #[error("session {session:?} has no stream: {source}")]
+    Stream { session: String, source: InputError },
+    #[error("could not open the journal: {0}")]
+    Journal(OpenError),
+    #[error("could not record the hook call: {0}")]
+    Record(AppendError),
+    #[error("could not read the session: {0}")]
+    ReadSession(ReadError),
+    /// The sample catalog could not be ingested into a data directory that had none.
+    #[error("{0}")]
+    Catalog(IngestError),
+    /// The service refused; the sentence carries its stable code (spec/cli.md §4).
+    #[error("{0} ({code})", code = .0.code())]
+    Service(ServiceError),
+    /// The data directory's runtime refused; the sentence carries its stable code.
+    #[error("{0} ({code})", code = .0.code())]
+    Runtime(RuntimeError),
+    #[error("the install policy cannot be read: {0}")]
+    PolicyRead(PolicyStoreError),
+    #[error("the install policy cannot be persisted: {0}")]
+    PolicyPersist(PolicyStoreError),
 }
 
-/// The parts of a host's hook input every event uses.
-struct HookInput {
+impl From<ServiceError> for SessionError {
+    fn from(e: ServiceError) -> SessionError {
+        SessionError::Service(e)
+    }
+}
+
+impl From<RuntimeError> for SessionError {
+    fn from(e: RuntimeError) -> SessionError {
+        SessionError::Runtime(e)
+    }
+}
+
+/// Who calls: the host, the data directory, the host's home (without one ctx plans and records
+/// but activates nothing) and the time of the call.
+#[derive(Debug)]
+pub struct HookContext<'a> {
+    pub host: AgentHost,
+    pub layout: &'a Layout,
+    pub home: Result<HostHome, HostHomeError>,
+    pub now: Timestamp,
+}
+
+/// What a hook call asks of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HookReply {
+    /// Nothing: the host reads no output.
+    Silent,
+    /// Context for the model (`hookSpecificOutput.additionalContext`) and, optionally, a message
+    /// for the person (`systemMessage`); `reload_skills` asks the host to re-scan its skills.
+    Context {
+        host_event: &'static str,
+        context: String,
+        message: Option<String>,
+        reload_skills: bool,
+    },
+}
+
+impl HookReply {
+    /// The one JSON object the host reads, if any (spec/cli.md §7); texts are cut to
+    /// [`HOOK_TEXT_MAX_CHARS`].
+    pub fn to_json(&self) -> Option<Json> {
+        match self {
+            HookReply::Silent => None,
+            HookReply::Context {
+                host_event,
+                context,
+                message,
+                reload_skills,
+            } => {
+                let mut specific = vec![
+                    ("additionalContext", Json::str(clip(context))),
+                    ("hookEventName", Json::str(*host_event)),
+                ];
+                if *reload_skills {
+                    specific.push(("reloadSkills", Json::Bool(true)));
+                }
+                let mut fields = vec![("hookSpecificOutput", Json::object(specific))];
+                if let Some(message) = message {
+                    fields.push(("systemMessage", Json::str(clip(message))));
+                }
+                Some(Json::object(fields))
+            }
+        }
+    }
+}
+
+/// The JSON object that tells the person why a hook call did nothing: `systemMessage` with the
+/// sentence, cut to [`HOOK_TEXT_MAX_CHARS`].
+pub fn failure_json(message: &str) -> Json {
+    Json::object([("systemMessage", Json::str(clip(&format!("ctx: {message}"))))])
+}
+
+/// One hook call's input, checked: the parts every event uses, and the rest of the host's JSON.
+#[derive(Debug, Clone)]
+pub struct HookInput {
     /// `<host>:<session_id>`: the session id the journal and work observations use.
     session: String,
     /// The host's `hook_event_name`.
@@ -94,103 +188,120 @@ struct HookInput {
 }
 
 impl HookInput {
+    /// Reads at most [`HOOK_INPUT_MAX_BYTES`] (plus one, to tell a larger input) from `input`
+    /// and checks it with [`HookInput::parse`].
+    pub fn read(
+        host: AgentHost,
+        event: &HookEvent,
+        input: &mut dyn Read,
+    ) -> Result<HookInput, SessionError> {
+        let mut bytes = Vec::new();
+        input
+            .take(HOOK_INPUT_MAX_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(SessionError::Read)?;
+        HookInput::parse(host, event, &bytes)
+    }
+
+    /// Checks the host's JSON: an object of at most [`HOOK_INPUT_MAX_BYTES`] whose `session_id`
+    /// is a token and whose `hook_event_name` (when present) is one `event` was registered for.
+    /// Unknown fields are kept: hosts add fields between releases.
+    pub fn parse(
+        host: AgentHost,
+        event: &HookEvent,
+        bytes: &[u8],
+    ) -> Result<HookInput, SessionError> {
+        if bytes.len() > HOOK_INPUT_MAX_BYTES {
+            return Err(SessionError::TooLarge {
+                max_bytes: HOOK_INPUT_MAX_BYTES,
+            });
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| SessionError::NotUtf8)?;
+        let value = Json::parse(text.trim()).map_err(SessionError::NotJson)?;
+        if value.as_obj().is_none() {
+            return Err(SessionError::NotObject);
+        }
+        let registered = |name: &str| {
+            host.hook_events()
+                .iter()
+                .find(|e| e.ctx_name == event.ctx_name && e.host_event == name)
+        };
+        let host_event = match value.get_str("hook_event_name") {
+            Some(name) => {
+                registered(name)
+                    .ok_or_else(|| SessionError::UnregisteredEvent {
+                        name: name.to_owned(),
+                        host,
+                        event: event.ctx_name,
+                    })?
+                    .host_event
+            }
+            None => event.host_event,
+        };
+        let session_id = value
+            .get_str("session_id")
+            .ok_or(SessionError::MissingField("session_id"))?;
+        let session = format!("{host}:{session_id}");
+        if session_id.len() > HOOK_SESSION_ID_MAX_BYTES || !is_token(&session) {
+            return Err(SessionError::SessionId {
+                session_id: session_id.to_owned(),
+            });
+        }
+        let digest = sha256_hex_bytes(bytes);
+        Ok(HookInput {
+            session,
+            host_event,
+            value,
+            digest,
+        })
+    }
+
+    /// `<host>:<session_id>`.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The host's `hook_event_name` (the registered one when the input names none).
+    pub fn host_event(&self) -> &'static str {
+        self.host_event
+    }
+
+    /// The host's JSON, unknown fields included.
+    pub fn value(&self) -> &Json {
+        &self.value
+    }
+
     fn str(&self, key: &str) -> Option<&str> {
         self.value.get_str(key)
     }
 
     /// The absolute working directory of the session.
-    fn cwd(&self) -> Result<&str, String> {
-        let cwd = self
-            .str("cwd")
-            .ok_or("the hook input has no string field \"cwd\"")?;
+    fn cwd(&self) -> Result<&str, SessionError> {
+        let cwd = self.str("cwd").ok_or(SessionError::MissingField("cwd"))?;
         if !std::path::Path::new(cwd).is_absolute() {
-            return Err(format!(
-                "the hook input's cwd {cwd:?} is not an absolute path"
-            ));
+            return Err(SessionError::RelativeCwd {
+                cwd: cwd.to_owned(),
+            });
         }
         Ok(cwd)
     }
 }
 
-fn run(
-    host: AgentHost,
+/// Runs one hook call: the event's flow (spec/cli.md §7) on the data directory, recorded on the
+/// session's stream. `event` is the registration the host called (`ctx_name` picks the flow).
+pub fn run_hook(
+    ctx: &HookContext<'_>,
     event: &HookEvent,
-    layout: Result<Layout, CliError>,
-    home: Result<HostHome, HostHomeError>,
-    now: Timestamp,
-    input: &mut dyn Read,
-) -> Result<Reply, String> {
-    let layout = layout.map_err(|e| e.to_string())?;
-    let input = read_input(host, event, input)?;
-    let home = home.map_err(|e| e.to_string());
+    input: &HookInput,
+) -> Result<HookReply, SessionError> {
     match event.ctx_name {
-        "session-start" => session_start(host, &layout, &home, now, &input),
-        "user-prompt-submit" => prompt(host, &layout, &home, now, &input),
-        "tool-outcome" => tool_outcome(host, &layout, now, &input),
-        "subagent" => subagent(host, &layout, now, &input),
-        "session-end" => session_end(host, &layout, &home, now, &input),
-        other => Err(format!("ctx has no handler for hook event {other:?}")),
+        "session-start" => session_start(ctx, input),
+        "user-prompt-submit" => prompt(ctx, input),
+        "tool-outcome" => tool_outcome(ctx, input),
+        "subagent" => subagent(ctx, input),
+        "session-end" => session_end(ctx, input),
+        other => Err(SessionError::NoHandler(other.to_owned())),
     }
-}
-
-/// Reads and checks the host's JSON: an object of at most [`HOOK_INPUT_MAX_BYTES`] whose
-/// `session_id` is a token and whose `hook_event_name` (when present) is one this command was
-/// registered for. Unknown fields are kept: hosts add fields between releases.
-fn read_input(
-    host: AgentHost,
-    event: &HookEvent,
-    input: &mut dyn Read,
-) -> Result<HookInput, String> {
-    let mut bytes = Vec::new();
-    input
-        .take(HOOK_INPUT_MAX_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("could not read the hook input: {e}"))?;
-    if bytes.len() > HOOK_INPUT_MAX_BYTES {
-        return Err(format!(
-            "the hook input is larger than {HOOK_INPUT_MAX_BYTES} bytes"
-        ));
-    }
-    let text = std::str::from_utf8(&bytes).map_err(|_| "the hook input is not UTF-8 text")?;
-    let value = Json::parse(text.trim()).map_err(|e| format!("the hook input is not JSON: {e}"))?;
-    if value.as_obj().is_none() {
-        return Err("the hook input is not a JSON object".to_owned());
-    }
-    let registered = |name: &str| {
-        host.hook_events()
-            .iter()
-            .find(|e| e.ctx_name == event.ctx_name && e.host_event == name)
-    };
-    let host_event = match value.get_str("hook_event_name") {
-        Some(name) => {
-            registered(name)
-                .ok_or_else(|| {
-                    format!(
-                        "hook_event_name {name:?} is not an event `ctx hook {host} {}` handles",
-                        event.ctx_name
-                    )
-                })?
-                .host_event
-        }
-        None => event.host_event,
-    };
-    let session_id = value
-        .get_str("session_id")
-        .ok_or("the hook input has no string field \"session_id\"")?;
-    let session = format!("{host}:{session_id}");
-    if session_id.len() > HOOK_SESSION_ID_MAX_BYTES || !is_token(&session) {
-        return Err(format!(
-            "session_id {session_id:?} is not a token of letters, digits and . _ : @ - (at most \
-             {HOOK_SESSION_ID_MAX_BYTES} bytes)"
-        ));
-    }
-    let digest = sha256_hex_bytes(&bytes);
-    Ok(HookInput {
-        session,
-        host_event,
-        value,
-        digest,
-    })
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -199,32 +310,25 @@ fn read_input(
 
 /// SessionStart: records the session's scope (host, session, workspace digest of `cwd`), makes
 /// sure a catalog is there, and tells the model what still awaits the person's consent.
-fn session_start(
-    host: AgentHost,
-    layout: &Layout,
-    home: &Result<HostHome, String>,
-    now: Timestamp,
-    input: &HookInput,
-) -> Result<Reply, String> {
+fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
     let cwd = input.cwd()?;
-    ensure_catalog(layout)?;
-    let journal = open_journal(layout)?;
-    let queries = session_queries(&read_session(&journal, host, &input.session)?);
+    ensure_catalog(ctx.layout)?;
+    let journal = open_journal(ctx.layout)?;
+    let queries = session_queries(&read_session(&journal, ctx.host, &input.session)?);
     // What the person approved since the session's last prompt becomes visible now, and what
     // still awaits them is listed.
     let (activations, pending) = if queries.is_empty() {
         (Activations::default(), Vec::new())
     } else {
-        let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
-        let activations = activate(host, layout, home, cwd, &runtime, &queries, now);
-        let pending = pending_challenges(&runtime, &queries, layout, UtcMicros(now.0));
+        let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
+        let activations = activate(ctx, cwd, &runtime, &queries);
+        let pending = pending_challenges(&runtime, &queries, ctx.layout, UtcMicros(ctx.now.0));
         (activations, pending)
     };
     record(
         &journal,
-        host,
+        ctx,
         input,
-        now,
         "session-start",
         vec![
             ("source", opt_str(input.str("source"))),
@@ -233,7 +337,7 @@ fn session_start(
     )?;
     let mut context = format!(
         "ctx manages the capabilities of this session (data directory {}).",
-        layout.root().display()
+        ctx.layout.root().display()
     );
     activations.describe(&mut context);
     if !pending.is_empty() {
@@ -247,32 +351,23 @@ fn session_start(
         );
         context.push('.');
     }
-    let mut reply = context_reply(input.host_event, &context, None);
-    // Claude Code re-scans its skills when a SessionStart hook installed some (notes §1d).
-    if host == AgentHost::Claude
-        && activations.skill_activated
-        && let Json::Obj(map) = &mut reply
-        && let Some(Json::Obj(specific)) = map.get_mut("hookSpecificOutput")
-    {
-        specific.insert("reloadSkills".to_owned(), Json::Bool(true));
-    }
-    Ok(Some(reply))
+    Ok(HookReply::Context {
+        host_event: input.host_event,
+        context,
+        message: None,
+        // Claude Code re-scans its skills when a SessionStart hook installed some (notes §1d).
+        reload_skills: ctx.host == AgentHost::Claude && activations.skill_activated,
+    })
 }
 
 /// UserPromptSubmit: the prompt and working directory become a work observation; ctx plans at
 /// most five capabilities, chooses the ones this data directory can act on, installs what the
 /// policy pre-approves and publishes a consent challenge for the next one.
-fn prompt(
-    host: AgentHost,
-    layout: &Layout,
-    home: &Result<HostHome, String>,
-    now: Timestamp,
-    input: &HookInput,
-) -> Result<Reply, String> {
+fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
     let cwd = input.cwd()?.to_owned();
     let prompt = input.str("prompt").unwrap_or_default().to_owned();
-    ensure_catalog(layout)?;
-    let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
+    ensure_catalog(ctx.layout)?;
+    let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
     ensure_policy(&runtime)?;
     // The engine keys a planning session by its session id and plans it once, so each prompt
     // is its own engine session: the host session with the input's digest.
@@ -284,31 +379,24 @@ fn prompt(
         languages: Vec::new(),
         requested_limit: 5,
     };
-    let work_ref = runtime.observe_work(&work).map_err(runtime_failure)?;
-    let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref)
-        .map_err(|e| failure(e.into()))?;
-    let prepared = runtime
-        .service()
-        .prepare(&query)
-        .map_err(|e| failure(e.into()))?;
-    let plan = query_json(&prepared, runtime.loaded());
+    let work_ref = runtime.observe_work(&work)?;
+    let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
+    let prepared = runtime.service().prepare(&query)?;
+    let plan_id = prepared.prepared().plan_id();
     let query_ref = prepared.query_ref().to_owned();
-    let selections = match plan.get("selections") {
-        Some(Json::Arr(items)) => items.as_slice(),
-        _ => &[],
-    };
+    let selections = prepared.prepared().selections();
     // The person must set up manual capabilities; everything else this data directory can
     // install (or load from the catalog) is chosen.
     let chosen: Vec<&str> = selections
         .iter()
-        .filter(|s| matches!(s.get_str("actionability"), Some("load" | "install")))
-        .filter_map(|s| s.get_str("capability_id"))
+        .filter(|s| matches!(s.actionability(), "load" | "install"))
+        .map(|s| s.capability_id())
         .filter(|id| uninstallable(runtime.loaded(), id).is_none())
         .collect();
     let manual: Vec<&str> = selections
         .iter()
-        .filter(|s| s.get_str("actionability") == Some("manual"))
-        .filter_map(|s| s.get_str("capability_id"))
+        .filter(|s| s.actionability() == "manual")
+        .map(|s| s.capability_id())
         .collect();
     let desired = if chosen.is_empty() {
         None
@@ -320,26 +408,18 @@ fn prompt(
             &logical_id("choice", &query_ref),
             &chosen,
             None,
-        )
-        .map_err(|e| failure(e.into()))?;
-        let result = runtime
-            .service()
-            .set_desired(&request)
-            .map_err(|e| failure(e.into()))?;
-        Some(desired_json(&result))
+        )?;
+        Some(runtime.service().set_desired(&request)?)
     };
-    let challenge = desired
-        .as_ref()
-        .and_then(|d| d.get("challenge"))
-        .filter(|c| **c != Json::Null);
-    let challenge_id = challenge.and_then(|c| c.get_str("capability_id"));
-    let challenge_digest = challenge.and_then(|c| c.get_str("challenge_digest"));
-    let journal = open_journal(layout)?;
+    let challenge = desired.as_ref().and_then(|d| d.challenge());
+    let challenge_id = challenge.map(|c| c.capability_id());
+    let challenge_digest = challenge.map(|c| c.challenge_digest());
+    let journal = open_journal(ctx.layout)?;
     // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
     // have decided meanwhile). An earlier prompt without a challenge had its activations carried
     // out at the time; the session start retries everything.
     let mut queries = session_queries(
-        &read_session(&journal, host, &input.session)?
+        &read_session(&journal, ctx.host, &input.session)?
             .into_iter()
             .filter(|r| r.get_str("challenge_digest").is_some())
             .collect::<Vec<_>>(),
@@ -347,12 +427,11 @@ fn prompt(
     if !queries.contains(&query_ref) {
         queries.push(query_ref.clone());
     }
-    let activations = activate(host, layout, home, &cwd, &runtime, &queries, now);
+    let activations = activate(ctx, &cwd, &runtime, &queries);
     record(
         &journal,
-        host,
+        ctx,
         input,
-        now,
         "prompt",
         vec![
             ("challenge_capability_id", opt_str(challenge_id)),
@@ -361,26 +440,26 @@ fn prompt(
                 "chosen_capability_ids",
                 Json::Arr(chosen.iter().map(|id| Json::str(*id)).collect()),
             ),
-            ("plan_id", opt_str(plan.get_str("plan_id"))),
+            ("plan_id", Json::str(plan_id)),
             ("query_ref", Json::str(&query_ref)),
-            (
-                "status",
-                opt_str(desired.as_ref().and_then(|d| d.get_str("status"))),
-            ),
+            ("status", opt_str(desired.as_ref().map(|d| d.status()))),
             ("workspace_digest", Json::str(workspace_digest(&cwd))),
         ],
     )?;
-    let mut context = format!("ctx plan {}:", plan.get_str("plan_id").unwrap_or("?"));
+    let mut context = format!("ctx plan {plan_id}:");
     if selections.is_empty() {
         context.push_str(" no capability is worth offering for this prompt.");
     }
-    let failed = desired
-        .as_ref()
-        .map(|d| strings(d, "failed_capability_ids"))
-        .unwrap_or_default();
+    let failed: &[String] = desired.as_ref().map_or(&[], |d| d.failed_capability_ids());
     for s in selections {
-        let id = s.get_str("capability_id").unwrap_or("?");
-        let label = s.get_str("label").unwrap_or_default();
+        let id = s.capability_id();
+        let label = runtime
+            .loaded()
+            .catalog()
+            .entries()
+            .iter()
+            .find(|e| e.id == id)
+            .map_or("", |e| e.label.as_str());
         let state = if Some(id) == challenge_id {
             format!(
                 "needs the person's consent (challenge {})",
@@ -393,8 +472,8 @@ fn prompt(
         } else if activations.is_active(id) {
             "is active".to_owned()
         } else if chosen.contains(&id) {
-            match s.get_str("actionability") {
-                Some("load") => "is available from the catalog".to_owned(),
+            match s.actionability() {
+                "load" => "is available from the catalog".to_owned(),
                 _ => "is chosen for install".to_owned(),
             }
         } else {
@@ -410,35 +489,30 @@ fn prompt(
         )),
         _ => None,
     };
-    Ok(Some(context_reply(
-        input.host_event,
-        &context,
-        message.as_deref(),
-    )))
+    Ok(HookReply::Context {
+        host_event: input.host_event,
+        context,
+        message,
+        reload_skills: false,
+    })
 }
 
 /// PostToolUse / PostToolUseFailure: records the use of a skill, an agent or an MCP tool and
 /// whether it succeeded. Other tools are not ctx's business and are not recorded.
-fn tool_outcome(
-    host: AgentHost,
-    layout: &Layout,
-    now: Timestamp,
-    input: &HookInput,
-) -> Result<Reply, String> {
+fn tool_outcome(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
     let tool = input.str("tool_name").unwrap_or_default();
     if !is_capability_tool(tool) {
-        return Ok(None);
+        return Ok(HookReply::Silent);
     }
-    let journal = open_journal(layout)?;
+    let journal = open_journal(ctx.layout)?;
     let duration = match input.value.get("duration_ms") {
         Some(Json::Int(n)) => Json::Int(*n),
         _ => Json::Null,
     };
     record(
         &journal,
-        host,
+        ctx,
         input,
-        now,
         "tool-outcome",
         vec![
             ("duration_ms", duration),
@@ -453,17 +527,12 @@ fn tool_outcome(
             ),
         ],
     )?;
-    Ok(None)
+    Ok(HookReply::Silent)
 }
 
 /// SubagentStart / SubagentStop: records which agent ran, and how long its last message was.
-fn subagent(
-    host: AgentHost,
-    layout: &Layout,
-    now: Timestamp,
-    input: &HookInput,
-) -> Result<Reply, String> {
-    let journal = open_journal(layout)?;
+fn subagent(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let journal = open_journal(ctx.layout)?;
     let message_chars = input.str("last_assistant_message").map_or(Json::Null, |m| {
         Json::Int(i64::try_from(m.chars().count()).unwrap_or(i64::MAX))
     });
@@ -474,9 +543,8 @@ fn subagent(
     };
     record(
         &journal,
-        host,
+        ctx,
         input,
-        now,
         what,
         vec![
             (
@@ -490,37 +558,30 @@ fn subagent(
             ("last_message_chars", message_chars),
         ],
     )?;
-    Ok(None)
+    Ok(HookReply::Silent)
 }
 
 /// SessionEnd: ends the engine session of every prompt of the session, takes away what they
 /// activated (unless another session still holds it), and records that the scope closed.
-fn session_end(
-    host: AgentHost,
-    layout: &Layout,
-    home: &Result<HostHome, String>,
-    now: Timestamp,
-    input: &HookInput,
-) -> Result<Reply, String> {
-    let journal = open_journal(layout)?;
-    let queries = session_queries(&read_session(&journal, host, &input.session)?);
+fn session_end(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let journal = open_journal(ctx.layout)?;
+    let queries = session_queries(&read_session(&journal, ctx.host, &input.session)?);
     let mut notes = Vec::new();
     if !queries.is_empty() {
-        let runtime = Runtime::open(layout, UtcMicros(now.0)).map_err(runtime_failure)?;
+        let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
         for query_ref in &queries {
             if let Err(e) = runtime.service().end_session(query_ref) {
                 notes.push(format!("{query_ref}: {e}"));
             }
         }
         let cwd = input.cwd().unwrap_or("/");
-        let activations = activate(host, layout, home, cwd, &runtime, &queries, now);
+        let activations = activate(ctx, cwd, &runtime, &queries);
         notes.extend(activations.errors);
     }
     record(
         &journal,
-        host,
+        ctx,
         input,
-        now,
         "session-end",
         vec![
             (
@@ -538,7 +599,7 @@ fn session_end(
             ),
         ],
     )?;
-    Ok(None)
+    Ok(HookReply::Silent)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -579,39 +640,35 @@ impl Activations {
 
 /// Carries out the pending activations (and, after a session end, deactivations) of `queries`
 /// with this host's actuator. Failures are reported, never fatal: planning already happened.
-#[allow(clippy::too_many_arguments)]
 fn activate(
-    host: AgentHost,
-    layout: &Layout,
-    home: &Result<HostHome, String>,
+    ctx: &HookContext<'_>,
     cwd: &str,
     runtime: &Runtime,
     queries: &[String],
-    now: Timestamp,
 ) -> Activations {
     let mut out = Activations::default();
-    let home = match home {
+    let home = match &ctx.home {
         Ok(home) => home.clone(),
         Err(e) => {
             out.errors.push(format!("ctx activates nothing here: {e}"));
             return out;
         }
     };
-    let journal = match open_journal(layout) {
+    let journal = match open_journal(ctx.layout) {
         Ok(j) => j,
         Err(e) => {
-            out.errors.push(e);
+            out.errors.push(e.to_string());
             return out;
         }
     };
     let driver = HostActivationDriver::new(
-        host,
+        ctx.host,
         home,
         Some(std::path::Path::new(cwd)),
-        &layout.activation_store(),
+        &ctx.layout.activation_store(),
         journal,
         runtime.loaded(),
-        now,
+        ctx.now,
     );
     for query_ref in queries {
         match runtime.service().advance_activations(query_ref, &driver) {
@@ -632,33 +689,36 @@ fn activate(
 // The session stream
 // ------------------------------------------------------------------------------------------------
 
-/// The journal stream of a host session.
-pub(crate) fn session_stream(host: AgentHost, session: &str) -> Result<StreamId, String> {
+/// The journal stream of a host session (`session` is `<host>:<session_id>`).
+pub fn session_stream(host: AgentHost, session: &str) -> Result<StreamId, SessionError> {
     StreamId::derive(
         HOST_SESSION_NAMESPACE,
         format!("{host}\n{session}").as_bytes(),
     )
-    .map_err(|e| format!("session {session:?} has no stream: {e}"))
+    .map_err(|source| SessionError::Stream {
+        session: session.to_owned(),
+        source,
+    })
 }
 
-fn open_journal(layout: &Layout) -> Result<Journal, String> {
-    crate::journal_store::open_journal(
+fn open_journal(layout: &Layout) -> Result<Journal, SessionError> {
+    ctx_service::open_journal(
         &layout.journal(),
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )
-    .map_err(|e| format!("could not open the journal: {e}"))
+    .map_err(SessionError::Journal)
 }
 
 /// Appends one hook call to the session's stream. The event id is a digest of the host's input,
 /// so the same call delivered twice is recorded once (the journal replays the first append).
 fn record(
     journal: &Journal,
-    host: AgentHost,
+    ctx: &HookContext<'_>,
     input: &HookInput,
-    now: Timestamp,
     what: &str,
     fields: Vec<(&str, Json)>,
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
+    let host = ctx.host;
     let stream = session_stream(host, &input.session)?;
     let mut payload = vec![
         ("event", Json::str(what)),
@@ -677,22 +737,32 @@ fn record(
     let append = StreamAppend::new(
         stream,
         ExpectedRevision::Any,
-        vec![NewRecord::new(event_id, HOST_SESSION_KIND, now, payload)],
+        vec![NewRecord::new(
+            event_id,
+            HOST_SESSION_KIND,
+            ctx.now,
+            payload,
+        )],
     );
     match journal.append(append) {
         // The host delivered this very input before (at another time, or after the plan moved
         // on): the first delivery's record stands.
         Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(format!("could not record the hook call: {e}")),
+        Err(e) => Err(SessionError::Record(e)),
     }
 }
 
 /// The payloads of a session's records, oldest first (at most [`SESSION_RECORDS_READ_MAX`]).
-fn read_session(journal: &Journal, host: AgentHost, session: &str) -> Result<Vec<Json>, String> {
+/// `session` is `<host>:<session_id>`.
+pub fn read_session(
+    journal: &Journal,
+    host: AgentHost,
+    session: &str,
+) -> Result<Vec<Json>, SessionError> {
     let stream = session_stream(host, session)?;
     let records = journal
         .read_stream(&stream, 1, SESSION_RECORDS_READ_MAX)
-        .map_err(|e| format!("could not read the session: {e}"))?;
+        .map_err(SessionError::ReadSession)?;
     Ok(records
         .iter()
         .filter_map(|r| std::str::from_utf8(&r.payload).ok())
@@ -749,37 +819,31 @@ fn pending_challenges(
 
 /// Ingests the sample catalog compiled into ctx when the data directory has none yet, so a host
 /// that registered ctx's hooks works from its first session.
-fn ensure_catalog(layout: &Layout) -> Result<(), String> {
+fn ensure_catalog(layout: &Layout) -> Result<(), SessionError> {
     if layout.catalog().join("catalog.json").is_file() {
         return Ok(());
     }
-    ingest_catalog(layout, &None)
+    ingest_catalog(layout, None)
         .map(|_| ())
-        .map_err(|f| f.message)
+        .map_err(SessionError::Catalog)
 }
 
 /// Persists the safe default install policy (every install asks the person) when none is: a
 /// signed consent is only accepted under an explicitly persisted policy, so without this the
 /// person could never approve what the hook asks for.
-fn ensure_policy(runtime: &Runtime) -> Result<(), String> {
+fn ensure_policy(runtime: &Runtime) -> Result<(), SessionError> {
     let store = runtime.policy_store();
-    let persisted = store
-        .has_persisted()
-        .map_err(|e| format!("the install policy cannot be read: {e}"))?;
+    let persisted = store.has_persisted().map_err(SessionError::PolicyRead)?;
     if !persisted {
         store
             .persist(&InstallConsentPolicy::safe_default())
-            .map_err(|e| format!("the install policy cannot be persisted: {e}"))?;
+            .map_err(SessionError::PolicyPersist)?;
     }
     Ok(())
 }
 
-fn runtime_failure(e: RuntimeError) -> String {
-    failure(e.into())
-}
-
-fn failure(f: HostFailure) -> String {
-    format!("{} ({})", f.message, f.code)
+fn opt_str(value: Option<&str>) -> Json {
+    value.map_or(Json::Null, Json::str)
 }
 
 /// Whether a tool is a capability ctx may have activated: a skill, an agent, or an MCP tool.
@@ -789,22 +853,6 @@ fn is_capability_tool(name: &str) -> bool {
 
 fn workspace_digest(cwd: &str) -> String {
     sha256_hex(&format!("ctx-workspace:{cwd}"))
-}
-
-/// The reply of an event that may add context: `hookSpecificOutput.additionalContext`, and a
-/// `systemMessage` for the person.
-fn context_reply(host_event: &str, context: &str, message: Option<&str>) -> Json {
-    let mut fields = vec![(
-        "hookSpecificOutput",
-        Json::object([
-            ("additionalContext", Json::str(clip(context))),
-            ("hookEventName", Json::str(host_event)),
-        ]),
-    )];
-    if let Some(message) = message {
-        fields.push(("systemMessage", Json::str(clip(message))));
-    }
-    Json::object(fields)
 }
 
 /// At most [`HOOK_TEXT_MAX_CHARS`] characters, marked when cut.
