@@ -19,9 +19,9 @@ use ctx_projections::{
     DetachedCheck, DetachedStatus, FrameworkError, Json, Projections, domain_projections,
 };
 
-use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK};
-use crate::managed::JOURNAL_LOCK_WAIT;
+use ctx_service::Layout;
+use ctx_service::managed::JOURNAL_LOCK_WAIT;
 
 /// The `schema` of `ctx audit --json`.
 pub(crate) const AUDIT_SCHEMA: &str = "ctx.audit-report.v1";
@@ -30,7 +30,7 @@ pub(crate) const AUDIT_SCHEMA: &str = "ctx.audit-report.v1";
 /// never create one.
 pub(super) fn existing_journal(layout: &Layout, action: &'static str) -> Result<PathBuf, CliError> {
     let dir = layout.journal();
-    if crate::journal_store::journal_exists(&dir) {
+    if ctx_service::journal_exists(&dir) {
         Ok(dir)
     } else {
         Err(CliError::NoJournal { path: dir, action })
@@ -39,7 +39,7 @@ pub(super) fn existing_journal(layout: &Layout, action: &'static str) -> Result<
 
 /// Opens the journal in `dir`, waiting for another `ctx` process as every command does.
 pub(super) fn open_journal(dir: &std::path::Path) -> Result<Journal, CliError> {
-    Ok(crate::journal_store::open_journal(
+    Ok(ctx_service::open_journal(
         dir,
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )?)
@@ -552,7 +552,7 @@ pub(crate) fn audit(
     };
     // redb's check needs the database to itself: run it before this process opens the journal.
     progress.phase("storage");
-    let embedded = crate::journal_store::journal_source(&dir) == crate::JournalSource::Embedded;
+    let embedded = ctx_service::journal_source(&dir) == ctx_service::JournalSource::Embedded;
     let integrity = if embedded {
         check_storage_integrity(&dir, JOURNAL_LOCK_WAIT)?
     } else {

@@ -4,28 +4,27 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use ctx_journal::{OpenOptions, Timestamp};
+use ctx_journal::Timestamp;
 use ctx_projections::Json;
 use ctx_projections::check::UtcMicros;
 use ctx_projections::consent_store::{
-    AssertionFields, ChallengeRecord, ConsentStore, ConsentStoreError, SignedHumanDecisionAssertion,
+    AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
-
-use crate::catalog::{LoadedCatalog, load_catalog_dir, sample_catalog_files};
-use crate::data_dir::Layout;
-use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
-use crate::managed::{
+use ctx_service::catalog::LoadedCatalog;
+use ctx_service::managed::{
     ManagedActionSummary, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
     ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryRequest,
     ManagedQueryServiceResult, ServiceError,
 };
-use crate::policy::InstallConsentPolicy;
-use crate::runtime::{
-    CONSENT_AUDIENCE, CatalogLock, Runtime, RuntimeError, WorkRequest, consent_config,
-    generate_device_key, logical_id, private_dir, read_device_key, write_atomically,
+use ctx_service::policy::InstallConsentPolicy;
+use ctx_service::runtime::{
+    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
+    logical_id, read_device_key, uninstallable,
 };
+use ctx_service::{CatalogIngest, IngestError, Layout, ingest_catalog};
+
+use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 
 /// The largest JSON request a host command reads from stdin.
 pub const HOST_INPUT_MAX_BYTES: usize = 64 * 1024;
@@ -111,49 +110,39 @@ impl HostFailure {
     }
 }
 
+impl HostFailure {
+    /// A refusal with the stable `code` of the library's error (spec/cli.md §4): `invalid` is
+    /// bad input (exit 2), `internal` the machine's fault (exit 3), every other code a domain
+    /// outcome the host acts on (exit 1).
+    fn coded(code: &'static str, message: String) -> HostFailure {
+        let exit = match code {
+            "invalid" => EXIT_USAGE,
+            "internal" => EXIT_INTERNAL,
+            _ => EXIT_OUTCOME,
+        };
+        HostFailure {
+            code,
+            exit,
+            message,
+        }
+    }
+}
+
 impl From<ServiceError> for HostFailure {
     fn from(e: ServiceError) -> HostFailure {
-        let message = e.to_string();
-        match &e {
-            ServiceError::Invalid(_)
-            | ServiceError::Assertion(_)
-            | ServiceError::InputAuthority(_) => HostFailure::invalid(message),
-            ServiceError::Busy(_) => HostFailure::outcome("busy", message),
-            ServiceError::DesiredConflict(_) => HostFailure::outcome("conflict", message),
-            ServiceError::DesiredSuperseded(_) | ServiceError::Superseded => {
-                HostFailure::outcome("superseded", message)
-            }
-            ServiceError::HeadDrift(_) => HostFailure::outcome("head-drift", message),
-            ServiceError::NoActuator => HostFailure::outcome("no-actuator", message),
-            ServiceError::Routing(_) | ServiceError::Authorize(_) | ServiceError::Identity(_) => {
-                HostFailure::outcome("refused", message)
-            }
-            ServiceError::Decision(_) => HostFailure::outcome("unverifiable", message),
-            ServiceError::Consent(c) => match c {
-                ConsentStoreError::NotFound { .. } => HostFailure::outcome("not-found", message),
-                ConsentStoreError::Conflict { .. } => HostFailure::outcome("conflict", message),
-                ConsentStoreError::Expired { .. } => HostFailure::outcome("expired", message),
-                ConsentStoreError::Rejected { .. } => HostFailure::outcome("rejected", message),
-                ConsentStoreError::Binding { .. } => HostFailure::outcome("binding", message),
-                ConsentStoreError::CapacityExceeded { .. } => {
-                    HostFailure::outcome("capacity", message)
-                }
-                ConsentStoreError::Invalid { .. } => HostFailure::invalid(message),
-                _ => HostFailure::internal(message),
-            },
-            _ => HostFailure::internal(message),
-        }
+        HostFailure::coded(e.code(), e.to_string())
     }
 }
 
 impl From<RuntimeError> for HostFailure {
     fn from(e: RuntimeError) -> HostFailure {
-        match e {
-            RuntimeError::Service(e) => e.into(),
-            RuntimeError::NoCatalog { .. } => HostFailure::outcome("no-catalog", e.to_string()),
-            RuntimeError::Invalid(_) => HostFailure::invalid(e.to_string()),
-            _ => HostFailure::internal(e.to_string()),
-        }
+        HostFailure::coded(e.code(), e.to_string())
+    }
+}
+
+impl From<IngestError> for HostFailure {
+    fn from(e: IngestError) -> HostFailure {
+        HostFailure::coded(e.code(), e.to_string())
     }
 }
 
@@ -235,7 +224,10 @@ pub(crate) fn dispatch(
 ) -> Result<(u8, Json), HostFailure> {
     let ok = |result: Json| Ok((EXIT_OK, result));
     match command {
-        HostCommand::CatalogIngest { catalog_dir } => ok(ingest_catalog(layout, catalog_dir)?),
+        HostCommand::CatalogIngest { catalog_dir } => ok(ingest_json(&ingest_catalog(
+            layout,
+            catalog_dir.as_deref(),
+        )?)),
         HostCommand::KeyGenerate { out } => {
             check_keys(request, &[])?;
             let identity = generate_device_key(layout, out)?;
@@ -451,54 +443,6 @@ fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, HostFailu
     Ok(ManagedDesiredSetRequest::from_json(&value)?)
 }
 
-pub(crate) fn challenge_record(
-    layout: &Layout,
-    challenge_digest: &str,
-    now: UtcMicros,
-) -> Result<ChallengeRecord, HostFailure> {
-    // The runtime has opened the journal in this process; this open shares it.
-    let journal = crate::journal_store::open_journal(&layout.journal(), &OpenOptions::new())
-        .map_err(|e| HostFailure::internal(e.to_string()))?;
-    let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)
-        .map_err(|e| HostFailure::from(ServiceError::from(e)))?;
-    let config = consent_config(layout);
-    store
-        .get_by_challenge_digest(
-            challenge_digest,
-            &config.workspace_identity_digest,
-            &config.release_root_digest,
-            now,
-        )
-        .map_err(|e| HostFailure::from(ServiceError::from(e)))
-}
-
-/// Why no installer of a data directory — the skill store, and the material store of agents and
-/// MCP servers — could ever install the catalog entry `capability_id`, or `None` when one can (or
-/// the entry needs no install). Checked before a desired set: the service would publish a consent
-/// challenge and claim the install, and the store's eligibility gate would then refuse it on every
-/// attempt, leaving the claim indeterminate and the session busy.
-pub(crate) fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
-    use crate::skill_cas::{CasGate, SKILL_KIND};
-    let entry = loaded
-        .catalog()
-        .entries()
-        .iter()
-        .find(|e| e.id == capability_id)?;
-    let install = entry.install.as_ref()?;
-    let kind = entry.kind.as_str();
-    let (pe, cr) = (install.permission_expansion, install.credential_requirement);
-    if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
-        return None;
-    }
-    Some(if kind == SKILL_KIND {
-        "the skill store installs no skill that expands permissions or needs credentials".to_owned()
-    } else {
-        format!(
-            "no {kind} installer is configured (skills, agents and MCP servers are installed here)"
-        )
-    })
-}
-
 /// `ctx key sign`: a signed human decision on a challenge, in its wire form.
 fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure> {
     check_keys(request, &["challenge_digest", "decision"])?;
@@ -550,6 +494,26 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure>
 // ------------------------------------------------------------------------------------------------
 // Results as JSON
 // ------------------------------------------------------------------------------------------------
+
+fn ingest_json(ingest: &CatalogIngest) -> Json {
+    Json::object([
+        (
+            "capabilities",
+            Json::Int(i64::try_from(ingest.capabilities).unwrap_or(i64::MAX)),
+        ),
+        ("changed", Json::Bool(ingest.changed)),
+        (
+            "installation_snapshot_digest",
+            Json::str(&ingest.installation_snapshot_digest),
+        ),
+        ("namespace", Json::str(&ingest.namespace)),
+        (
+            "retrieval_snapshot_digest",
+            Json::str(&ingest.retrieval_snapshot_digest),
+        ),
+        ("source", Json::str(&ingest.source)),
+    ])
+}
 
 fn strs(items: &[String]) -> Json {
     Json::Arr(items.iter().map(Json::str).collect())

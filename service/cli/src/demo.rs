@@ -10,9 +10,10 @@ use ctx_journal::Timestamp;
 use ctx_projections::Json;
 use ctx_projections::check::UtcMicros;
 
-use crate::cli::host::{HostCommand, field, run_step, strings};
-use crate::data_dir::{DataDir, Layout};
+use crate::commands::{HostCommand, field, run_step, strings};
+use crate::data_dir::DataDir;
 use crate::error::CliError;
+use ctx_service::Layout;
 
 /// The demo's sample work: a session, a workspace and a prompt.
 pub const DEMO_SESSION: &str = "ctx-demo-session";
@@ -51,13 +52,13 @@ pub fn run_demo(
 ) -> Result<DemoSummary, CliError> {
     let layout = Layout::new(&dir.path);
     let now = UtcMicros(now.0);
-    let reused = match crate::journal_store::journal_source(&layout.journal()) {
-        crate::JournalSource::Embedded => layout
+    let reused = match ctx_service::journal_source(&layout.journal()) {
+        ctx_service::JournalSource::Embedded => layout
             .journal()
             .join(ctx_journal::files::DATABASE_FILE)
             .exists(),
         _ => {
-            crate::journal_store::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?
+            ctx_service::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?
                 .head_position()?
                 > 0
         }
@@ -336,7 +337,7 @@ pub fn run_demo(
 /// closed by now, which the storage check needs.
 fn audit_step(layout: &Layout, out: &mut dyn Write) -> Result<u64, CliError> {
     writeln!(out, "\n8. audit the journal (ctx audit)")?;
-    let code = crate::cli::audit::audit(layout, false, out, &mut std::io::sink(), false)?;
+    let code = crate::audit::audit(layout, false, out, &mut std::io::sink(), false)?;
     if code != crate::error::EXIT_OK {
         return Err(CliError::Step {
             step: "audit",
@@ -344,7 +345,6 @@ fn audit_step(layout: &Layout, out: &mut dyn Write) -> Result<u64, CliError> {
             exit: code,
         });
     }
-    let journal =
-        crate::journal_store::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?;
+    let journal = ctx_service::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?;
     Ok(journal.head_position()?)
 }

@@ -9,13 +9,13 @@ use ctx_journal::OpenOptions;
 
 use ctx_projections::Json;
 
-use super::init::{EventState, Registration, Status, classify, hooks_file, host_directories};
-use crate::activation::{Actuator, JournalLedger, TargetInspection, TargetStatus};
-use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
-use crate::host_files::{JsonNode, json_text, parse_json, read_host_file};
-use crate::hosts::{AgentHost, HostHome};
-use crate::managed::JOURNAL_LOCK_WAIT;
+use crate::init::{EventState, Registration, Status, classify, hooks_file, host_directories};
+use ctx_hosts::activation::{Actuator, JournalLedger, TargetInspection, TargetStatus};
+use ctx_hosts::{AgentHost, HostHome};
+use ctx_hosts::{JsonNode, json_text, parse_json, read_host_file};
+use ctx_service::Layout;
+use ctx_service::managed::JOURNAL_LOCK_WAIT;
 
 /// The `schema` of `ctx doctor --json`.
 pub(crate) const DOCTOR_SCHEMA: &str = "ctx.doctor.v1";
@@ -119,7 +119,7 @@ fn read_hooks(
     let Some(bytes) = read_host_file(path).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let invalid = |e: crate::host_files::JsonEditError| format!("{}: {e}", path.display());
+    let invalid = |e: ctx_hosts::JsonEditError| format!("{}: {e}", path.display());
     let text = json_text(&bytes).map_err(invalid)?;
     let root = parse_json(text).map_err(invalid)?;
     Ok(Some(classify(&root, registration).map_err(invalid)?))
@@ -403,10 +403,10 @@ fn activations(
     layout: &Layout,
     home: &HostHome,
 ) -> Result<Option<Vec<TargetInspection>>, CliError> {
-    if !crate::journal_store::journal_exists(&layout.journal()) {
+    if !ctx_service::journal_exists(&layout.journal()) {
         return Ok(None);
     }
-    let journal = crate::journal_store::open_journal(
+    let journal = ctx_service::open_journal(
         &layout.journal(),
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )?;

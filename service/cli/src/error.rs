@@ -92,7 +92,7 @@ pub enum CliError {
     #[error("{step}: {source}; nothing was written")]
     HostFile {
         step: &'static str,
-        source: crate::host_files::HostFileError,
+        source: ctx_hosts::HostFileError,
     },
     /// The import as a whole was refused or failed (a non-empty target journal, storage).
     #[error("import failed: {0}")]

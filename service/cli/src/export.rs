@@ -14,9 +14,9 @@ use ctx_journal::{
 };
 use ctx_projections::{Json, JsonMap, Projections, domain_projections};
 
-use super::audit::{existing_journal, hex, open_journal};
-use crate::data_dir::Layout;
+use crate::audit::{existing_journal, hex, open_journal};
 use crate::error::{CliError, EXIT_OK, FILE_READ};
+use ctx_service::Layout;
 
 /// The `format` of an export's header line.
 pub(crate) const EXPORT_FORMAT: &str = "ctx.journal-export";

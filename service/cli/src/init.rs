@@ -13,13 +13,13 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::data_dir::Layout;
 use crate::error::{CliError, EXIT_OK};
-use crate::host_files::{
-    self, HostFileError, JsonEditError, JsonNode, append_element, json_text, parse_json,
+use ctx_hosts::{AgentHost, HookEvent, HostHome};
+use ctx_hosts::{
+    HostFileError, JsonEditError, JsonNode, append_element, json_text, parse_json, read_host_file,
     update_locked,
 };
-use crate::hosts::{AgentHost, HookEvent, HostHome};
+use ctx_service::Layout;
 
 /// What a hooks file that does not exist yet starts as: an empty object laid out on lines, so
 /// the entries ctx adds are indented like a hand-written settings file.
@@ -450,7 +450,7 @@ fn verify(
             file.display()
         ))
     };
-    let bytes = host_files::read_host_file(file)
+    let bytes = read_host_file(file)
         .map_err(|e| unexpected(e.to_string()))?
         .ok_or_else(|| unexpected("the file is gone".to_owned()))?;
     let text = json_text(&bytes).map_err(|e| unexpected(e.to_string()))?;

@@ -9,9 +9,9 @@ use std::ops::ControlFlow;
 use ctx_journal::StreamInfo;
 use ctx_projections::{Json, Projections, domain_projections};
 
-use super::audit::{existing_journal, hex, open_journal};
-use crate::data_dir::Layout;
+use crate::audit::{existing_journal, hex, open_journal};
 use crate::error::{CliError, EXIT_OK};
+use ctx_service::Layout;
 
 /// The `schema` of `ctx inspect --json`.
 pub(crate) const INSPECT_SCHEMA: &str = "ctx.inspect.v1";

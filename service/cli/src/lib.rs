@@ -2,11 +2,14 @@
 //! process's arguments, environment, clock and standard streams and calls [`run`]. The commands,
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
-pub(crate) mod audit;
+mod audit;
+mod commands;
+mod data_dir;
+mod demo;
 mod doctor;
+mod error;
 mod export;
 mod hook;
-pub(crate) mod host;
 mod init;
 mod inspect;
 mod person;
@@ -17,12 +20,13 @@ use std::path::PathBuf;
 
 use ctx_journal::Timestamp;
 
-use crate::data_dir::{Layout, choose_data_dir};
-use crate::demo::run_demo;
-use crate::error::{CliError, EXIT_OK};
-use crate::hosts::{AgentHost, HostHome};
+use ctx_hosts::{AgentHost, HostHome};
+use ctx_service::Layout;
 
-pub use host::{HOST_INPUT_MAX_BYTES, HostCommand};
+pub use commands::{HOST_INPUT_MAX_BYTES, HostCommand};
+pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, choose_data_dir};
+pub use demo::{DemoSummary, run_demo};
+pub use error::{CliError, EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 
 /// The `--help` text.
 pub const USAGE: &str = "\
@@ -107,7 +111,7 @@ pub enum Command {
     /// `ctx hook claude|codex EVENT`: one hook call of an agent host.
     Hook {
         host: AgentHost,
-        event: &'static crate::hosts::HookEvent,
+        event: &'static ctx_hosts::HookEvent,
     },
     /// `ctx init --host claude|codex`: register ctx's hooks with a host.
     Init {
@@ -412,18 +416,19 @@ fn execute(
     let source = match invocation
         .journal
         .clone()
-        .or_else(|| env(crate::JOURNAL_URL_ENV).map(|v| v.to_string_lossy().into_owned()))
+        .or_else(|| env(ctx_service::JOURNAL_URL_ENV).map(|v| v.to_string_lossy().into_owned()))
     {
-        Some(value) => {
-            Some(crate::JournalSource::parse(&value).map_err(|e| CliError::Usage(e.to_string()))?)
-        }
+        Some(value) => Some(
+            ctx_service::JournalSource::parse(&value)
+                .map_err(|e| CliError::Usage(e.to_string()))?,
+        ),
         None => None,
     };
     let layout = || -> Result<Layout, CliError> {
         let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
         let layout = Layout::new(&dir.path);
         if let Some(source) = &source {
-            crate::route_journal(&layout.journal(), source.clone());
+            ctx_service::route_journal(&layout.journal(), source.clone());
         }
         Ok(layout)
     };
@@ -447,7 +452,7 @@ fn execute(
         Command::Inspect { json } => inspect::inspect(&layout()?, *json, out)?,
         Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
         Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
-        Command::Host(command) => host::execute(command, &layout()?, now, input, out, err)?,
+        Command::Host(command) => commands::execute(command, &layout()?, now, input, out, err)?,
         Command::KeyInit { key } => {
             let key = match key {
                 Some(key) => key.clone(),

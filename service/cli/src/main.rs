@@ -1,5 +1,5 @@
 //! The `ctx` binary: gathers arguments, environment, the wall clock and the standard streams, and
-//! hands them to [`ctx_service::run`].
+//! hands them to [`ctx_cli::run`].
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -14,11 +14,11 @@ fn main() -> ExitCode {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
     let stderr = std::io::stderr();
     let err_is_terminal = stderr.is_terminal();
-    let code = ctx_service::run(
+    let code = ctx_cli::run(
         std::env::args_os().skip(1),
         |name| std::env::var_os(name),
         Timestamp(micros),
-        ctx_service::Streams {
+        ctx_cli::Streams {
             input: &mut std::io::stdin().lock(),
             out: &mut std::io::stdout().lock(),
             err: &mut stderr.lock(),

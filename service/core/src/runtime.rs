@@ -191,7 +191,7 @@ impl CatalogLock {
 }
 
 /// Creates `dir` (and its parents) with mode 0700 when it does not exist.
-pub(crate) fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
+pub fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
