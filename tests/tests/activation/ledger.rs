@@ -10,11 +10,11 @@ use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
 use ctx_projections::testkit::Session;
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Projections, domain_projections};
-use ctx_service::activation::{
+use ctx_hosts::activation::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
     ACTIVATION_TARGET_KIND, ActivationOutcome, CapabilityKind, LedgerRecord, TargetStatus,
 };
-use ctx_service::hosts::AgentHost;
+use ctx_hosts::AgentHost;
 
 use super::fixture::{Fixture, catalog};
 use crate::support::{self, run_ctx};

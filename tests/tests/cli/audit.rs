@@ -13,7 +13,7 @@ use ctx_projections::engine::{Engine, EngineOptions, ManualClock, engine_stream}
 use ctx_projections::testkit::Session;
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Json, Projections, domain_projections};
-use ctx_service::EXIT_INTEGRITY;
+use ctx_cli::EXIT_INTEGRITY;
 use redb::{ReadableDatabase, TableDefinition};
 
 use crate::support::{self, CtxRun, run_ctx};
