@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use ctx_journal::{Journal, OpenOptions, Timestamp};
-use ctx_projections::check::UtcMicros;
+use ctx_hosts::HostActivationDriver;
 use ctx_hosts::activation::{
     ActivationLedger as _, JournalLedger, Operation, OutcomeResult, failpoints as actuator,
 };
-use ctx_hosts::HostActivationDriver;
 use ctx_hosts::{AgentHost, HostHome};
+use ctx_journal::{Journal, OpenOptions, Timestamp};
+use ctx_projections::check::UtcMicros;
 use ctx_service::managed::{
     ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError, activation_failpoints as service,
 };

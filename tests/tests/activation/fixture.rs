@@ -6,13 +6,13 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ctx_journal::{Journal, StreamId};
-use ctx_projections::check::sha256_hex_bytes;
 use ctx_hosts::activation::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ActivationError, ActivationRequest,
     ActivationTarget, Actuator, CapabilityKind, JournalLedger,
 };
 use ctx_hosts::{AgentHost, HostHome};
+use ctx_journal::{Journal, StreamId};
+use ctx_projections::check::sha256_hex_bytes;
 
 use crate::support;
 
