@@ -92,7 +92,10 @@ fn host_report(host: AgentHost, home: &HostHome, registration: &Registration<'_>
         }
         Err(message) => (FileState::Invalid(message), Vec::new()),
     };
-    let trust = (host == AgentHost::Codex).then(|| codex_trust(&home.codex_config()));
+    let trust = host
+        .profile()
+        .hooks_need_trust
+        .then(|| codex_trust(&home.codex_config()));
     let directories = host_directories(host, home)
         .into_iter()
         .map(|(role, dir)| {

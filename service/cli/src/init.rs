@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{CliError, EXIT_OK};
-use ctx_hosts::{AgentHost, HookEvent, HostHome};
+use ctx_hosts::{AgentHost, HandlerStyle, HookEvent, HostHome};
 use ctx_hosts::{
     HostFileError, JsonEditError, JsonNode, append_element, json_text, parse_json, read_host_file,
     update_locked,
@@ -61,12 +61,13 @@ impl<'a> Registration<'a> {
         })
     }
 
-    /// The hook handler ctx writes for `event`. Claude Code gets the exec form (`args`, no
-    /// shell); Codex handlers have no `args`, so its command line is shell-quoted.
+    /// The hook handler ctx writes for `event`, in the host's [`HandlerStyle`]: the exec form
+    /// (`args`, no shell; Claude Code), or one shell-quoted command line (Codex handlers have no
+    /// `args`).
     pub fn handler(&self, event: &HookEvent) -> JsonNode {
         let mut handler = vec![member("type", JsonNode::String("command".into()))];
-        match self.host {
-            AgentHost::Claude => {
+        match self.host.profile().handler {
+            HandlerStyle::CommandAndArgs => {
                 let mut args: Vec<&str> = Vec::new();
                 if let Some(dir) = self.data_dir {
                     args.extend(["--data-dir", dir]);
@@ -76,7 +77,7 @@ impl<'a> Registration<'a> {
                 handler.push(member("command", JsonNode::String(self.exe.into())));
                 handler.push(member("args", JsonNode::Array(args)));
             }
-            AgentHost::Codex => {
+            HandlerStyle::ShellCommand => {
                 // The paths are quoted; the other words are ctx's own and need no quoting.
                 let mut command = shell_quote(self.exe);
                 if let Some(dir) = self.data_dir {
@@ -100,12 +101,14 @@ impl<'a> Registration<'a> {
         JsonNode::Object(handler)
     }
 
-    /// The matcher ctx writes for `event`: Claude Code always gets one (`""` matches
-    /// everything); Codex gets one only when the event is filtered.
+    /// The matcher ctx writes for `event`: a host whose groups always carry one (Claude Code)
+    /// gets `""` for an unfiltered event (it matches everything); another (Codex) gets one only
+    /// when the event is filtered.
     pub fn matcher(&self, event: &HookEvent) -> Option<&'static str> {
-        match self.host {
-            AgentHost::Claude => Some(event.matcher.unwrap_or("")),
-            AgentHost::Codex => event.matcher,
+        if self.host.profile().matcher_always {
+            Some(event.matcher.unwrap_or(""))
+        } else {
+            event.matcher
         }
     }
 
@@ -291,25 +294,17 @@ pub(super) fn classify(
 
 /// The hooks file of a host.
 pub(super) fn hooks_file(host: AgentHost, home: &HostHome) -> PathBuf {
-    match host {
-        AgentHost::Claude => home.claude_settings(),
-        AgentHost::Codex => home.codex_hooks(),
-    }
+    (host.profile().hooks_file)(home)
 }
 
 /// The directories a host must have had at session start to pick up capabilities ctx
 /// activates during the session: `(role, path)`.
 pub(super) fn host_directories(host: AgentHost, home: &HostHome) -> [(&'static str, PathBuf); 2] {
-    match host {
-        AgentHost::Claude => [
-            ("skills", home.claude_skills()),
-            ("agents", home.claude_agents()),
-        ],
-        AgentHost::Codex => [
-            ("skills", home.agents_skills()),
-            ("agents", home.codex_agents()),
-        ],
-    }
+    let profile = host.profile();
+    [
+        ("skills", (profile.skills_dir)(home)),
+        ("agents", (profile.agents_dir)(home)),
+    ]
 }
 
 /// A host file error as a command failure (exit 2 when the person's file is at fault, else 3).
@@ -427,7 +422,7 @@ pub(crate) fn init(
             layout.root().display()
         )?,
     }
-    if host == AgentHost::Codex {
+    if host.profile().hooks_need_trust {
         writeln!(
             out,
             "Codex runs a hook only after you trust it, and skips untrusted hooks silently: \

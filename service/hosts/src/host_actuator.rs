@@ -92,7 +92,7 @@ impl<'a> HostActivationDriver<'a> {
     /// The project directory a target of `kind` depends on: only a Claude Code MCP server's (it
     /// lives in the project's `.mcp.json`); every other target is in the home directory.
     fn placement(&self, kind: CapabilityKind) -> Option<PathBuf> {
-        (self.host == AgentHost::Claude && kind == CapabilityKind::McpServer)
+        (self.host.profile().mcp_in_project() && kind == CapabilityKind::McpServer)
             .then(|| self.project.clone())
             .flatten()
     }

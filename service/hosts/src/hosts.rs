@@ -24,10 +24,7 @@ impl AgentHost {
 
     /// The name used on the command line and in the journal: `claude` or `codex`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            AgentHost::Claude => "claude",
-            AgentHost::Codex => "codex",
-        }
+        self.profile().name
     }
 
     /// Parses `claude` or `codex`.
@@ -37,10 +34,7 @@ impl AgentHost {
 
     /// The hook events ctx registers with this host.
     pub fn hook_events(self) -> &'static [HookEvent] {
-        match self {
-            AgentHost::Claude => &CLAUDE_HOOK_EVENTS,
-            AgentHost::Codex => &CODEX_HOOK_EVENTS,
-        }
+        self.profile().hook_events
     }
 
     /// The hook event whose ctx name (`ctx hook <host> <name>`) is `name`; several host events

@@ -17,6 +17,7 @@ pub mod activation;
 mod host_actuator;
 mod host_files;
 mod hosts;
+mod profile;
 mod session;
 
 pub use host_actuator::{HOLDER_KIND, HOLDERS_NAMESPACE, HostActivationDriver};
@@ -29,6 +30,7 @@ pub use hosts::{
     AgentHost, CLAUDE_HOOK_EVENTS, CLAUDE_TOOL_MATCHER, CODEX_HOOK_EVENTS, HookEvent, HostHome,
     HostHomeError,
 };
+pub use profile::{AgentLayout, CLAUDE, CODEX, HandlerStyle, HostProfile, McpLayout};
 pub use session::{
     HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HOST_SESSION_KIND,
     HOST_SESSION_NAMESPACE, HookContext, HookInput, HookReply, SessionError, failure_json,

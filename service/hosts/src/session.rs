@@ -355,8 +355,9 @@ fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, 
         host_event: input.host_event,
         context,
         message: None,
-        // Claude Code re-scans its skills when a SessionStart hook installed some (notes §1d).
-        reload_skills: ctx.host == AgentHost::Claude && activations.skill_activated,
+        // A host that re-scans its skills on request (Claude Code) is asked to when this
+        // SessionStart activated some (spec/cli.md §7).
+        reload_skills: ctx.host.profile().reloads_skills && activations.skill_activated,
     })
 }
 

@@ -12,6 +12,7 @@ use crate::host_files::{
     JsonNode, json_text, parse_json, read_host_file, remove_member, set_member, update_locked,
 };
 use crate::hosts::AgentHost;
+use crate::profile::McpLayout;
 
 use super::entry::state_digest;
 use super::error::{ActivationError, ConflictReason};
@@ -509,10 +510,7 @@ pub(crate) struct MemberPlace {
 
 /// The top-level key holding the servers.
 fn servers_key(host: AgentHost) -> &'static str {
-    match host {
-        AgentHost::Claude => "mcpServers",
-        AgentHost::Codex => "mcp_servers",
-    }
+    host.profile().mcp_servers_key
 }
 
 /// The entry name of a host's server `name` (`mcpServers.<name>`, `mcp_servers.<name>`).
@@ -560,8 +558,8 @@ impl MemberPlace {
         let Some(bytes) = bytes else {
             return Ok(None);
         };
-        match self.host {
-            AgentHost::Claude => {
+        match self.host.profile().mcp_layout {
+            McpLayout::ProjectJson { .. } => {
                 let root = parse_json(self.text(bytes)?).map_err(|e| self.config(e.to_string()))?;
                 match root.get(servers_key(self.host)) {
                     None => Ok(None),
@@ -571,7 +569,7 @@ impl MemberPlace {
                     Some(other) => Err(self.config(format!("mcpServers is {}", other.kind()))),
                 }
             }
-            AgentHost::Codex => {
+            McpLayout::HomeToml { .. } => {
                 let doc = self.document(Some(bytes))?;
                 match doc.get(servers_key(self.host)) {
                     None => Ok(None),
@@ -628,14 +626,14 @@ impl MemberPlace {
                 Some(_) => {}
             }
             let bytes = current.unwrap_or_default();
-            match self.host {
-                AgentHost::Claude => {
+            match self.host.profile().mcp_layout {
+                McpLayout::ProjectJson { .. } => {
                     let new =
                         remove_member(self.text(bytes)?, &[servers_key(self.host), &self.name])
                             .map_err(|e| self.config(e.to_string()))?;
                     Ok(Some(new.into_bytes()))
                 }
-                AgentHost::Codex => {
+                McpLayout::HomeToml { .. } => {
                     let mut doc = self.document(current)?;
                     let key = servers_key(self.host);
                     let now_empty = match doc.get_mut(key).and_then(Item::as_table_like_mut) {

@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use ctx_projections::check::{is_capability_identity, sha256_hex_bytes};
 
 use crate::hosts::{AgentHost, HostHome};
+use crate::profile::{AgentLayout, McpLayout};
 
 pub use agent::{AGENT_TREE_DEPTH_MAX, AGENT_TREE_ENTRIES_MAX, CODEX_AGENT_HEADER};
 pub use entry::STAGING_DIR_NAME;
@@ -138,7 +139,8 @@ impl ActivationTarget {
                 path: p.to_path_buf(),
             });
         }
-        if kind == CapabilityKind::McpServer && host == AgentHost::Claude && project.is_none() {
+        if kind == CapabilityKind::McpServer && host.profile().mcp_in_project() && project.is_none()
+        {
             return Err(ActivationError::ProjectDirRequired {
                 name: name.to_owned(),
             });
@@ -352,14 +354,15 @@ impl Plan {
 
     /// Beyond the state digest: a skill link resolves to its store directory; an agent file
     /// declares the agent's name.
-    fn verify(&self, name: &str, codex: bool) -> bool {
+    /// `toml`: the agent file is a TOML agent ([`AgentLayout::TomlFile`]), not Markdown.
+    fn verify(&self, name: &str, toml: bool) -> bool {
         match self {
             Plan::Link(p, stored) => {
                 std::fs::canonicalize(p.path()).is_ok_and(|resolved| resolved == stored.dir)
             }
             Plan::File(p, _) => std::fs::read(p.path())
                 .ok()
-                .and_then(|bytes| agent::declared_name(&bytes, codex))
+                .and_then(|bytes| agent::declared_name(&bytes, toml))
                 .is_some_and(|declared| declared == name),
             Plan::Member(..) => true,
         }
@@ -449,7 +452,10 @@ impl Actuator {
         }
         let observed = place.observe()?;
         let verified = observed.as_deref() == Some(new_state.as_str())
-            && plan.verify(&target.name, target.host == AgentHost::Codex);
+            && plan.verify(
+                &target.name,
+                matches!(target.host.profile().agent_layout, AgentLayout::TomlFile),
+            );
         let result = if verified {
             OutcomeResult::Applied
         } else {
@@ -688,20 +694,21 @@ impl Actuator {
         let name = target.name.as_str();
         let body = request.body.as_slice();
         let place = self.place(target)?;
-        match (target.kind, target.host, place) {
-            (CapabilityKind::Skill, _, Place::Entry(p)) => {
+        let profile = target.host.profile();
+        match (target.kind, profile.agent_layout, profile.mcp_layout, place) {
+            (CapabilityKind::Skill, _, _, Place::Entry(p)) => {
                 check_skill(name, body)?;
                 Ok(Plan::Link(p, store::materialize(&self.store_root, body)?))
             }
-            (CapabilityKind::Agent, AgentHost::Claude, Place::Entry(p)) => {
+            (CapabilityKind::Agent, AgentLayout::MarkdownInSubdir { .. }, _, Place::Entry(p)) => {
                 agent::parse(name, body)?;
                 Ok(Plan::File(p, body.to_vec()))
             }
-            (CapabilityKind::Agent, AgentHost::Codex, Place::Entry(p)) => {
+            (CapabilityKind::Agent, AgentLayout::TomlFile, _, Place::Entry(p)) => {
                 let material: AgentMaterial = agent::parse(name, body)?;
                 if !material.claude_only.is_empty() {
                     return Err(ActivationError::UnsupportedForHost {
-                        host: AgentHost::Codex,
+                        host: target.host,
                         name: name.to_owned(),
                         reason: format!(
                             "its {} cannot be carried over to a Codex agent, and the agent must \
@@ -726,18 +733,17 @@ impl Actuator {
                 }
                 Ok(Plan::File(p, toml.into_bytes()))
             }
-            (CapabilityKind::McpServer, AgentHost::Claude, Place::Member(p)) => Ok(Plan::Member(
-                p,
-                MemberValue::Claude(mcp::parse(name, body)?),
-            )),
-            (CapabilityKind::McpServer, AgentHost::Codex, Place::Member(p)) => {
+            (CapabilityKind::McpServer, _, McpLayout::ProjectJson { .. }, Place::Member(p)) => Ok(
+                Plan::Member(p, MemberValue::Claude(mcp::parse(name, body)?)),
+            ),
+            (CapabilityKind::McpServer, _, McpLayout::HomeToml { .. }, Place::Member(p)) => {
                 let server = mcp::parse(name, body)?;
                 Ok(Plan::Member(
                     p,
                     MemberValue::Codex(mcp::codex_table(name, &server)?),
                 ))
             }
-            (_, _, place) => Err(ActivationError::Config {
+            (_, _, _, place) => Err(ActivationError::Config {
                 path: place.path(),
                 reason: "the target does not fit the capability kind".to_owned(),
             }),
@@ -749,12 +755,10 @@ impl Actuator {
     /// names each target one way.
     fn place(&self, target: &ActivationTarget) -> Result<Place, ActivationError> {
         let name = target.name.clone();
-        let place = match (target.kind, target.host) {
-            (CapabilityKind::Skill, host) => {
-                let dir = canonical_dir(&match host {
-                    AgentHost::Claude => self.home.claude_skills(),
-                    AgentHost::Codex => self.home.agents_skills(),
-                })?;
+        let profile = target.host.profile();
+        let place = match (target.kind, profile.agent_layout, profile.mcp_layout) {
+            (CapabilityKind::Skill, _, _) => {
+                let dir = canonical_dir(&(profile.skills_dir)(&self.home))?;
                 Place::Entry(EntryPlace {
                     staging: staging_beside(&dir),
                     dir,
@@ -762,17 +766,17 @@ impl Actuator {
                     kind: EntryKind::SkillLink,
                 })
             }
-            (CapabilityKind::Agent, AgentHost::Claude) => {
-                let agents = canonical_dir(&self.home.claude_agents())?;
+            (CapabilityKind::Agent, AgentLayout::MarkdownInSubdir { subdir }, _) => {
+                let agents = canonical_dir(&(profile.agents_dir)(&self.home))?;
                 Place::Entry(EntryPlace {
-                    dir: agents.join(CLAUDE_AGENTS_SUBDIR),
+                    dir: agents.join(subdir),
                     staging: staging_beside(&agents),
                     entry: format!("{name}.md"),
                     kind: EntryKind::AgentFile,
                 })
             }
-            (CapabilityKind::Agent, AgentHost::Codex) => {
-                let dir = canonical_dir(&self.home.codex_agents())?;
+            (CapabilityKind::Agent, AgentLayout::TomlFile, _) => {
+                let dir = canonical_dir(&(profile.agents_dir)(&self.home))?;
                 Place::Entry(EntryPlace {
                     staging: staging_beside(&dir),
                     dir,
@@ -780,7 +784,7 @@ impl Actuator {
                     kind: EntryKind::AgentFile,
                 })
             }
-            (CapabilityKind::McpServer, AgentHost::Claude) => {
+            (CapabilityKind::McpServer, _, McpLayout::ProjectJson { file }) => {
                 let project = target
                     .project
                     .as_deref()
@@ -790,18 +794,16 @@ impl Actuator {
                     project,
                 ))?;
                 Place::Member(MemberPlace {
-                    file: project.join(CLAUDE_PROJECT_MCP_FILE),
-                    host: AgentHost::Claude,
+                    file: project.join(file),
+                    host: target.host,
                     name,
                 })
             }
-            (CapabilityKind::McpServer, AgentHost::Codex) => {
-                let codex_home = canonical_dir(self.home.codex_home())?;
-                let config = self.home.codex_config();
-                let file_name = config.file_name().unwrap_or_default();
+            (CapabilityKind::McpServer, _, McpLayout::HomeToml { dir, file }) => {
+                let dir = canonical_dir(dir(&self.home))?;
                 Place::Member(MemberPlace {
-                    file: codex_home.join(file_name),
-                    host: AgentHost::Codex,
+                    file: dir.join(file),
+                    host: target.host,
                     name,
                 })
             }
@@ -819,12 +821,12 @@ impl Actuator {
         let Place::Entry(p) = place else {
             return Ok(());
         };
-        let duplicate = match (target.kind, target.host) {
-            (CapabilityKind::Agent, AgentHost::Claude) => {
+        let duplicate = match (target.kind, target.host.profile().agent_layout) {
+            (CapabilityKind::Agent, AgentLayout::MarkdownInSubdir { .. }) => {
                 let root = p.dir.parent().unwrap_or(&p.dir);
                 agent::claude_duplicate(root, &p.path(), &target.name)?
             }
-            (CapabilityKind::Agent, AgentHost::Codex) => {
+            (CapabilityKind::Agent, AgentLayout::TomlFile) => {
                 agent::codex_duplicate(&p.dir, &p.path(), &target.name)?
             }
             _ => None,
@@ -915,12 +917,15 @@ fn place_of(key: &TargetKey, name: &str) -> Result<Place, ActivationError> {
         .and_then(|n| n.to_str())
         .ok_or_else(unusable)?
         .to_owned();
-    let (staging, kind) = match (key.kind, key.host) {
-        (CapabilityKind::Agent, AgentHost::Claude) => (
+    let (staging, kind) = match (key.kind, key.host.profile().agent_layout) {
+        // ctx's own subdirectory: the staging directory sits beside the agents directory.
+        (CapabilityKind::Agent, AgentLayout::MarkdownInSubdir { .. }) => (
             staging_beside(dir.parent().ok_or_else(unusable)?),
             EntryKind::AgentFile,
         ),
-        (CapabilityKind::Agent, AgentHost::Codex) => (staging_beside(&dir), EntryKind::AgentFile),
+        (CapabilityKind::Agent, AgentLayout::TomlFile) => {
+            (staging_beside(&dir), EntryKind::AgentFile)
+        }
         _ => (staging_beside(&dir), EntryKind::SkillLink),
     };
     Ok(Place::Entry(EntryPlace {
