@@ -1,6 +1,7 @@
-//! The host commands: one JSON object on stdin (when the command takes input), one JSON object on
-//! stdout, always (spec/cli.md §4). Success: `{"ok": true, "command": …, "result": …}`; a refusal:
-//! `{"ok": false, "command": …, "error": {"code": …, "message": …}}` plus the sentence on stderr.
+//! The JSON commands a host runs: one JSON object on stdin (when the command takes input), one
+//! JSON object on stdout, always (spec/cli.md §4). Success: `{"ok": true, "command": …,
+//! "result": …}`; a refusal: `{"ok": false, "command": …, "error": {"code": …, "message": …}}`
+//! plus the sentence on stderr. `HostCommand` keeps its name: the parsed command line names it.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -26,12 +27,12 @@ use ctx_service::{CatalogIngest, IngestError, Layout, ingest_catalog};
 
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 
-/// The largest JSON request a host command reads from stdin.
+/// The largest JSON request a JSON command reads from stdin.
 pub const HOST_INPUT_MAX_BYTES: usize = 64 * 1024;
 /// How long a signed decision made by `ctx key sign` stays valid, in seconds.
 pub const SIGNED_DECISION_TTL_SECONDS: i64 = 300;
 
-/// A host command.
+/// A JSON command (spec/cli.md §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HostCommand {
@@ -76,33 +77,33 @@ impl HostCommand {
     }
 }
 
-/// A host command's refusal: a stable code, the exit status it maps to, and a sentence.
+/// A JSON command's refusal: a stable code, the exit status it maps to, and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostFailure {
+pub struct CommandFailure {
     pub code: &'static str,
     pub exit: u8,
     pub message: String,
 }
 
-impl HostFailure {
-    fn invalid(message: impl Into<String>) -> HostFailure {
-        HostFailure {
+impl CommandFailure {
+    fn invalid(message: impl Into<String>) -> CommandFailure {
+        CommandFailure {
             code: "invalid",
             exit: EXIT_USAGE,
             message: message.into(),
         }
     }
 
-    fn internal(message: impl Into<String>) -> HostFailure {
-        HostFailure {
+    fn internal(message: impl Into<String>) -> CommandFailure {
+        CommandFailure {
             code: "internal",
             exit: EXIT_INTERNAL,
             message: message.into(),
         }
     }
 
-    fn outcome(code: &'static str, message: impl Into<String>) -> HostFailure {
-        HostFailure {
+    fn outcome(code: &'static str, message: impl Into<String>) -> CommandFailure {
+        CommandFailure {
             code,
             exit: EXIT_OUTCOME,
             message: message.into(),
@@ -110,17 +111,17 @@ impl HostFailure {
     }
 }
 
-impl HostFailure {
+impl CommandFailure {
     /// A refusal with the stable `code` of the library's error (spec/cli.md §4): `invalid` is
     /// bad input (exit 2), `internal` the machine's fault (exit 3), every other code a domain
     /// outcome the host acts on (exit 1).
-    fn coded(code: &'static str, message: String) -> HostFailure {
+    fn coded(code: &'static str, message: String) -> CommandFailure {
         let exit = match code {
             "invalid" => EXIT_USAGE,
             "internal" => EXIT_INTERNAL,
             _ => EXIT_OUTCOME,
         };
-        HostFailure {
+        CommandFailure {
             code,
             exit,
             message,
@@ -128,25 +129,25 @@ impl HostFailure {
     }
 }
 
-impl From<ServiceError> for HostFailure {
-    fn from(e: ServiceError) -> HostFailure {
-        HostFailure::coded(e.code(), e.to_string())
+impl From<ServiceError> for CommandFailure {
+    fn from(e: ServiceError) -> CommandFailure {
+        CommandFailure::coded(e.code(), e.to_string())
     }
 }
 
-impl From<RuntimeError> for HostFailure {
-    fn from(e: RuntimeError) -> HostFailure {
-        HostFailure::coded(e.code(), e.to_string())
+impl From<RuntimeError> for CommandFailure {
+    fn from(e: RuntimeError) -> CommandFailure {
+        CommandFailure::coded(e.code(), e.to_string())
     }
 }
 
-impl From<IngestError> for HostFailure {
-    fn from(e: IngestError) -> HostFailure {
-        HostFailure::coded(e.code(), e.to_string())
+impl From<IngestError> for CommandFailure {
+    fn from(e: IngestError) -> CommandFailure {
+        CommandFailure::coded(e.code(), e.to_string())
     }
 }
 
-/// Runs a host command and writes its JSON: returns the exit status.
+/// Runs a JSON command and writes its JSON: returns the exit status.
 pub(crate) fn execute(
     command: &HostCommand,
     layout: &Layout,
@@ -190,7 +191,7 @@ pub(crate) fn execute(
 
 /// Reads the request of a command that takes one: at most [`HOST_INPUT_MAX_BYTES`] of strict
 /// JSON, an object.
-fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, HostFailure> {
+fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, CommandFailure> {
     if !command.reads_input() {
         return Ok(Json::object::<&str>([]));
     }
@@ -198,30 +199,30 @@ fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, Hos
     input
         .take(HOST_INPUT_MAX_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| HostFailure::internal(format!("could not read the request: {e}")))?;
+        .map_err(|e| CommandFailure::internal(format!("could not read the request: {e}")))?;
     if bytes.len() > HOST_INPUT_MAX_BYTES {
-        return Err(HostFailure::invalid(format!(
+        return Err(CommandFailure::invalid(format!(
             "the request is larger than {HOST_INPUT_MAX_BYTES} bytes"
         )));
     }
     let text = std::str::from_utf8(&bytes)
-        .map_err(|_| HostFailure::invalid("the request is not UTF-8 text"))?;
+        .map_err(|_| CommandFailure::invalid("the request is not UTF-8 text"))?;
     let value = Json::parse(text.trim_end())
-        .map_err(|e| HostFailure::invalid(format!("the request is not valid JSON: {e}")))?;
+        .map_err(|e| CommandFailure::invalid(format!("the request is not valid JSON: {e}")))?;
     if value.as_obj().is_none() {
-        return Err(HostFailure::invalid("the request must be a JSON object"));
+        return Err(CommandFailure::invalid("the request must be a JSON object"));
     }
     Ok(value)
 }
 
-/// Runs a host command on a parsed request: the exit status and the `result` JSON, or the refusal.
+/// Runs a JSON command on a parsed request: the exit status and the `result` JSON, or the refusal.
 /// The demo drives the host interface through this, exactly as a host's processes would.
 pub(crate) fn dispatch(
     command: &HostCommand,
     layout: &Layout,
     now: UtcMicros,
     request: &Json,
-) -> Result<(u8, Json), HostFailure> {
+) -> Result<(u8, Json), CommandFailure> {
     let ok = |result: Json| Ok((EXIT_OK, result));
     match command {
         HostCommand::CatalogIngest { catalog_dir } => ok(ingest_json(&ingest_catalog(
@@ -243,17 +244,17 @@ pub(crate) fn dispatch(
             let policy = runtime
                 .policy_store()
                 .load_current()
-                .map_err(|e| HostFailure::internal(e.to_string()))?;
+                .map_err(|e| CommandFailure::internal(e.to_string()))?;
             ok(policy.to_json())
         }
         HostCommand::PolicySet => {
             let runtime = Runtime::open(layout, now)?;
             let policy = InstallConsentPolicy::from_json(request)
-                .map_err(|e| HostFailure::invalid(e.to_string()))?;
+                .map_err(|e| CommandFailure::invalid(e.to_string()))?;
             runtime
                 .policy_store()
                 .persist(&policy)
-                .map_err(|e| HostFailure::internal(e.to_string()))?;
+                .map_err(|e| CommandFailure::internal(e.to_string()))?;
             ok(policy.to_json())
         }
         HostCommand::QueryPrepare => {
@@ -289,7 +290,7 @@ pub(crate) fn dispatch(
             let request = desired_request(request)?;
             for id in request.capability_ids() {
                 if let Some(reason) = uninstallable(runtime.loaded(), id) {
-                    return Err(HostFailure::outcome(
+                    return Err(CommandFailure::outcome(
                         "no-actuator",
                         format!(
                             "{id} cannot be installed by this data directory: {reason}; choose \
@@ -330,7 +331,7 @@ pub(crate) fn dispatch(
     }
 }
 
-/// Runs a host command in-process for the demo and the person's commands: its `result`, or the
+/// Runs a JSON command in-process for the demo and the person's commands: its `result`, or the
 /// refusal as a [`CliError::Step`] named `step` with the command's exit status.
 pub(crate) fn run_step(
     step: &'static str,
@@ -341,7 +342,7 @@ pub(crate) fn run_step(
 ) -> Result<Json, CliError> {
     dispatch(&command, layout, now, &request)
         .map(|(_, result)| result)
-        .map_err(|HostFailure { exit, message, .. }| CliError::Step {
+        .map_err(|CommandFailure { exit, message, .. }| CliError::Step {
             step,
             message,
             exit,
@@ -368,47 +369,51 @@ pub(crate) fn field<'a>(value: &'a Json, key: &str) -> &'a str {
 // Requests
 // ------------------------------------------------------------------------------------------------
 
-fn check_keys(request: &Json, allowed: &[&str]) -> Result<(), HostFailure> {
+fn check_keys(request: &Json, allowed: &[&str]) -> Result<(), CommandFailure> {
     if let Some(map) = request.as_obj()
         && let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str()))
     {
-        return Err(HostFailure::invalid(format!(
+        return Err(CommandFailure::invalid(format!(
             "the request has an unknown field {key:?}"
         )));
     }
     Ok(())
 }
 
-fn required_str<'a>(request: &'a Json, key: &str) -> Result<&'a str, HostFailure> {
+fn required_str<'a>(request: &'a Json, key: &str) -> Result<&'a str, CommandFailure> {
     request
         .get_str(key)
-        .ok_or_else(|| HostFailure::invalid(format!("the request needs a string field {key:?}")))
+        .ok_or_else(|| CommandFailure::invalid(format!("the request needs a string field {key:?}")))
 }
 
-fn string_list(request: &Json, key: &str) -> Result<Vec<String>, HostFailure> {
+fn string_list(request: &Json, key: &str) -> Result<Vec<String>, CommandFailure> {
     match request.get(key) {
         None => Ok(Vec::new()),
         Some(Json::Arr(items)) => items
             .iter()
             .map(|i| {
                 i.as_str().map(str::to_owned).ok_or_else(|| {
-                    HostFailure::invalid(format!("field {key:?} must hold only strings"))
+                    CommandFailure::invalid(format!("field {key:?} must hold only strings"))
                 })
             })
             .collect(),
-        Some(_) => Err(HostFailure::invalid(format!(
+        Some(_) => Err(CommandFailure::invalid(format!(
             "field {key:?} must be an array of strings"
         ))),
     }
 }
 
-fn work_request(request: &Json) -> Result<WorkRequest, HostFailure> {
+fn work_request(request: &Json) -> Result<WorkRequest, CommandFailure> {
     let requested_limit = match request.get("requested_limit") {
         None => 5,
         Some(Json::Int(n)) => u8::try_from(*n).map_err(|_| {
-            HostFailure::invalid(format!("requested_limit {n} must be between 1 and 5"))
+            CommandFailure::invalid(format!("requested_limit {n} must be between 1 and 5"))
         })?,
-        Some(_) => return Err(HostFailure::invalid("requested_limit must be an integer")),
+        Some(_) => {
+            return Err(CommandFailure::invalid(
+                "requested_limit must be an integer",
+            ));
+        }
     };
     Ok(WorkRequest {
         session_id: required_str(request, "session_id")?.to_owned(),
@@ -422,16 +427,16 @@ fn work_request(request: &Json) -> Result<WorkRequest, HostFailure> {
 
 /// The desired-set request: the service's own JSON, where a `choice_label` may stand in for the
 /// `logical_choice_id` digest.
-fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, HostFailure> {
+fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, CommandFailure> {
     let mut value = request.clone();
     if let Json::Obj(map) = &mut value
         && let Some(label) = map.remove("choice_label")
     {
         let Some(label) = label.as_str() else {
-            return Err(HostFailure::invalid("choice_label must be a string"));
+            return Err(CommandFailure::invalid("choice_label must be a string"));
         };
         if map.contains_key("logical_choice_id") {
-            return Err(HostFailure::invalid(
+            return Err(CommandFailure::invalid(
                 "give either choice_label or logical_choice_id, not both",
             ));
         }
@@ -444,19 +449,19 @@ fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, HostFailu
 }
 
 /// `ctx key sign`: a signed human decision on a challenge, in its wire form.
-fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure> {
+fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, CommandFailure> {
     check_keys(request, &["challenge_digest", "decision"])?;
     let challenge_digest = required_str(request, "challenge_digest")?;
     let decision = required_str(request, "decision")?;
     if !matches!(decision, "granted" | "denied") {
-        return Err(HostFailure::invalid(format!(
+        return Err(CommandFailure::invalid(format!(
             "decision {decision:?} must be \"granted\" or \"denied\""
         )));
     }
     let (signer, identity) = read_device_key(key)?;
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce)
-        .map_err(|e| HostFailure::internal(format!("no randomness for a nonce: {e}")))?;
+        .map_err(|e| CommandFailure::internal(format!("no randomness for a nonce: {e}")))?;
     let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
         challenge_digest: challenge_digest.to_owned(),
         decision: decision.to_owned(),
@@ -475,15 +480,15 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, HostFailure>
         .render(),
         proof: b"unsigned".to_vec(),
     })
-    .map_err(|e| HostFailure::invalid(e.to_string()))?;
+    .map_err(|e| CommandFailure::invalid(e.to_string()))?;
     let signed = signer
         .sign_assertion(&unsigned)
-        .map_err(|e| HostFailure::invalid(e.to_string()))?;
+        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
     let wire = signed
         .encode()
-        .map_err(|e| HostFailure::invalid(e.to_string()))?;
+        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
     let text = String::from_utf8(wire)
-        .map_err(|_| HostFailure::internal("the assertion's wire form is not UTF-8"))?;
+        .map_err(|_| CommandFailure::internal("the assertion's wire form is not UTF-8"))?;
     Ok(Json::object([
         ("assertion", Json::str(text)),
         ("authenticator_id", Json::str(&identity.authenticator_id)),

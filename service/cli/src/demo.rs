@@ -1,4 +1,4 @@
-//! `ctx demo`: the whole flow on the sample catalog, step by step, through the same host commands
+//! `ctx demo`: the whole flow on the sample catalog, step by step, through the same JSON commands
 //! a host's processes call (spec/cli.md §3): ingest the catalog, prepare a query for a sample
 //! piece of work, show the plan and why, choose a skill, show the consent challenge, sign a grant
 //! with a local device key standing in for the person, resolve it (the skill is installed exactly

@@ -43,7 +43,7 @@ pub enum CliError {
     Unexpected(String),
     #[error("could not write the output: {0}")]
     Output(#[from] std::io::Error),
-    /// A step of `ctx demo` was refused; `exit` is the status the host command would return.
+    /// A step of `ctx demo` was refused; `exit` is the status the JSON command would return.
     #[error("{step}: {message}")]
     Step {
         step: &'static str,
