@@ -68,18 +68,15 @@ pub fn ingest_catalog(
     layout: &Layout,
     source: Option<&Path>,
 ) -> Result<CatalogIngest, IngestError> {
-    let embedded = match source {
-        Some(_) => None,
-        None => Some(EmbeddedSample::write(layout)?),
-    };
-    let (source_dir, source_name) = match (source, &embedded) {
-        (Some(dir), _) => (dir.to_path_buf(), dir.display().to_string()),
-        (None, Some(sample)) => (sample.dir.clone(), "sample".to_owned()),
-        (None, None) => {
-            return Err(IngestError::Io {
-                path: layout.root().to_path_buf(),
-                source: std::io::Error::other("the sample catalog was not written"),
-            });
+    // The sample is written out for this ingest only, and removed when `_sample` drops.
+    let _sample;
+    let (source_dir, source_name) = match source {
+        Some(dir) => (dir.to_path_buf(), dir.display().to_string()),
+        None => {
+            let sample = EmbeddedSample::write(layout)?;
+            let dir = sample.dir.clone();
+            _sample = sample;
+            (dir, "sample".to_owned())
         }
     };
     let loaded = load_catalog_dir(&source_dir).map_err(|source| IngestError::Load {
