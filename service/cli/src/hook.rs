@@ -9,9 +9,11 @@
 use std::io::{Read, Write};
 
 use ctx_hosts::{
-    AgentHost, HookContext, HookEvent, HookInput, HostHome, HostHomeError, failure_json, run_hook,
+    AgentHost, HookContext, HookEvent, HookInput, HostHome, HostHomeError, SessionError,
+    failure_json, run_hook,
 };
 use ctx_journal::Timestamp;
+use ctx_projections::Json;
 use ctx_service::Layout;
 
 use crate::error::{CliError, EXIT_OK};
@@ -29,8 +31,9 @@ pub(crate) fn hook(
 ) -> u8 {
     let reply = match run(host, event, layout, home, now, input) {
         Ok(reply) => reply,
-        Err(message) => {
+        Err(failure) => {
             // The sentence goes to the host's log (standard error) and to the person.
+            let message = failure.to_string();
             let _ = writeln!(err, "ctx: hook {host} {}: {message}", event.ctx_name);
             Some(failure_json(&message))
         }
@@ -42,8 +45,17 @@ pub(crate) fn hook(
     EXIT_OK
 }
 
-/// The reply to print, or the sentence of why the call did nothing. The data directory is
-/// checked before the input is read, as it always was.
+/// Why a hook call did nothing: the data directory could not be chosen, or the session refused.
+#[derive(Debug, thiserror::Error)]
+enum HookFailure {
+    #[error(transparent)]
+    DataDir(#[from] CliError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+/// The reply to print, or why the call did nothing. The data directory is checked before the
+/// input is read, as it always was.
 fn run(
     host: AgentHost,
     event: &HookEvent,
@@ -51,16 +63,14 @@ fn run(
     home: Result<HostHome, HostHomeError>,
     now: Timestamp,
     input: &mut dyn Read,
-) -> Result<Option<ctx_projections::Json>, String> {
-    let layout = layout.map_err(|e| e.to_string())?;
-    let input = HookInput::read(host, event, input).map_err(|e| e.to_string())?;
+) -> Result<Option<Json>, HookFailure> {
+    let layout = layout?;
+    let input = HookInput::read(host, event, input)?;
     let context = HookContext {
         host,
         layout: &layout,
         home,
         now,
     };
-    run_hook(&context, event, &input)
-        .map(|reply| reply.to_json())
-        .map_err(|e| e.to_string())
+    Ok(run_hook(&context, event, &input)?.to_json())
 }
