@@ -6,7 +6,7 @@
 //! desired sets with pre-approved installs, consent challenges and their resolution), and the
 //! composition of all of them over one data directory (`runtime`).
 //!
-//! It names no agent host: the Claude Code and Codex adapters live in `ctx-hosts`, the `ctx`
+//! It names no agent host: the agent-host adapters live in `ctx-hosts`, the `ctx`
 //! binary in `ctx-cli`. Dependencies point one way: cli → hosts → service → projections →
 //! journal.
 #![forbid(unsafe_code)]
