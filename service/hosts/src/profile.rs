@@ -7,8 +7,25 @@
 
 use std::path::PathBuf;
 
-use crate::activation::{CLAUDE_AGENTS_SUBDIR, CLAUDE_BUNDLED_SKILLS, CLAUDE_PROJECT_MCP_FILE};
 use crate::hosts::{AgentHost, CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS, HookEvent, HostHome};
+
+/// Claude Code's bundled skills: a personal skill of the same name replaces the bundled one, so
+/// ctx refuses these names for Claude Code rather than shadow a host feature by accident (notes
+/// §1a). Codex has no such skills under these names.
+pub const CLAUDE_BUNDLED_SKILLS: [&str; 7] = [
+    "batch",
+    "code-review",
+    "debug",
+    "doctor",
+    "loop",
+    "simplify",
+    "verify",
+];
+/// The subfolder of `~/.claude/agents` that holds ctx's agent files (the host scans
+/// recursively and identifies agents by frontmatter `name`, so the folder is ctx's alone).
+pub const CLAUDE_AGENTS_SUBDIR: &str = "ctx";
+/// The project file of Claude Code's project-scope MCP servers.
+pub const CLAUDE_PROJECT_MCP_FILE: &str = ".mcp.json";
 
 /// How a host stores the custom agents ctx activates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,6 +36,8 @@ use ctx_projections::check::{is_capability_identity, sha256_hex_bytes};
 
 use crate::hosts::{AgentHost, HostHome};
 use crate::profile::{AgentLayout, McpLayout};
+/// Claude Code's facts, kept under their old paths (they live in its profile).
+pub use crate::profile::{CLAUDE_AGENTS_SUBDIR, CLAUDE_BUNDLED_SKILLS, CLAUDE_PROJECT_MCP_FILE};
 
 pub use agent::{AGENT_TREE_DEPTH_MAX, AGENT_TREE_ENTRIES_MAX, CODEX_AGENT_HEADER};
 pub use entry::STAGING_DIR_NAME;
@@ -46,8 +48,8 @@ pub use ledger::{
     OutcomeResult, Resolution, TARGET_TEXT_MAX_BYTES, TargetHistory, TargetKey,
 };
 pub use names::{
-    AGENT_NAME_MAX_BYTES, CLAUDE_BUNDLED_SKILLS, RESERVED_SERVER_NAMES, RESERVED_SKILL_NAMES,
-    RESERVED_SKILL_WORDS, SERVER_NAME_MAX_BYTES, SKILL_NAME_MAX_BYTES,
+    AGENT_NAME_MAX_BYTES, RESERVED_SERVER_NAMES, RESERVED_SKILL_NAMES, RESERVED_SKILL_WORDS,
+    SERVER_NAME_MAX_BYTES, SKILL_NAME_MAX_BYTES,
 };
 pub use store::SKILL_FILE;
 
@@ -64,11 +66,6 @@ pub const ACTIVATION_BODY_MAX_BYTES: usize = 256 * 1024;
 pub const TARGET_READ_MAX_BYTES: usize = 1024 * 1024;
 /// Longest skill `description` (Agent Skills specification), in characters.
 pub const SKILL_DESCRIPTION_MAX_CHARS: usize = 1024;
-/// The subfolder of `~/.claude/agents` that holds ctx's agent files (the host scans
-/// recursively and identifies agents by frontmatter `name`, so the folder is ctx's alone).
-pub const CLAUDE_AGENTS_SUBDIR: &str = "ctx";
-/// The project file of Claude Code's project-scope MCP servers.
-pub const CLAUDE_PROJECT_MCP_FILE: &str = ".mcp.json";
 
 /// Fail points (feature `failpoints`) at the protocol's crash seams.
 pub mod failpoints {

@@ -5,6 +5,7 @@
 //! separators, dots and quoting.
 
 use crate::hosts::AgentHost;
+use crate::profile::CLAUDE_BUNDLED_SKILLS;
 
 use super::CapabilityKind;
 use super::error::ActivationError;
@@ -16,19 +17,6 @@ pub const SKILL_NAME_MAX_BYTES: usize = 64;
 pub const AGENT_NAME_MAX_BYTES: usize = 64;
 /// Longest MCP server name, in bytes.
 pub const SERVER_NAME_MAX_BYTES: usize = 64;
-
-/// Claude Code's bundled skills: a personal skill of the same name replaces the bundled one, so
-/// ctx refuses these names for Claude Code rather than shadow a host feature by accident (notes
-/// §1a). Codex has no such skills under these names.
-pub const CLAUDE_BUNDLED_SKILLS: [&str; 7] = [
-    "batch",
-    "code-review",
-    "debug",
-    "doctor",
-    "loop",
-    "simplify",
-    "verify",
-];
 
 /// Skill folder names with a meaning of their own: claude.ai-synced skills live in `synced`.
 pub const RESERVED_SKILL_NAMES: [&str; 1] = ["synced"];
