@@ -684,7 +684,7 @@ pub fn postgres_journal() -> BenchResult<(ctx_journal_pg::TestServer, String)> {
 pub fn build_ctx(target_dir: &Path, release: bool) -> BenchResult<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
-    command.args(["build", "--quiet", "-p", "ctx-service", "--bin", "ctx"]);
+    command.args(["build", "--quiet", "-p", "ctx-cli", "--bin", "ctx"]);
     if release {
         command.arg("--release");
     }

@@ -200,7 +200,7 @@ pub fn ctx_binary() -> &'static Path {
     BINARY.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "ctx-service", "--bin", "ctx"])
+            .args(["build", "--quiet", "-p", "ctx-cli", "--bin", "ctx"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("run cargo to build the ctx binary");

@@ -2,11 +2,11 @@
 
 use std::fs;
 
-use ctx_service::activation::{
+use ctx_hosts::AgentHost;
+use ctx_hosts::activation::{
     ActivationError, ActivationOutcome, CODEX_AGENT_HEADER, CapabilityKind, ConflictReason,
     DeactivationOutcome, TargetStatus,
 };
-use ctx_service::hosts::AgentHost;
 
 use super::fixture::{Fixture, catalog, names};
 use crate::support;

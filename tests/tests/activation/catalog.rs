@@ -5,8 +5,8 @@
 use std::fs;
 use std::time::Instant;
 
-use ctx_service::activation::{ActivationError, ActivationTarget, CapabilityKind};
-use ctx_service::hosts::AgentHost;
+use ctx_hosts::AgentHost;
+use ctx_hosts::activation::{ActivationError, ActivationTarget, CapabilityKind};
 
 use super::fixture::{Fixture, names};
 use crate::support;
@@ -54,7 +54,7 @@ fn every_catalog_material_activates_or_is_refused_with_a_reason() {
             let project = f.project();
             let result = ActivationTarget::new(host, kind, &name, Some(&project)).and_then(|t| {
                 let id = format!("{}:{name}", kind.as_str());
-                let request = ctx_service::activation::ActivationRequest::new(t, &id, body)?;
+                let request = ctx_hosts::activation::ActivationRequest::new(t, &id, body)?;
                 f.actuator.activate(&request)
             });
             match result {

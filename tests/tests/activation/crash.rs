@@ -2,11 +2,11 @@
 
 use std::fs;
 
-use ctx_service::activation::{
+use ctx_hosts::AgentHost;
+use ctx_hosts::activation::{
     ActivationError, ActivationOutcome, CapabilityKind, ConflictReason, Operation, OutcomeResult,
     TargetStatus, failpoints,
 };
-use ctx_service::hosts::AgentHost;
 
 use super::fixture::{Fixture, catalog, names};
 use crate::support::FailPoints;

@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use ctx_journal::{Journal, OpenOptions, Timestamp};
-use ctx_projections::check::UtcMicros;
-use ctx_service::activation::{
+use ctx_hosts::HostActivationDriver;
+use ctx_hosts::activation::{
     ActivationLedger as _, JournalLedger, Operation, OutcomeResult, failpoints as actuator,
 };
-use ctx_service::host_actuator::HostActivationDriver;
-use ctx_service::hosts::{AgentHost, HostHome};
+use ctx_hosts::{AgentHost, HostHome};
+use ctx_journal::{Journal, OpenOptions, Timestamp};
+use ctx_projections::check::UtcMicros;
 use ctx_service::managed::{
     ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError, activation_failpoints as service,
 };
@@ -157,7 +157,7 @@ fn a_crash_at_every_step_of_an_activation_finishes_exactly_once_later() {
         assert!(
             inspected
                 .iter()
-                .all(|i| i.status == ctx_service::activation::TargetStatus::Active),
+                .all(|i| i.status == ctx_hosts::activation::TargetStatus::Active),
             "{point}: {inspected:?}"
         );
         // Exactly one applied activation per target: the host files changed once.

@@ -6,13 +6,13 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ctx_journal::{Journal, StreamId};
-use ctx_projections::check::sha256_hex_bytes;
-use ctx_service::activation::{
+use ctx_hosts::activation::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ActivationError, ActivationRequest,
     ActivationTarget, Actuator, CapabilityKind, JournalLedger,
 };
-use ctx_service::hosts::{AgentHost, HostHome};
+use ctx_hosts::{AgentHost, HostHome};
+use ctx_journal::{Journal, StreamId};
+use ctx_projections::check::sha256_hex_bytes;
 
 use crate::support;
 
@@ -95,7 +95,7 @@ impl Fixture {
         kind: CapabilityKind,
         name: &str,
         body: &[u8],
-    ) -> Result<ctx_service::activation::ActivationReport, ActivationError> {
+    ) -> Result<ctx_hosts::activation::ActivationReport, ActivationError> {
         self.actuator
             .activate(&self.request(host, kind, name, body))
     }
@@ -105,7 +105,7 @@ impl Fixture {
         host: AgentHost,
         kind: CapabilityKind,
         name: &str,
-    ) -> Result<ctx_service::activation::DeactivationReport, ActivationError> {
+    ) -> Result<ctx_hosts::activation::DeactivationReport, ActivationError> {
         self.actuator.deactivate(&self.target(host, kind, name))
     }
 

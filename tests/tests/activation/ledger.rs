@@ -4,17 +4,17 @@
 use std::fs;
 use std::sync::Arc;
 
+use ctx_hosts::AgentHost;
+use ctx_hosts::activation::{
+    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
+    ACTIVATION_TARGET_KIND, ActivationOutcome, CapabilityKind, LedgerRecord, TargetStatus,
+};
 use ctx_journal::StreamId;
 use ctx_projections::Json;
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
 use ctx_projections::testkit::Session;
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Projections, domain_projections};
-use ctx_service::activation::{
-    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
-    ACTIVATION_TARGET_KIND, ActivationOutcome, CapabilityKind, LedgerRecord, TargetStatus,
-};
-use ctx_service::hosts::AgentHost;
 
 use super::fixture::{Fixture, catalog};
 use crate::support::{self, run_ctx};

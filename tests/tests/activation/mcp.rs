@@ -4,11 +4,11 @@
 use std::fs;
 use std::path::Path;
 
-use ctx_service::activation::{
+use ctx_hosts::AgentHost;
+use ctx_hosts::activation::{
     ActivationError, ActivationOutcome, ActivationTarget, CapabilityKind, ConflictReason,
     DeactivationOutcome, TargetStatus,
 };
-use ctx_service::hosts::AgentHost;
 
 use super::fixture::{Fixture, catalog};
 use crate::support;

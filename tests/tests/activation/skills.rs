@@ -3,11 +3,11 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use ctx_service::activation::{
+use ctx_hosts::AgentHost;
+use ctx_hosts::activation::{
     ActivationError, ActivationOutcome, ActivationTarget, CapabilityKind, ConflictReason,
     DeactivationOutcome, STAGING_DIR_NAME, TargetStatus,
 };
-use ctx_service::hosts::AgentHost;
 
 use super::fixture::{Fixture, catalog, mode, names, skill_body};
 use crate::support;

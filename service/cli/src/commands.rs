@@ -1,0 +1,698 @@
+//! The JSON commands a host runs: one JSON object on stdin (when the command takes input), one
+//! JSON object on stdout, always (spec/cli.md §4). Success: `{"ok": true, "command": …,
+//! "result": …}`; a refusal: `{"ok": false, "command": …, "error": {"code": …, "message": …}}`
+//! plus the sentence on stderr. `HostCommand` keeps its name: the parsed command line names it.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use ctx_journal::Timestamp;
+use ctx_projections::Json;
+use ctx_projections::check::UtcMicros;
+use ctx_projections::consent_store::{
+    AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
+};
+use ctx_service::catalog::LoadedCatalog;
+use ctx_service::managed::{
+    ManagedActionSummary, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
+    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryRequest,
+    ManagedQueryServiceResult, ServiceError,
+};
+use ctx_service::policy::InstallConsentPolicy;
+use ctx_service::runtime::{
+    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
+    logical_id, read_device_key, uninstallable,
+};
+use ctx_service::{CatalogIngest, IngestError, Layout, ingest_catalog};
+
+use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
+
+/// The largest JSON request a JSON command reads from stdin.
+pub const HOST_INPUT_MAX_BYTES: usize = 64 * 1024;
+/// How long a signed decision made by `ctx key sign` stays valid, in seconds.
+pub const SIGNED_DECISION_TTL_SECONDS: i64 = 300;
+
+/// A JSON command (spec/cli.md §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostCommand {
+    CatalogIngest { catalog_dir: Option<PathBuf> },
+    QueryPrepare,
+    QueryReopen,
+    DesiredSet,
+    ConsentChallenge,
+    ConsentResolve,
+    ConsentRecover,
+    PolicyShow,
+    PolicySet,
+    KeyGenerate { out: PathBuf },
+    KeySign { key: PathBuf },
+}
+
+impl HostCommand {
+    /// The command's words, as the JSON's `command` field names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HostCommand::CatalogIngest { .. } => "catalog ingest",
+            HostCommand::QueryPrepare => "query prepare",
+            HostCommand::QueryReopen => "query reopen",
+            HostCommand::DesiredSet => "desired set",
+            HostCommand::ConsentChallenge => "consent challenge",
+            HostCommand::ConsentResolve => "consent resolve",
+            HostCommand::ConsentRecover => "consent recover",
+            HostCommand::PolicyShow => "policy show",
+            HostCommand::PolicySet => "policy set",
+            HostCommand::KeyGenerate { .. } => "key generate",
+            HostCommand::KeySign { .. } => "key sign",
+        }
+    }
+
+    fn reads_input(&self) -> bool {
+        !matches!(
+            self,
+            HostCommand::CatalogIngest { .. }
+                | HostCommand::PolicyShow
+                | HostCommand::KeyGenerate { .. }
+        )
+    }
+}
+
+/// A JSON command's refusal: a stable code, the exit status it maps to, and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandFailure {
+    pub code: &'static str,
+    pub exit: u8,
+    pub message: String,
+}
+
+impl CommandFailure {
+    fn invalid(message: impl Into<String>) -> CommandFailure {
+        CommandFailure {
+            code: "invalid",
+            exit: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    fn internal(message: impl Into<String>) -> CommandFailure {
+        CommandFailure {
+            code: "internal",
+            exit: EXIT_INTERNAL,
+            message: message.into(),
+        }
+    }
+
+    fn outcome(code: &'static str, message: impl Into<String>) -> CommandFailure {
+        CommandFailure {
+            code,
+            exit: EXIT_OUTCOME,
+            message: message.into(),
+        }
+    }
+}
+
+impl CommandFailure {
+    /// A refusal with the stable `code` of the library's error (spec/cli.md §4): `invalid` is
+    /// bad input (exit 2), `internal` the machine's fault (exit 3), every other code a domain
+    /// outcome the host acts on (exit 1).
+    fn coded(code: &'static str, message: String) -> CommandFailure {
+        let exit = match code {
+            "invalid" => EXIT_USAGE,
+            "internal" => EXIT_INTERNAL,
+            _ => EXIT_OUTCOME,
+        };
+        CommandFailure {
+            code,
+            exit,
+            message,
+        }
+    }
+}
+
+impl From<ServiceError> for CommandFailure {
+    fn from(e: ServiceError) -> CommandFailure {
+        CommandFailure::coded(e.code(), e.to_string())
+    }
+}
+
+impl From<RuntimeError> for CommandFailure {
+    fn from(e: RuntimeError) -> CommandFailure {
+        CommandFailure::coded(e.code(), e.to_string())
+    }
+}
+
+impl From<IngestError> for CommandFailure {
+    fn from(e: IngestError) -> CommandFailure {
+        CommandFailure::coded(e.code(), e.to_string())
+    }
+}
+
+/// Runs a JSON command and writes its JSON: returns the exit status.
+pub(crate) fn execute(
+    command: &HostCommand,
+    layout: &Layout,
+    now: Timestamp,
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let outcome = read_request(command, input)
+        .and_then(|request| dispatch(command, layout, UtcMicros(now.0), &request));
+    let (code, document) = match outcome {
+        Ok((code, result)) => (
+            code,
+            Json::object([
+                ("command", Json::str(command.name())),
+                ("ok", Json::Bool(true)),
+                ("result", result),
+            ]),
+        ),
+        Err(failure) => {
+            writeln!(err, "ctx: {}: {}", command.name(), failure.message)?;
+            (
+                failure.exit,
+                Json::object([
+                    ("command", Json::str(command.name())),
+                    (
+                        "error",
+                        Json::object([
+                            ("code", Json::str(failure.code)),
+                            ("message", Json::str(&failure.message)),
+                        ]),
+                    ),
+                    ("ok", Json::Bool(false)),
+                ]),
+            )
+        }
+    };
+    writeln!(out, "{document}")?;
+    Ok(code)
+}
+
+/// Reads the request of a command that takes one: at most [`HOST_INPUT_MAX_BYTES`] of strict
+/// JSON, an object.
+fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, CommandFailure> {
+    if !command.reads_input() {
+        return Ok(Json::object::<&str>([]));
+    }
+    let mut bytes = Vec::new();
+    input
+        .take(HOST_INPUT_MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| CommandFailure::internal(format!("could not read the request: {e}")))?;
+    if bytes.len() > HOST_INPUT_MAX_BYTES {
+        return Err(CommandFailure::invalid(format!(
+            "the request is larger than {HOST_INPUT_MAX_BYTES} bytes"
+        )));
+    }
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| CommandFailure::invalid("the request is not UTF-8 text"))?;
+    let value = Json::parse(text.trim_end())
+        .map_err(|e| CommandFailure::invalid(format!("the request is not valid JSON: {e}")))?;
+    if value.as_obj().is_none() {
+        return Err(CommandFailure::invalid("the request must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// Runs a JSON command on a parsed request: the exit status and the `result` JSON, or the refusal.
+/// The demo drives the host interface through this, exactly as a host's processes would.
+pub(crate) fn dispatch(
+    command: &HostCommand,
+    layout: &Layout,
+    now: UtcMicros,
+    request: &Json,
+) -> Result<(u8, Json), CommandFailure> {
+    let ok = |result: Json| Ok((EXIT_OK, result));
+    match command {
+        HostCommand::CatalogIngest { catalog_dir } => ok(ingest_json(&ingest_catalog(
+            layout,
+            catalog_dir.as_deref(),
+        )?)),
+        HostCommand::KeyGenerate { out } => {
+            check_keys(request, &[])?;
+            let identity = generate_device_key(layout, out)?;
+            let mut result = identity.to_json();
+            if let Json::Obj(map) = &mut result {
+                map.insert("key_file".to_owned(), Json::str(out.display().to_string()));
+            }
+            ok(result)
+        }
+        HostCommand::KeySign { key } => ok(sign(key, now, request)?),
+        HostCommand::PolicyShow => {
+            let runtime = Runtime::open(layout, now)?;
+            let policy = runtime
+                .policy_store()
+                .load_current()
+                .map_err(|e| CommandFailure::internal(e.to_string()))?;
+            ok(policy.to_json())
+        }
+        HostCommand::PolicySet => {
+            let runtime = Runtime::open(layout, now)?;
+            let policy = InstallConsentPolicy::from_json(request)
+                .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+            runtime
+                .policy_store()
+                .persist(&policy)
+                .map_err(|e| CommandFailure::internal(e.to_string()))?;
+            ok(policy.to_json())
+        }
+        HostCommand::QueryPrepare => {
+            check_keys(
+                request,
+                &[
+                    "label",
+                    "languages",
+                    "prompt",
+                    "requested_limit",
+                    "session_id",
+                    "signals",
+                    "workspace",
+                ],
+            )?;
+            let runtime = Runtime::open(layout, now)?;
+            let work = work_request(request)?;
+            let work_ref = runtime.observe_work(&work)?;
+            let label = request.get_str("label").unwrap_or(work_ref.as_str());
+            let query = ManagedQueryRequest::new(&logical_id("query", label), &work_ref)?;
+            let result = runtime.service().prepare(&query)?;
+            ok(query_json(&result, runtime.loaded()))
+        }
+        HostCommand::QueryReopen => {
+            check_keys(request, &["query_ref"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let query_ref = required_str(request, "query_ref")?;
+            let result = runtime.service().reopen(query_ref)?;
+            ok(query_json(&result, runtime.loaded()))
+        }
+        HostCommand::DesiredSet => {
+            let runtime = Runtime::open(layout, now)?;
+            let request = desired_request(request)?;
+            for id in request.capability_ids() {
+                if let Some(reason) = uninstallable(runtime.loaded(), id) {
+                    return Err(CommandFailure::outcome(
+                        "no-actuator",
+                        format!(
+                            "{id} cannot be installed by this data directory: {reason}; choose \
+                             it in a host that can install it, or leave it out"
+                        ),
+                    ));
+                }
+            }
+            let result = runtime.service().set_desired(&request)?;
+            let code = if result.status() == "consent-required" {
+                EXIT_OUTCOME
+            } else {
+                EXIT_OK
+            };
+            Ok((code, desired_json(&result)))
+        }
+        HostCommand::ConsentChallenge => {
+            check_keys(request, &["challenge_digest"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let digest = required_str(request, "challenge_digest")?;
+            let record = challenge_record(layout, digest, now)?;
+            ok(challenge_json(&record, runtime.loaded()))
+        }
+        HostCommand::ConsentResolve => {
+            check_keys(request, &["assertion"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let assertion = required_str(request, "assertion")?;
+            let result = runtime.service().resolve_consent(assertion.as_bytes())?;
+            ok(resolution_json(&result))
+        }
+        HostCommand::ConsentRecover => {
+            check_keys(request, &["challenge_digest"])?;
+            let runtime = Runtime::open(layout, now)?;
+            let digest = required_str(request, "challenge_digest")?;
+            let result = runtime.service().recover_consent(digest)?;
+            ok(resolution_json(&result))
+        }
+    }
+}
+
+/// Runs a JSON command in-process for the demo and the person's commands: its `result`, or the
+/// refusal as a [`CliError::Step`] named `step` with the command's exit status.
+pub(crate) fn run_step(
+    step: &'static str,
+    layout: &Layout,
+    now: UtcMicros,
+    command: HostCommand,
+    request: Json,
+) -> Result<Json, CliError> {
+    dispatch(&command, layout, now, &request)
+        .map(|(_, result)| result)
+        .map_err(|CommandFailure { exit, message, .. }| CliError::Step {
+            step,
+            message,
+            exit,
+        })
+}
+
+/// The strings of an array field of a result (non-strings and a missing field are skipped).
+pub(crate) fn strings(value: &Json, key: &str) -> Vec<String> {
+    match value.get(key) {
+        Some(Json::Arr(items)) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A string field of a result, `?` when absent (for display only).
+pub(crate) fn field<'a>(value: &'a Json, key: &str) -> &'a str {
+    value.get_str(key).unwrap_or("?")
+}
+
+// ------------------------------------------------------------------------------------------------
+// Requests
+// ------------------------------------------------------------------------------------------------
+
+fn check_keys(request: &Json, allowed: &[&str]) -> Result<(), CommandFailure> {
+    if let Some(map) = request.as_obj()
+        && let Some(key) = map.keys().find(|k| !allowed.contains(&k.as_str()))
+    {
+        return Err(CommandFailure::invalid(format!(
+            "the request has an unknown field {key:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn required_str<'a>(request: &'a Json, key: &str) -> Result<&'a str, CommandFailure> {
+    request
+        .get_str(key)
+        .ok_or_else(|| CommandFailure::invalid(format!("the request needs a string field {key:?}")))
+}
+
+fn string_list(request: &Json, key: &str) -> Result<Vec<String>, CommandFailure> {
+    match request.get(key) {
+        None => Ok(Vec::new()),
+        Some(Json::Arr(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str().map(str::to_owned).ok_or_else(|| {
+                    CommandFailure::invalid(format!("field {key:?} must hold only strings"))
+                })
+            })
+            .collect(),
+        Some(_) => Err(CommandFailure::invalid(format!(
+            "field {key:?} must be an array of strings"
+        ))),
+    }
+}
+
+fn work_request(request: &Json) -> Result<WorkRequest, CommandFailure> {
+    let requested_limit = match request.get("requested_limit") {
+        None => 5,
+        Some(Json::Int(n)) => u8::try_from(*n).map_err(|_| {
+            CommandFailure::invalid(format!("requested_limit {n} must be between 1 and 5"))
+        })?,
+        Some(_) => {
+            return Err(CommandFailure::invalid(
+                "requested_limit must be an integer",
+            ));
+        }
+    };
+    Ok(WorkRequest {
+        session_id: required_str(request, "session_id")?.to_owned(),
+        workspace: required_str(request, "workspace")?.to_owned(),
+        prompt: request.get_str("prompt").unwrap_or_default().to_owned(),
+        signals: string_list(request, "signals")?,
+        languages: string_list(request, "languages")?,
+        requested_limit,
+    })
+}
+
+/// The desired-set request: the service's own JSON, where a `choice_label` may stand in for the
+/// `logical_choice_id` digest.
+fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, CommandFailure> {
+    let mut value = request.clone();
+    if let Json::Obj(map) = &mut value
+        && let Some(label) = map.remove("choice_label")
+    {
+        let Some(label) = label.as_str() else {
+            return Err(CommandFailure::invalid("choice_label must be a string"));
+        };
+        if map.contains_key("logical_choice_id") {
+            return Err(CommandFailure::invalid(
+                "give either choice_label or logical_choice_id, not both",
+            ));
+        }
+        map.insert(
+            "logical_choice_id".to_owned(),
+            Json::str(logical_id("choice", label)),
+        );
+    }
+    Ok(ManagedDesiredSetRequest::from_json(&value)?)
+}
+
+/// `ctx key sign`: a signed human decision on a challenge, in its wire form.
+fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, CommandFailure> {
+    check_keys(request, &["challenge_digest", "decision"])?;
+    let challenge_digest = required_str(request, "challenge_digest")?;
+    let decision = required_str(request, "decision")?;
+    if !matches!(decision, "granted" | "denied") {
+        return Err(CommandFailure::invalid(format!(
+            "decision {decision:?} must be \"granted\" or \"denied\""
+        )));
+    }
+    let (signer, identity) = read_device_key(key)?;
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce)
+        .map_err(|e| CommandFailure::internal(format!("no randomness for a nonce: {e}")))?;
+    let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+        challenge_digest: challenge_digest.to_owned(),
+        decision: decision.to_owned(),
+        principal_digest: identity.principal_digest.clone(),
+        authenticator_id: identity.authenticator_id.clone(),
+        audience: CONSENT_AUDIENCE.to_owned(),
+        nonce: format!(
+            "ctx-nonce-{}",
+            nonce.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+        issued_at: now.render(),
+        expires_at: UtcMicros(
+            now.0
+                .saturating_add(SIGNED_DECISION_TTL_SECONDS * 1_000_000),
+        )
+        .render(),
+        proof: b"unsigned".to_vec(),
+    })
+    .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+    let signed = signer
+        .sign_assertion(&unsigned)
+        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+    let wire = signed
+        .encode()
+        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+    let text = String::from_utf8(wire)
+        .map_err(|_| CommandFailure::internal("the assertion's wire form is not UTF-8"))?;
+    Ok(Json::object([
+        ("assertion", Json::str(text)),
+        ("authenticator_id", Json::str(&identity.authenticator_id)),
+        ("decision", Json::str(decision)),
+    ]))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Results as JSON
+// ------------------------------------------------------------------------------------------------
+
+fn ingest_json(ingest: &CatalogIngest) -> Json {
+    Json::object([
+        (
+            "capabilities",
+            Json::Int(i64::try_from(ingest.capabilities).unwrap_or(i64::MAX)),
+        ),
+        ("changed", Json::Bool(ingest.changed)),
+        (
+            "installation_snapshot_digest",
+            Json::str(&ingest.installation_snapshot_digest),
+        ),
+        ("namespace", Json::str(&ingest.namespace)),
+        (
+            "retrieval_snapshot_digest",
+            Json::str(&ingest.retrieval_snapshot_digest),
+        ),
+        ("source", Json::str(&ingest.source)),
+    ])
+}
+
+fn strs(items: &[String]) -> Json {
+    Json::Arr(items.iter().map(Json::str).collect())
+}
+
+pub(crate) fn opt_str(value: Option<&str>) -> Json {
+    value.map_or(Json::Null, Json::str)
+}
+
+fn actions_json(actions: &[ManagedActionSummary]) -> Json {
+    Json::Arr(
+        actions
+            .iter()
+            .map(|a| {
+                Json::object([
+                    ("action_id", Json::str(a.action_id())),
+                    ("entity_id", opt_str(a.entity_id())),
+                    ("kind", Json::str(a.kind())),
+                ])
+            })
+            .collect(),
+    )
+}
+
+fn challenge_projection_json(challenge: Option<&ManagedConsentChallengeProjection>) -> Json {
+    challenge.map_or(Json::Null, |c| {
+        Json::object([
+            ("audience", Json::str(c.audience())),
+            ("capability_id", Json::str(c.capability_id())),
+            ("challenge_digest", Json::str(c.challenge_digest())),
+            ("expires_at", Json::str(c.expires_at())),
+            ("kind", Json::str(c.kind())),
+        ])
+    })
+}
+
+/// What a capability's install may do, from the catalog.
+fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
+    let entry = loaded
+        .catalog()
+        .entries()
+        .iter()
+        .find(|e| e.id == capability_id);
+    match entry.and_then(|e| e.install.as_ref()) {
+        Some(install) => Json::object([
+            (
+                "credential_requirement",
+                Json::Bool(install.credential_requirement),
+            ),
+            (
+                "permission_expansion",
+                Json::Bool(install.permission_expansion),
+            ),
+            ("result_path", Json::str(&install.result.path)),
+            ("result_sha256", Json::str(&install.result.sha256)),
+        ]),
+        None => Json::Null,
+    }
+}
+
+pub(crate) fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCatalog) -> Json {
+    let prepared = result.prepared();
+    let label = |id: &str| {
+        loaded
+            .catalog()
+            .entries()
+            .iter()
+            .find(|e| e.id == id)
+            .map_or(Json::Null, |e| Json::str(&e.label))
+    };
+    let selections = prepared
+        .selections()
+        .iter()
+        .map(|s| {
+            Json::object([
+                ("actionability", Json::str(s.actionability())),
+                ("benefit_tier", Json::str(s.benefit_tier())),
+                ("capability_id", Json::str(s.capability_id())),
+                ("install", install_flags(loaded, s.capability_id())),
+                ("kind", Json::str(s.kind())),
+                ("label", label(s.capability_id())),
+                (
+                    "marginal_net_benefit_u",
+                    Json::Int(s.marginal_net_benefit_u()),
+                ),
+                ("matching_signals", strs(s.matching_signals())),
+                ("name", Json::str(s.name())),
+                ("reason_codes", strs(s.reason_codes())),
+            ])
+        })
+        .collect();
+    Json::object([
+        ("abstention_code", opt_str(prepared.abstention_code())),
+        ("actions", actions_json(result.actions())),
+        ("challenge", challenge_projection_json(result.challenge())),
+        ("decision_digest", Json::str(prepared.decision_digest())),
+        (
+            "journal_record_digest",
+            Json::str(prepared.journal_record_digest()),
+        ),
+        (
+            "journal_revision",
+            Json::Int(i64::try_from(prepared.journal_revision()).unwrap_or(i64::MAX)),
+        ),
+        ("plan_id", Json::str(prepared.plan_id())),
+        ("query_ref", Json::str(result.query_ref())),
+        ("selections", Json::Arr(selections)),
+        ("status", Json::str(prepared.status())),
+    ])
+}
+
+pub(crate) fn desired_json(result: &ManagedDesiredSetResult) -> Json {
+    Json::object([
+        ("actions", actions_json(result.actions())),
+        ("capability_ids", strs(result.capability_ids())),
+        ("challenge", challenge_projection_json(result.challenge())),
+        ("decision_digest", Json::str(result.decision_digest())),
+        (
+            "deferred_capability_ids",
+            strs(result.deferred_capability_ids()),
+        ),
+        ("desired_set_ref", Json::str(result.desired_set_ref())),
+        (
+            "failed_capability_ids",
+            strs(result.failed_capability_ids()),
+        ),
+        (
+            "journal_record_digest",
+            Json::str(result.journal_record_digest()),
+        ),
+        (
+            "journal_revision",
+            Json::Int(i64::try_from(result.journal_revision()).unwrap_or(i64::MAX)),
+        ),
+        ("logical_choice_id", Json::str(result.logical_choice_id())),
+        ("plan_id", Json::str(result.plan_id())),
+        ("query_ref", Json::str(result.query_ref())),
+        ("reason_code", opt_str(result.reason_code())),
+        ("status", Json::str(result.status())),
+    ])
+}
+
+fn resolution_json(result: &ManagedConsentResolutionResult) -> Json {
+    Json::object([
+        ("actions", actions_json(result.actions())),
+        ("capability_id", Json::str(result.capability_id())),
+        ("challenge_digest", Json::str(result.challenge_digest())),
+        (
+            "journal_record_digest",
+            Json::str(result.journal_record_digest()),
+        ),
+        (
+            "journal_revision",
+            Json::Int(i64::try_from(result.journal_revision()).unwrap_or(i64::MAX)),
+        ),
+        ("kind", Json::str(result.kind())),
+        (
+            "next_challenge",
+            challenge_projection_json(result.next_challenge()),
+        ),
+        ("outcome", Json::str(result.outcome())),
+        ("reason_code", Json::str(result.reason_code())),
+    ])
+}
+
+fn challenge_json(record: &ChallengeRecord, loaded: &LoadedCatalog) -> Json {
+    let challenge = record.challenge();
+    Json::object([
+        ("capability_id", Json::str(challenge.capability_id())),
+        ("challenge", challenge.to_json()),
+        ("challenge_digest", Json::str(challenge.challenge_digest())),
+        ("decision", opt_str(record.decision())),
+        ("install", install_flags(loaded, challenge.capability_id())),
+        ("kind", Json::str(challenge.kind())),
+        ("state", Json::str(record.state().as_str())),
+    ])
+}

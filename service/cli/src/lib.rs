@@ -1,0 +1,640 @@
+//! The `ctx` command line: argument parsing by hand and dispatch. `main` only gathers the
+//! process's arguments, environment, clock and standard streams and calls [`run`]. The commands,
+//! their JSON and their exit statuses are specified in `spec/cli.md`.
+
+mod audit;
+mod commands;
+mod data_dir;
+mod demo;
+mod doctor;
+mod error;
+mod export;
+mod hook;
+mod init;
+mod inspect;
+mod person;
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use ctx_journal::Timestamp;
+
+use ctx_hosts::{AgentHost, HostHome};
+use ctx_service::Layout;
+
+pub use commands::{HOST_INPUT_MAX_BYTES, HostCommand};
+pub use data_dir::{DATA_DIR_ENV, DataDir, DataDirSource, choose_data_dir};
+pub use demo::{DemoSummary, run_demo};
+pub use error::{CliError, EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
+
+/// The `--help` text.
+pub const USAGE: &str = "\
+ctx: plans, consents to and installs the capabilities of agent coding sessions
+
+Usage: ctx [--data-dir DIR] [--journal SOURCE] <command> [options]
+
+Commands:
+  demo                      the whole flow on the sample catalog, step by step
+  audit [--json]            verify every record, replay every stream, rebuild every projection
+  inspect [--json]          streams, heads, projection counts and digests
+  export [--output FILE]    the journal as JSON lines with digests (stdout by default)
+  import [--input FILE]     an export into an empty data directory (stdin by default)
+
+Host commands (JSON on stdin and stdout, see spec/cli.md):
+  catalog ingest [--catalog-dir DIR]    the sample catalog when no directory is given
+  query prepare | query reopen
+  desired set
+  consent challenge | consent resolve | consent recover
+  policy show | policy set
+  key generate --out FILE               a human device key (0600), registered as a verifier
+  key sign --key FILE                   sign a consent challenge with a device key
+
+The person's commands (in their own terminal):
+  key init [--key FILE]                 create the device key (default $XDG_CONFIG_HOME/ctx/
+                                        device.key or ~/.config/ctx/device.key), register it
+  consent approve DIGEST [--key FILE] [--yes]
+  consent deny DIGEST [--key FILE] [--yes]
+                                        show what the challenge installs, ask, sign, resolve
+
+Agent hosts (Claude Code, Codex):
+  init --host claude|codex              register ctx's hooks with the host, once
+  doctor [--json]                       what is installed, untrusted, drifted or conflicting
+  hook claude|codex EVENT               a host hook: the host's JSON on stdin, one JSON object
+                                        on stdout, exit 0 unless it deliberately blocks
+
+  ctx --help | ctx --version
+
+The data directory is --data-dir DIR, else $CTX_DATA_DIR, else $XDG_DATA_HOME/ctx, else
+$HOME/.local/share/ctx (always an absolute path). Concurrent ctx processes on one data
+directory wait for each other for up to 30 s.
+
+The journal is the data directory's redb file unless --journal SOURCE (else $CTX_JOURNAL_URL)
+names a PostgreSQL database (postgres://… or host=… dbname=…); the installation key stays
+in the data directory. `redb` names the default.
+
+Exit status: 0 success, 1 a domain outcome the host must act on (consent required, busy,
+conflict, denied: the JSON says which), 2 bad input, 3 an internal or integrity failure.
+";
+
+/// A parsed command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Command {
+    Help,
+    Version,
+    Demo,
+    Audit {
+        json: bool,
+    },
+    Inspect {
+        json: bool,
+    },
+    Export {
+        output: Option<PathBuf>,
+    },
+    Import {
+        input: Option<PathBuf>,
+    },
+    Host(HostCommand),
+    /// `ctx key init [--key FILE]`: the person's device key.
+    KeyInit {
+        key: Option<PathBuf>,
+    },
+    /// `ctx consent approve|deny DIGEST [--key FILE] [--yes]`: the person's decision.
+    ConsentDecide {
+        challenge_digest: String,
+        grant: bool,
+        key: Option<PathBuf>,
+        yes: bool,
+    },
+    /// `ctx hook claude|codex EVENT`: one hook call of an agent host.
+    Hook {
+        host: AgentHost,
+        event: &'static ctx_hosts::HookEvent,
+    },
+    /// `ctx init --host claude|codex`: register ctx's hooks with a host.
+    Init {
+        host: AgentHost,
+    },
+    /// `ctx doctor [--json]`: what is installed, untrusted, drifted or conflicting.
+    Doctor {
+        json: bool,
+    },
+}
+
+/// A parsed command line: the command and the data directory option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub data_dir: Option<PathBuf>,
+    /// `--journal SOURCE`: `redb` or a PostgreSQL connection string (spec/scale-out.md §5).
+    pub journal: Option<String>,
+    pub command: Command,
+}
+
+/// The process's standard streams, and whether standard error is a terminal (progress bars go
+/// there only when it is).
+pub struct Streams<'a> {
+    pub input: &'a mut dyn Read,
+    pub out: &'a mut dyn Write,
+    pub err: &'a mut dyn Write,
+    pub err_is_terminal: bool,
+}
+
+impl std::fmt::Debug for Streams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("err_is_terminal", &self.err_is_terminal)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options that take a value.
+const VALUE_OPTIONS: [&str; 8] = [
+    "--data-dir",
+    "--journal",
+    "--output",
+    "--input",
+    "--catalog-dir",
+    "--out",
+    "--key",
+    "--host",
+];
+
+/// Parses the arguments after the program name.
+pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, CliError> {
+    let mut words = Vec::new();
+    for arg in args {
+        match arg.into_string() {
+            Ok(word) => words.push(word),
+            Err(arg) => {
+                return Err(CliError::Usage(format!(
+                    "argument {arg:?} is not valid UTF-8"
+                )));
+            }
+        }
+    }
+    let mut positional: Vec<&str> = Vec::new();
+    let mut values: Vec<(&str, &str)> = Vec::new();
+    let mut json = false;
+    let mut help = false;
+    let mut version = false;
+    let mut yes = false;
+    let mut iter = words.iter().map(String::as_str);
+    while let Some(word) = iter.next() {
+        match word {
+            "-h" | "--help" => help = true,
+            "-V" | "--version" => version = true,
+            "-y" | "--yes" => yes = true,
+            "--json" => json = true,
+            _ if word.starts_with("--") => {
+                let (name, inline) = match word.split_once('=') {
+                    Some((name, value)) => (name, Some(value)),
+                    None => (word, None),
+                };
+                if !VALUE_OPTIONS.contains(&name) {
+                    return Err(CliError::Usage(format!(
+                        "unknown option {name:?}; try `ctx --help`"
+                    )));
+                }
+                let value = match inline {
+                    Some(value) => value,
+                    None => iter
+                        .next()
+                        .ok_or_else(|| CliError::Usage(format!("option {name} needs a value")))?,
+                };
+                if value.is_empty() {
+                    return Err(CliError::Usage(format!("option {name} has an empty value")));
+                }
+                if values.iter().any(|(n, _)| *n == name) {
+                    return Err(CliError::Usage(format!("option {name} is given twice")));
+                }
+                values.push((name, value));
+            }
+            _ => positional.push(word),
+        }
+    }
+    let mut take = |name: &str| -> Option<PathBuf> {
+        let index = values.iter().position(|(n, _)| *n == name)?;
+        Some(PathBuf::from(values.remove(index).1))
+    };
+    let data_dir = take("--data-dir");
+    let journal = take("--journal").map(|p| p.to_string_lossy().into_owned());
+    if help || positional.first() == Some(&"help") {
+        return Ok(Invocation {
+            data_dir,
+            journal,
+            command: Command::Help,
+        });
+    }
+    let command = match positional.as_slice() {
+        [] if version => Command::Version,
+        [] => {
+            return Err(CliError::Usage(
+                "no command given; try `ctx --help`".to_owned(),
+            ));
+        }
+        ["demo"] => Command::Demo,
+        ["audit"] => Command::Audit { json },
+        ["inspect"] => Command::Inspect { json },
+        ["export"] => Command::Export {
+            output: take("--output"),
+        },
+        ["import"] => Command::Import {
+            input: take("--input"),
+        },
+        ["catalog", "ingest"] => Command::Host(HostCommand::CatalogIngest {
+            catalog_dir: take("--catalog-dir"),
+        }),
+        ["query", "prepare"] => Command::Host(HostCommand::QueryPrepare),
+        ["query", "reopen"] => Command::Host(HostCommand::QueryReopen),
+        ["desired", "set"] => Command::Host(HostCommand::DesiredSet),
+        ["consent", "challenge"] => Command::Host(HostCommand::ConsentChallenge),
+        ["consent", "resolve"] => Command::Host(HostCommand::ConsentResolve),
+        ["consent", "recover"] => Command::Host(HostCommand::ConsentRecover),
+        ["policy", "show"] => Command::Host(HostCommand::PolicyShow),
+        ["policy", "set"] => Command::Host(HostCommand::PolicySet),
+        ["key", "generate"] => Command::Host(HostCommand::KeyGenerate {
+            out: take("--out")
+                .ok_or_else(|| CliError::Usage("`ctx key generate` needs --out FILE".into()))?,
+        }),
+        ["key", "init"] => Command::KeyInit { key: take("--key") },
+        ["consent", verb @ ("approve" | "deny"), digest] => {
+            person::check_digest(digest)?;
+            Command::ConsentDecide {
+                challenge_digest: (*digest).to_owned(),
+                grant: *verb == "approve",
+                key: take("--key"),
+                yes,
+            }
+        }
+        ["consent", "approve" | "deny"] => {
+            return Err(CliError::Usage(
+                "`ctx consent approve|deny` needs the challenge digest".to_owned(),
+            ));
+        }
+        ["hook", host, event] => {
+            let host = AgentHost::parse(host).ok_or_else(|| {
+                CliError::Usage(format!("unknown host {host:?}; ctx knows claude and codex"))
+            })?;
+            let event = host.hook_event_named(event).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "unknown {host} hook event {event:?}; ctx registers {}",
+                    host.hook_events()
+                        .iter()
+                        .map(|e| e.ctx_name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            Command::Hook { host, event }
+        }
+        ["hook", ..] => {
+            return Err(CliError::Usage(
+                "`ctx hook` needs a host (claude or codex) and an event".to_owned(),
+            ));
+        }
+        ["init"] => {
+            let host = take("--host")
+                .ok_or_else(|| CliError::Usage("`ctx init` needs --host claude|codex".into()))?;
+            let name = host.to_string_lossy();
+            let host = AgentHost::parse(&name).ok_or_else(|| {
+                CliError::Usage(format!("unknown host {name:?}; ctx knows claude and codex"))
+            })?;
+            Command::Init { host }
+        }
+        ["doctor"] => Command::Doctor { json },
+        ["key", "sign"] => Command::Host(HostCommand::KeySign {
+            key: take("--key")
+                .ok_or_else(|| CliError::Usage("`ctx key sign` needs --key FILE".into()))?,
+        }),
+        [group, rest @ ..] if KNOWN_GROUPS.contains(group) => {
+            return Err(CliError::Usage(match rest.first() {
+                Some(word) => format!("unknown `ctx {group}` command {word:?}; try `ctx --help`"),
+                None => format!("`ctx {group}` needs a command; try `ctx --help`"),
+            }));
+        }
+        [_, extra, ..] if SINGLE_WORD.contains(&positional[0]) => {
+            return Err(CliError::Usage(format!(
+                "`ctx {}` takes no argument {extra:?}",
+                positional[0]
+            )));
+        }
+        [first, ..] => {
+            return Err(CliError::Usage(format!(
+                "unknown command {first:?}; try `ctx --help`"
+            )));
+        }
+    };
+    if let Some((name, _)) = values.first() {
+        return Err(CliError::Usage(format!(
+            "option {name} does not apply to this command; try `ctx --help`"
+        )));
+    }
+    if yes && !matches!(command, Command::ConsentDecide { .. }) {
+        return Err(CliError::Usage(
+            "option --yes applies to `ctx consent approve|deny` only".to_owned(),
+        ));
+    }
+    if json
+        && !matches!(
+            command,
+            Command::Audit { .. } | Command::Inspect { .. } | Command::Doctor { .. }
+        )
+    {
+        return Err(CliError::Usage(
+            "option --json applies to `ctx audit`, `ctx inspect` and `ctx doctor` only (host \
+             commands always speak JSON)"
+                .to_owned(),
+        ));
+    }
+    Ok(Invocation {
+        data_dir,
+        journal,
+        command,
+    })
+}
+
+/// Commands of two words: a group and a verb.
+const KNOWN_GROUPS: [&str; 6] = ["catalog", "query", "desired", "consent", "policy", "key"];
+/// Commands of one word.
+const SINGLE_WORD: [&str; 7] = [
+    "demo", "audit", "inspect", "export", "import", "init", "doctor",
+];
+
+/// Runs one `ctx` command and returns its exit status. `env` looks up environment variables and
+/// `now` is the wall-clock time of this process (the trusted clock of every command).
+pub fn run(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+    now: Timestamp,
+    streams: Streams<'_>,
+) -> u8 {
+    let Streams {
+        input,
+        out,
+        err,
+        err_is_terminal,
+    } = streams;
+    let args: Vec<OsString> = args.into_iter().collect();
+    let is_hook = is_hook_call(&args);
+    match execute(args, env, now, input, out, err, err_is_terminal) {
+        Ok(code) => code,
+        // A hook call must not fail the host even when its command line is wrong (exit 2 would
+        // erase the person's prompt): the sentence becomes a message to the person.
+        Err(e) if is_hook => {
+            let _ = writeln!(err, "ctx: error: {e}");
+            let message = ctx_projections::Json::str(format!("ctx: {e}"));
+            let _ = writeln!(
+                out,
+                "{}",
+                ctx_projections::Json::object([("systemMessage", message)])
+            );
+            EXIT_OK
+        }
+        Err(e) => {
+            // If stderr is gone too there is nobody left to tell; the exit status still says it.
+            let _ = writeln!(err, "ctx: error: {e}");
+            if matches!(e, CliError::Usage(_)) {
+                let _ = writeln!(err, "\n{USAGE}");
+            }
+            e.exit_code()
+        }
+    }
+}
+
+fn execute(
+    args: impl IntoIterator<Item = OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+    now: Timestamp,
+    input: &mut dyn Read,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    err_is_terminal: bool,
+) -> Result<u8, CliError> {
+    let invocation = parse_args(args)?;
+    let source = match invocation
+        .journal
+        .clone()
+        .or_else(|| env(ctx_service::JOURNAL_URL_ENV).map(|v| v.to_string_lossy().into_owned()))
+    {
+        Some(value) => Some(
+            ctx_service::JournalSource::parse(&value)
+                .map_err(|e| CliError::Usage(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let layout = || -> Result<Layout, CliError> {
+        let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
+        let layout = Layout::new(&dir.path);
+        if let Some(source) = &source {
+            ctx_service::route_journal(&layout.journal(), source.clone());
+        }
+        Ok(layout)
+    };
+    let code = match &invocation.command {
+        Command::Help => {
+            out.write_all(USAGE.as_bytes())?;
+            EXIT_OK
+        }
+        Command::Version => {
+            writeln!(out, "ctx {}", env!("CARGO_PKG_VERSION"))?;
+            EXIT_OK
+        }
+        Command::Demo => {
+            let dir = choose_data_dir(invocation.data_dir.as_deref(), &env)?;
+            // The demo's journal directory is routed like every command's.
+            layout()?;
+            run_demo(&dir, now, out)?;
+            EXIT_OK
+        }
+        Command::Audit { json } => audit::audit(&layout()?, *json, out, err, err_is_terminal)?,
+        Command::Inspect { json } => inspect::inspect(&layout()?, *json, out)?,
+        Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
+        Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
+        Command::Host(command) => commands::execute(command, &layout()?, now, input, out, err)?,
+        Command::KeyInit { key } => {
+            let key = match key {
+                Some(key) => key.clone(),
+                None => person::default_device_key(&env)?,
+            };
+            person::key_init(&layout()?, &key, out)?
+        }
+        Command::ConsentDecide {
+            challenge_digest,
+            grant,
+            key,
+            yes,
+        } => {
+            let key = match key {
+                Some(key) => key.clone(),
+                None => person::default_device_key(&env)?,
+            };
+            let mut input = std::io::BufReader::new(input);
+            person::decide(
+                &layout()?,
+                now,
+                challenge_digest,
+                *grant,
+                &key,
+                *yes,
+                &mut input,
+                out,
+            )?
+        }
+        // A hook never fails the host: every failure becomes a message in its JSON (exit 0).
+        Command::Hook { host, event } => {
+            let layout = layout();
+            let home = HostHome::from_env(&env);
+            hook::hook(*host, event, layout, home, now, input, out, err)
+        }
+        Command::Init { host } => {
+            let home = HostHome::from_env(&env).map_err(|e| CliError::Usage(e.to_string()))?;
+            init::init(
+                *host,
+                &layout()?,
+                invocation.data_dir.as_deref(),
+                &home,
+                &current_exe()?,
+                out,
+            )?
+        }
+        Command::Doctor { json } => {
+            let home = HostHome::from_env(&env).map_err(|e| CliError::Usage(e.to_string()))?;
+            doctor::doctor(
+                &layout()?,
+                invocation.data_dir.as_deref(),
+                &home,
+                &current_exe()?,
+                *json,
+                out,
+            )?
+        }
+    };
+    out.flush()?;
+    Ok(code)
+}
+
+/// Whether a command line is a hook call: its first word that is not an option or an option's
+/// value is `hook`.
+fn is_hook_call(args: &[OsString]) -> bool {
+    let mut words = args.iter().map(|a| a.to_str().unwrap_or_default());
+    while let Some(word) = words.next() {
+        if VALUE_OPTIONS.contains(&word) {
+            words.next();
+        } else if !word.starts_with('-') {
+            return word == "hook";
+        }
+    }
+    false
+}
+
+/// The absolute path of this `ctx` binary: what the hosts' hook entries run.
+fn current_exe() -> Result<PathBuf, CliError> {
+    std::env::current_exe()
+        .map_err(|e| CliError::Unexpected(format!("the path of this ctx binary is unknown: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EXIT_USAGE;
+
+    fn parse(words: &[&str]) -> Result<Invocation, CliError> {
+        parse_args(words.iter().map(OsString::from))
+    }
+
+    fn command(words: &[&str]) -> Command {
+        match parse(words) {
+            Ok(invocation) => invocation.command,
+            Err(e) => panic!("{words:?}: {e}"),
+        }
+    }
+
+    fn usage_error(words: &[&str]) -> String {
+        match parse(words) {
+            Err(CliError::Usage(message)) => message,
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_commands_and_options() {
+        assert_eq!(command(&["demo"]), Command::Demo);
+        assert_eq!(command(&["--help"]), Command::Help);
+        assert_eq!(command(&["demo", "--help"]), Command::Help);
+        assert_eq!(command(&["--version"]), Command::Version);
+        assert_eq!(command(&["audit", "--json"]), Command::Audit { json: true });
+        assert_eq!(
+            command(&["export", "--output=/tmp/x"]),
+            Command::Export {
+                output: Some("/tmp/x".into())
+            }
+        );
+        assert_eq!(
+            command(&["key", "sign", "--key", "/k"]),
+            Command::Host(HostCommand::KeySign { key: "/k".into() })
+        );
+        let invocation = parse(&["--data-dir", "/d", "query", "prepare"]).ok();
+        assert_eq!(
+            invocation,
+            Some(Invocation {
+                data_dir: Some("/d".into()),
+                journal: None,
+                command: Command::Host(HostCommand::QueryPrepare),
+            })
+        );
+        // The option may come after the command too.
+        let invocation = parse(&["consent", "resolve", "--data-dir=/d"]).ok();
+        assert_eq!(invocation.and_then(|i| i.data_dir), Some("/d".into()));
+    }
+
+    #[test]
+    fn refuses_bad_command_lines_naming_the_value() {
+        assert!(usage_error(&[]).contains("no command"));
+        assert!(usage_error(&["frobnicate"]).contains("\"frobnicate\""));
+        assert!(usage_error(&["query"]).contains("`ctx query` needs a command"));
+        assert!(usage_error(&["query", "nope"]).contains("\"nope\""));
+        assert!(usage_error(&["demo", "x"]).contains("\"x\""));
+        assert!(usage_error(&["audit", "--colour"]).contains("\"--colour\""));
+        assert!(usage_error(&["export", "--output"]).contains("needs a value"));
+        assert!(usage_error(&["export", "--output="]).contains("empty value"));
+        assert!(usage_error(&["demo", "--output", "/x"]).contains("does not apply"));
+        assert!(usage_error(&["demo", "--json"]).contains("--json"));
+        assert!(usage_error(&["--data-dir", "/a", "--data-dir", "/b", "demo"]).contains("twice"));
+        assert!(usage_error(&["key", "generate"]).contains("--out"));
+    }
+
+    #[test]
+    fn bad_input_exits_2_with_usage_and_a_relative_data_dir_is_refused() {
+        let run_words = |words: &[&str], env: &dyn Fn(&str) -> Option<OsString>| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = run(
+                words.iter().map(OsString::from),
+                env,
+                Timestamp(0),
+                Streams {
+                    input: &mut std::io::empty(),
+                    out: &mut out,
+                    err: &mut err,
+                    err_is_terminal: false,
+                },
+            );
+            (code, String::from_utf8_lossy(&err).into_owned())
+        };
+        let (code, err) = run_words(&["nope"], &|_| None);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("unknown command \"nope\""), "{err}");
+        assert!(err.contains("Usage:"), "{err}");
+        let (code, err) = run_words(&["--data-dir", "rel", "inspect"], &|_| None);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(
+            err.contains("--data-dir rel is not an absolute path"),
+            "{err}"
+        );
+        let env = |name: &str| (name == "CTX_DATA_DIR").then(|| OsString::from("rel/dir"));
+        let (code, err) = run_words(&["demo"], &env);
+        assert_eq!(code, EXIT_USAGE);
+        assert!(err.contains("rel/dir"), "{err}");
+    }
+}

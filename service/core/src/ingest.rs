@@ -1,0 +1,193 @@
+//! Catalog ingest (spec/cli.md §2, §4 `catalog ingest`): copies a catalog, validated by loading
+//! it, into the data directory, replacing the current one only when it differs. With no source
+//! directory the sample catalog compiled into this crate is ingested, so a host that embeds ctx
+//! works from its first session.
+
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{CatalogError, LoadedCatalog, load_catalog_dir, sample_catalog_files};
+use crate::data_dir::Layout;
+use crate::runtime::{CatalogLock, RuntimeError, private_dir, write_atomically};
+
+/// What an ingest did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogIngest {
+    /// How many capabilities the catalog holds.
+    pub capabilities: usize,
+    /// False when the data directory already held this very catalog.
+    pub changed: bool,
+    pub installation_snapshot_digest: String,
+    pub namespace: String,
+    pub retrieval_snapshot_digest: String,
+    /// The source directory as given, or `sample`.
+    pub source: String,
+}
+
+/// Why an ingest failed. Nothing half-written is ever in place (see [`ingest_catalog`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestError {
+    /// The source catalog does not load: bad input.
+    #[error("the catalog in {} does not load: {source}", dir.display())]
+    Load {
+        dir: PathBuf,
+        source: Box<CatalogError>,
+    },
+    /// A file or directory of the data directory could not be written or replaced.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The data directory refused (its catalog lock, a private directory, an atomic write).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+impl IngestError {
+    /// The stable wire code (spec/cli.md §4): a catalog that does not load is `invalid`, every
+    /// other failure is the machine's (`internal`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            IngestError::Load { .. } => "invalid",
+            IngestError::Io { .. } | IngestError::Runtime(_) => "internal",
+        }
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IngestError + '_ {
+    move |source| IngestError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Copies the catalog in `source` (the compiled-in sample when `None`) into the data directory,
+/// replacing the current one only when it differs.
+pub fn ingest_catalog(
+    layout: &Layout,
+    source: Option<&Path>,
+) -> Result<CatalogIngest, IngestError> {
+    // The sample is written out for this ingest only, and removed when `_sample` drops.
+    let _sample;
+    let (source_dir, source_name) = match source {
+        Some(dir) => (dir.to_path_buf(), dir.display().to_string()),
+        None => {
+            let sample = EmbeddedSample::write(layout)?;
+            let dir = sample.dir.clone();
+            _sample = sample;
+            (dir, "sample".to_owned())
+        }
+    };
+    let loaded = load_catalog_dir(&source_dir).map_err(|source| IngestError::Load {
+        dir: source_dir.clone(),
+        source: Box::new(source),
+    })?;
+    let target = layout.catalog();
+    let identity = |l: &LoadedCatalog| {
+        let c = l.catalog();
+        (
+            c.namespace_digest().to_owned(),
+            c.retrieval_snapshot_digest().to_owned(),
+            c.material_snapshot_digest().to_owned(),
+            c.installation_snapshot_digest().to_owned(),
+        )
+    };
+    // Held across the comparison and the swap: concurrent first ingests then write once, and no
+    // open sees the catalog between the swap's two renames.
+    let _catalog = CatalogLock::acquire(layout, true)?;
+    let unchanged = target.join("catalog.json").is_file()
+        && load_catalog_dir(&target).is_ok_and(|current| identity(&current) == identity(&loaded));
+    if !unchanged {
+        write_catalog(layout, &source_dir, &loaded)?;
+    }
+    let catalog = loaded.catalog();
+    Ok(CatalogIngest {
+        capabilities: catalog.entries().len(),
+        changed: !unchanged,
+        installation_snapshot_digest: catalog.installation_snapshot_digest().to_owned(),
+        namespace: catalog.namespace().to_owned(),
+        retrieval_snapshot_digest: catalog.retrieval_snapshot_digest().to_owned(),
+        source: source_name,
+    })
+}
+
+/// The sample catalog compiled into the binary, written out to a private directory of the data
+/// directory for one ingest (the loader reads directories) and removed afterwards.
+struct EmbeddedSample {
+    dir: PathBuf,
+}
+
+impl EmbeddedSample {
+    fn write(layout: &Layout) -> Result<EmbeddedSample, IngestError> {
+        let dir = layout
+            .root()
+            .join(format!(".catalog.sample-{}", std::process::id()));
+        let sample = EmbeddedSample { dir };
+        if sample.dir.exists() {
+            std::fs::remove_dir_all(&sample.dir).map_err(io(&sample.dir))?;
+        }
+        private_dir(&sample.dir)?;
+        for (relative, bytes) in sample_catalog_files() {
+            let path = sample.dir.join(relative);
+            if let Some(parent) = path.parent() {
+                private_dir(parent)?;
+            }
+            std::fs::write(&path, bytes).map_err(io(&path))?;
+        }
+        Ok(sample)
+    }
+}
+
+impl Drop for EmbeddedSample {
+    fn drop(&mut self) {
+        // Best effort: a leftover is replaced by the next ingest of this process id.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Writes the catalog into a fresh directory beside the target and swaps it in with renames.
+/// A crash leaves either the old catalog, the new one, or (between the two renames) none, which
+/// the next ingest repairs; a half-written catalog is never in place.
+fn write_catalog(
+    layout: &Layout,
+    source: &Path,
+    loaded: &LoadedCatalog,
+) -> Result<(), IngestError> {
+    private_dir(layout.root())?;
+    let pid = std::process::id();
+    let staging = layout.root().join(format!(".catalog.new-{pid}"));
+    let retired = layout.root().join(format!(".catalog.old-{pid}"));
+    for dir in [&staging, &retired] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(io(dir))?;
+        }
+    }
+    private_dir(&staging)?;
+    let mut files = vec!["catalog.json".to_owned()];
+    for entry in loaded.catalog().entries() {
+        for (_, body) in entry.bodies() {
+            files.push(body.path.clone());
+        }
+    }
+    for relative in files {
+        let from = source.join(&relative);
+        let to = staging.join(&relative);
+        if let Some(parent) = to.parent() {
+            private_dir(parent)?;
+        }
+        let bytes = std::fs::read(&from).map_err(io(&from))?;
+        write_atomically(&to, &bytes)?;
+    }
+    let target = layout.catalog();
+    if target.exists() {
+        std::fs::rename(&target, &retired).map_err(io(&target))?;
+    }
+    std::fs::rename(&staging, &target).map_err(io(&target))?;
+    if retired.exists() {
+        std::fs::remove_dir_all(&retired).map_err(io(&retired))?;
+    }
+    std::fs::File::open(layout.root())
+        .and_then(|d| d.sync_all())
+        .map_err(io(layout.root()))
+}

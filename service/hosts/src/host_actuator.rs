@@ -1,0 +1,357 @@
+//! The activation driver of one agent host: the engine's activation and deactivation actions
+//! (`managed::ActivationDriver`) carried out by the host's [`Actuator`] (spec/activation.md §9).
+//!
+//! The driver finds the action's material in the ingested catalog by its content digest, so the
+//! host gets exactly the bytes the person consented to (or the catalog's, for a capability loaded
+//! without install). Several engine sessions may hold one host entry (every prompt of a host
+//! session is its own engine session, and two host sessions share `~/.claude/skills`): the driver
+//! keeps a holder record per engine session on the journal, and a deactivation removes the
+//! host's entry only when no other session holds it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ctx_journal::{
+    AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
+};
+use ctx_projections::check::{sha256_hex, sha256_hex_bytes};
+use ctx_projections::identity::InstallExecutionBinding;
+use ctx_projections::{HostAction, Json};
+
+use crate::activation::{
+    ActivationError, ActivationOutcome, ActivationRequest, ActivationTarget, Actuator,
+    CapabilityKind, ConflictReason, JournalLedger,
+};
+use crate::hosts::{AgentHost, HostHome};
+use ctx_service::catalog::LoadedCatalog;
+use ctx_service::managed::{ActivationDriver, ActuatorObservation};
+
+/// Stream namespace of the engine sessions holding a host entry: key = host ‖ kind ‖ name ‖
+/// project.
+pub const HOLDERS_NAMESPACE: &str = "ctx.host-activation-holders";
+/// Kind of a holder record.
+pub const HOLDER_KIND: &str = "ctx.host-activation-holder.v1";
+/// How many holder records of one entry are read at most.
+const HOLDER_RECORDS_MAX: usize = 4096;
+
+/// One host's activation driver over a data directory's journal and catalog.
+#[derive(Debug)]
+pub struct HostActivationDriver<'a> {
+    host: AgentHost,
+    home: HostHome,
+    project: Option<PathBuf>,
+    actuator: Actuator,
+    journal: Journal,
+    loaded: &'a LoadedCatalog,
+    now: Timestamp,
+}
+
+impl<'a> HostActivationDriver<'a> {
+    /// A driver for `host` writing under `home` (and, for Claude Code MCP servers, into
+    /// `project`'s `.mcp.json`), keeping skill bodies under `store_root`.
+    pub fn new(
+        host: AgentHost,
+        home: HostHome,
+        project: Option<&Path>,
+        store_root: &Path,
+        journal: Journal,
+        loaded: &'a LoadedCatalog,
+        now: Timestamp,
+    ) -> HostActivationDriver<'a> {
+        let ledger = Arc::new(JournalLedger::new(journal.clone()));
+        HostActivationDriver {
+            host,
+            actuator: Actuator::new(home.clone(), store_root, ledger),
+            home,
+            project: project.map(Path::to_path_buf),
+            journal,
+            loaded,
+            now,
+        }
+    }
+
+    pub fn actuator(&self) -> &Actuator {
+        &self.actuator
+    }
+
+    /// The action's target: kind and name from its capability id.
+    /// The action's capability: kind and name from its capability id.
+    fn capability(&self, action: &HostAction) -> Result<(CapabilityKind, String, String), String> {
+        let id = action
+            .entity_id
+            .as_deref()
+            .ok_or("the action names no capability")?;
+        let (kind, name) = id
+            .split_once(':')
+            .ok_or_else(|| format!("capability id {id:?} has no kind"))?;
+        let kind = CapabilityKind::parse(kind)
+            .ok_or_else(|| format!("{id}: ctx activates no {kind} on an agent host"))?;
+        Ok((kind, name.to_owned(), id.to_owned()))
+    }
+
+    /// The project directory a target of `kind` depends on: only a Claude Code MCP server's (it
+    /// lives in the project's `.mcp.json`); every other target is in the home directory.
+    fn placement(&self, kind: CapabilityKind) -> Option<PathBuf> {
+        (self.host.profile().mcp_in_project() && kind == CapabilityKind::McpServer)
+            .then(|| self.project.clone())
+            .flatten()
+    }
+
+    /// The catalog bytes whose SHA-256 is the action's material identity.
+    fn body(&self, action: &HostAction, id: &str) -> Result<Vec<u8>, String> {
+        let Some(sha) = action
+            .payload
+            .get("material_identity")
+            .and_then(|m| m.get_str("content_sha256"))
+        else {
+            return Err(format!("the {id} action names no material content digest"));
+        };
+        [
+            self.loaded.material_text(id),
+            self.loaded.install_result_text(id),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|text| sha256_hex_bytes(text.as_bytes()) == sha)
+        .map(|text| text.as_bytes().to_vec())
+        .ok_or_else(|| {
+            format!("the catalog holds no material of {id} with SHA-256 {sha}; ingest it again")
+        })
+    }
+
+    /// The holder stream of a capability on this host (whatever the project: a record names
+    /// its project, so a deactivation finds where its activation went).
+    fn holders_stream(&self, kind: CapabilityKind, name: &str) -> Result<StreamId, String> {
+        let key = format!("{}\n{kind}\n{name}", self.host);
+        StreamId::derive(HOLDERS_NAMESPACE, key.as_bytes()).map_err(|e| e.to_string())
+    }
+
+    /// Records that the engine session of `action` holds (or released) the capability's entry
+    /// placed in `project`. The event id names the holder, the action and the operation, so a
+    /// repeated call records once and a later activation of the same session holds again.
+    fn hold(
+        &self,
+        kind: CapabilityKind,
+        name: &str,
+        project: Option<&Path>,
+        action: &HostAction,
+        hold: bool,
+    ) -> Result<(), String> {
+        let stream = self.holders_stream(kind, name)?;
+        let holder = holder_of(action);
+        let operation = if hold { "hold" } else { "release" };
+        let project = project.map(|p| p.display().to_string());
+        let payload = Json::object([
+            ("holder", Json::str(&holder)),
+            ("operation", Json::str(operation)),
+            ("project", Json::opt_str(project.as_deref())),
+            ("schema", Json::str(HOLDER_KIND)),
+        ])
+        .to_string()
+        .into_bytes();
+        let event_id = format!(
+            "holder-{}",
+            sha256_hex(&format!(
+                "{stream}\n{holder}\n{}\n{operation}",
+                action.action_id
+            ))
+        );
+        let append = StreamAppend::new(
+            stream,
+            ExpectedRevision::Any,
+            vec![NewRecord::new(event_id, HOLDER_KIND, self.now, payload)],
+        );
+        match self.journal.append(append) {
+            Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(format!("could not record the holder: {e}")),
+        }
+    }
+
+    /// The engine sessions that hold the capability's entries now, with the project of each.
+    fn holders(&self, kind: CapabilityKind, name: &str) -> Result<Vec<Holder>, String> {
+        let stream = self.holders_stream(kind, name)?;
+        let records = self
+            .journal
+            .read_stream(&stream, 1, HOLDER_RECORDS_MAX)
+            .map_err(|e| format!("could not read the holders: {e}"))?;
+        let mut holders: Vec<Holder> = Vec::new();
+        for record in records {
+            let value = std::str::from_utf8(&record.payload)
+                .ok()
+                .and_then(|t| Json::parse(t).ok())
+                .ok_or("a holder record is not JSON")?;
+            let holder = Holder {
+                holder: value.get_str("holder").unwrap_or_default().to_owned(),
+                project: value.get_str("project").map(PathBuf::from),
+            };
+            holders.retain(|h| h.holder != holder.holder);
+            if value.get_str("operation") == Some("hold") {
+                holders.push(holder);
+            }
+        }
+        Ok(holders)
+    }
+}
+
+/// An engine session holding a host entry, and the project the entry was placed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    holder: String,
+    project: Option<PathBuf>,
+}
+
+/// The engine session an action belongs to.
+fn holder_of(action: &HostAction) -> String {
+    sha256_hex(&action.scope.stream_key())
+}
+
+impl ActivationDriver for HostActivationDriver<'_> {
+    fn binding(&self) -> Result<InstallExecutionBinding, String> {
+        let home = self.home.home().display().to_string();
+        let project = self
+            .project
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        InstallExecutionBinding::new(
+            &format!("ctx-host-activation-{}", self.host),
+            &sha256_hex(&format!("ctx-activation-actuator-v1:{}", self.host)),
+            &sha256_hex(&format!("ctx-host:{}:{home}", self.host)),
+            &sha256_hex(&format!("ctx-target:{}:{home}:{project}", self.host)),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn activate(&self, action: &HostAction, apply: bool) -> ActuatorObservation {
+        let indeterminate = |reason: String| ActuatorObservation::Indeterminate { reason };
+        let (kind, name, id) = match self.capability(action) {
+            Ok(c) => c,
+            Err(reason) => return ActuatorObservation::Refused { reason },
+        };
+        let target = match ActivationTarget::new(self.host, kind, &name, self.project.as_deref()) {
+            Ok(t) => t,
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let placement = self.placement(kind);
+        let body = match self.body(action, &id) {
+            Ok(b) => b,
+            Err(reason) => return ActuatorObservation::Refused { reason },
+        };
+        if !apply {
+            // A claim made earlier: settle what a crash left first, then the activation below
+            // finds the target as it is (an applied one is "already active").
+            if let Err(e) = self.actuator.recover() {
+                return indeterminate(e.to_string());
+            }
+        }
+        let request = match ActivationRequest::new(target.clone(), &id, body) {
+            Ok(r) => r,
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        // The holder first: a crash after the step leaves a holder whose entry is active, never
+        // an active entry nobody holds.
+        if let Err(e) = self.hold(kind, &name, placement.as_deref(), action, true) {
+            return indeterminate(e);
+        }
+        match self.actuator.activate(&request) {
+            Ok(report) => {
+                let verification = sha256_hex(&format!(
+                    "ctx-activation-verification-v1\n{}\n{}\n{}",
+                    report.target.display(),
+                    report.state,
+                    matches!(report.outcome, ActivationOutcome::PresentNotOwned)
+                ));
+                ActuatorObservation::Applied {
+                    verification_digest: verification,
+                }
+            }
+            Err(
+                e @ (ActivationError::Conflict { .. }
+                | ActivationError::UnsupportedForHost { .. }
+                | ActivationError::LiteralSecret { .. }
+                | ActivationError::InvalidMaterial { .. }
+                | ActivationError::InvalidName { .. }),
+            ) => {
+                let _ = self.hold(kind, &name, placement.as_deref(), action, false);
+                ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                }
+            }
+            Err(e) => indeterminate(e.to_string()),
+        }
+    }
+
+    fn deactivate(&self, action: &HostAction) -> ActuatorObservation {
+        let (kind, name, _) = match self.capability(action) {
+            Ok(c) => c,
+            Err(reason) => return ActuatorObservation::Refused { reason },
+        };
+        let holders = match self.holders(kind, &name) {
+            Ok(h) => h,
+            Err(reason) => return ActuatorObservation::Indeterminate { reason },
+        };
+        // Where this session's activation put the entry (the session may end in another
+        // directory than the one it activated from).
+        let me = holder_of(action);
+        let placement = holders
+            .iter()
+            .find(|h| h.holder == me)
+            .map_or_else(|| self.placement(kind), |h| h.project.clone());
+        if let Err(e) = self.hold(kind, &name, placement.as_deref(), action, false) {
+            return ActuatorObservation::Indeterminate { reason: e };
+        }
+        let released = |why: &str| ActuatorObservation::Applied {
+            verification_digest: sha256_hex(&format!(
+                "ctx-deactivation-verification-v1\n{}\n{name}\n{why}",
+                self.host
+            )),
+        };
+        if holders
+            .iter()
+            .any(|h| h.holder != me && h.project == placement)
+        {
+            // Another engine session still holds the entry: this one no longer does.
+            return released("held-elsewhere");
+        }
+        let target = match ActivationTarget::new(self.host, kind, &name, placement.as_deref()) {
+            Ok(t) => t,
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let mut result = self.actuator.deactivate(&target);
+        if matches!(result, Err(ActivationError::PendingIntent { .. })) {
+            if let Err(e) = self.actuator.recover() {
+                return ActuatorObservation::Indeterminate {
+                    reason: e.to_string(),
+                };
+            }
+            result = self.actuator.deactivate(&target);
+        }
+        match result {
+            Ok(_) => released("removed"),
+            // Nothing of ctx's is there: the entry is the person's own, or gone.
+            Err(ActivationError::NotActive { .. })
+            | Err(ActivationError::Conflict {
+                reason: ConflictReason::Foreign,
+                ..
+            }) => released("not-ctxs"),
+            Err(e @ ActivationError::Conflict { .. }) => ActuatorObservation::Refused {
+                reason: e.to_string(),
+            },
+            Err(e) => ActuatorObservation::Indeterminate {
+                reason: e.to_string(),
+            },
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! ctx-hosts: the agent-host adapters of ctx, the only crate that names Claude Code or Codex
+//! (spec/activation.md, spec/cli.md §6–§7).
+//!
+//! - [`AgentHost`], [`HookEvent`] and [`HostHome`]: the hosts, the hook events ctx registers with
+//!   each, and where each keeps its files.
+//! - The host files (`settings.json`, `hooks.json`, `.mcp.json`), edited in place under ctx's
+//!   lock without changing a byte ctx does not own ([`update_locked`] and the JSON editor).
+//! - [`activation`]: making a consented, installed capability visible to a host on disk, and
+//!   [`HostActivationDriver`], the service's activation driver over it.
+//! - The hook session ([`run_hook`]): one call per host hook event, recorded on the session's
+//!   journal stream; the `ctx hook` command is stdin/stdout glue over it.
+//!
+//! Dependencies point one way: hosts → service → projections → journal.
+#![forbid(unsafe_code)]
+
+pub mod activation;
+mod host_actuator;
+mod host_files;
+mod hosts;
+mod profile;
+mod session;
+
+pub use host_actuator::{HOLDER_KIND, HOLDERS_NAMESPACE, HostActivationDriver};
+pub use host_files::{
+    HOST_FILE_ATTEMPTS, HOST_FILE_LOCK_WAIT, HOST_FILE_MAX_BYTES, HostFileError,
+    JSON_EDIT_DEPTH_MAX, JsonEditError, JsonNode, UpdateOutcome, append_element, json_text,
+    lock_path, parse_json, read_host_file, remove_member, set_member, update_locked,
+};
+pub use hosts::{
+    AgentHost, CLAUDE_HOOK_EVENTS, CLAUDE_TOOL_MATCHER, CODEX_HOOK_EVENTS, HookEvent, HostHome,
+    HostHomeError,
+};
+pub use profile::{AgentLayout, CLAUDE, CODEX, HandlerStyle, HostProfile, McpLayout};
+pub use session::{
+    HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HOST_SESSION_KIND,
+    HOST_SESSION_NAMESPACE, HookContext, HookInput, HookReply, SessionError, failure_json,
+    read_session, run_hook, session_stream,
+};
+
+/// True when the fail point `name` is configured to fire (feature `failpoints`; always false
+/// otherwise). Used to simulate a crash at a named seam of an activation.
+#[cfg(feature = "failpoints")]
+pub(crate) fn failpoint_fired(name: &str) -> bool {
+    fail::eval(name, |_| ()).is_some()
+}
+
+#[cfg(not(feature = "failpoints"))]
+pub(crate) fn failpoint_fired(_name: &str) -> bool {
+    false
+}

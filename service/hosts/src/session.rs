@@ -1,0 +1,905 @@
+//! The hook session of an agent host (spec/cli.md §7), as a library: one call per host hook
+//! event, with a typed input ([`HookInput`]), a typed reply ([`HookReply`]) and a typed error
+//! ([`SessionError`]). The `ctx hook` command is stdin/stdout glue over this module; a host that
+//! embeds ctx calls [`run_hook`] directly.
+//!
+//! Every hook call is recorded on the session's stream of the journal (kind
+//! [`HOST_SESSION_KIND`], namespace [`HOST_SESSION_NAMESPACE`]); the record's event id is a
+//! digest of the host's input, so a host that runs one hook twice with the same input records it
+//! once.
+
+use std::io::Read;
+
+use ctx_journal::{
+    AppendError, ExpectedRevision, InputError, Journal, NewRecord, OpenError, OpenOptions,
+    ReadError, StreamAppend, StreamId, Timestamp,
+};
+use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
+use ctx_projections::consent_store::ChallengeState;
+use ctx_projections::{Json, JsonError};
+use ctx_service::managed::{
+    ActivationReport, JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest,
+};
+use ctx_service::policy::{InstallConsentPolicy, PolicyStoreError};
+use ctx_service::runtime::{
+    Runtime, RuntimeError, WorkRequest, challenge_record, logical_id, uninstallable,
+};
+use ctx_service::{IngestError, Layout, ServiceError, ingest_catalog};
+
+use crate::host_actuator::HostActivationDriver;
+use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};
+
+/// The largest hook input ctx reads; tool outcomes carry the tool's response, so this is larger
+/// than the JSON commands' limit.
+pub const HOOK_INPUT_MAX_BYTES: usize = 1024 * 1024;
+/// The hosts cap `additionalContext` and `systemMessage` at 10,000 characters (longer text is
+/// moved to a file the model may never read), so ctx never writes more.
+pub const HOOK_TEXT_MAX_CHARS: usize = 10_000;
+/// The longest host session id: with the host's name and a prompt's digest it must stay a
+/// 128-byte token.
+pub const HOOK_SESSION_ID_MAX_BYTES: usize = 96;
+/// Journal record kind of a hook call on a host session's stream.
+pub const HOST_SESSION_KIND: &str = "ctx.host-session.v1";
+/// Stream namespace of host sessions: the key is `host ‖ "\n" ‖ session id`.
+pub const HOST_SESSION_NAMESPACE: &str = "ctx.host-session";
+/// How many of a session's records a hook reads.
+const SESSION_RECORDS_READ_MAX: usize = 1024;
+/// How many of a session's latest queries a hook advances activations of.
+const SESSION_QUERIES_MAX: usize = 16;
+
+/// Why a hook call did nothing for the host. The sentence is what the person sees (spec/cli.md
+/// §7: a hook never blocks the host; its glue turns this into a `systemMessage`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("could not read the hook input: {0}")]
+    Read(std::io::Error),
+    #[error("the hook input is larger than {max_bytes} bytes")]
+    TooLarge { max_bytes: usize },
+    #[error("the hook input is not UTF-8 text")]
+    NotUtf8,
+    #[error("the hook input is not JSON: {0}")]
+    NotJson(JsonError),
+    #[error("the hook input is not a JSON object")]
+    NotObject,
+    /// The input's `hook_event_name` is not one this call was registered for.
+    #[error("hook_event_name {name:?} is not an event `ctx hook {host} {event}` handles")]
+    UnregisteredEvent {
+        name: String,
+        host: AgentHost,
+        event: &'static str,
+    },
+    #[error("the hook input has no string field \"{0}\"")]
+    MissingField(&'static str),
+    #[error(
+        "session_id {session_id:?} is not a token of letters, digits and . _ : @ - (at most \
+         {HOOK_SESSION_ID_MAX_BYTES} bytes)"
+    )]
+    SessionId { session_id: String },
+    #[error("the hook input's cwd {cwd:?} is not an absolute path")]
+    RelativeCwd { cwd: String },
+    #[error("ctx has no handler for hook event {0:?}")]
+    NoHandler(String),
+    #[error("session {session:?} has no stream: {source}")]
+    Stream { session: String, source: InputError },
+    #[error("could not open the journal: {0}")]
+    Journal(OpenError),
+    #[error("could not record the hook call: {0}")]
+    Record(AppendError),
+    #[error("could not read the session: {0}")]
+    ReadSession(ReadError),
+    /// The sample catalog could not be ingested into a data directory that had none.
+    #[error("{0}")]
+    Catalog(IngestError),
+    /// The service refused; the sentence carries its stable code (spec/cli.md §4).
+    #[error("{0} ({code})", code = .0.code())]
+    Service(ServiceError),
+    /// The data directory's runtime refused; the sentence carries its stable code.
+    #[error("{0} ({code})", code = .0.code())]
+    Runtime(RuntimeError),
+    #[error("the install policy cannot be read: {0}")]
+    PolicyRead(PolicyStoreError),
+    #[error("the install policy cannot be persisted: {0}")]
+    PolicyPersist(PolicyStoreError),
+}
+
+impl From<ServiceError> for SessionError {
+    fn from(e: ServiceError) -> SessionError {
+        SessionError::Service(e)
+    }
+}
+
+impl From<RuntimeError> for SessionError {
+    fn from(e: RuntimeError) -> SessionError {
+        SessionError::Runtime(e)
+    }
+}
+
+/// Who calls: the host, the data directory, the host's home (without one ctx plans and records
+/// but activates nothing) and the time of the call.
+#[derive(Debug)]
+pub struct HookContext<'a> {
+    pub host: AgentHost,
+    pub layout: &'a Layout,
+    pub home: Result<HostHome, HostHomeError>,
+    pub now: Timestamp,
+}
+
+/// What a hook call asks of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HookReply {
+    /// Nothing: the host reads no output.
+    Silent,
+    /// Context for the model (`hookSpecificOutput.additionalContext`) and, optionally, a message
+    /// for the person (`systemMessage`); `reload_skills` asks the host to re-scan its skills.
+    Context {
+        host_event: &'static str,
+        context: String,
+        message: Option<String>,
+        reload_skills: bool,
+    },
+}
+
+impl HookReply {
+    /// The one JSON object the host reads, if any (spec/cli.md §7); texts are cut to
+    /// [`HOOK_TEXT_MAX_CHARS`].
+    pub fn to_json(&self) -> Option<Json> {
+        match self {
+            HookReply::Silent => None,
+            HookReply::Context {
+                host_event,
+                context,
+                message,
+                reload_skills,
+            } => {
+                let mut specific = vec![
+                    ("additionalContext", Json::str(clip(context))),
+                    ("hookEventName", Json::str(*host_event)),
+                ];
+                if *reload_skills {
+                    specific.push(("reloadSkills", Json::Bool(true)));
+                }
+                let mut fields = vec![("hookSpecificOutput", Json::object(specific))];
+                if let Some(message) = message {
+                    fields.push(("systemMessage", Json::str(clip(message))));
+                }
+                Some(Json::object(fields))
+            }
+        }
+    }
+}
+
+/// The JSON object that tells the person why a hook call did nothing: `systemMessage` with the
+/// sentence, cut to [`HOOK_TEXT_MAX_CHARS`].
+pub fn failure_json(message: &str) -> Json {
+    Json::object([("systemMessage", Json::str(clip(&format!("ctx: {message}"))))])
+}
+
+/// One hook call's input, checked: the parts every event uses, and the rest of the host's JSON.
+#[derive(Debug, Clone)]
+pub struct HookInput {
+    /// `<host>:<session_id>`: the session id the journal and work observations use.
+    session: String,
+    /// The host's `hook_event_name`.
+    host_event: &'static str,
+    value: Json,
+    digest: String,
+}
+
+impl HookInput {
+    /// Reads at most [`HOOK_INPUT_MAX_BYTES`] (plus one, to tell a larger input) from `input`
+    /// and checks it with [`HookInput::parse`].
+    pub fn read(
+        host: AgentHost,
+        event: &HookEvent,
+        input: &mut dyn Read,
+    ) -> Result<HookInput, SessionError> {
+        let mut bytes = Vec::new();
+        input
+            .take(HOOK_INPUT_MAX_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(SessionError::Read)?;
+        HookInput::parse(host, event, &bytes)
+    }
+
+    /// Checks the host's JSON: an object of at most [`HOOK_INPUT_MAX_BYTES`] whose `session_id`
+    /// is a token and whose `hook_event_name` (when present) is one `event` was registered for.
+    /// Unknown fields are kept: hosts add fields between releases.
+    pub fn parse(
+        host: AgentHost,
+        event: &HookEvent,
+        bytes: &[u8],
+    ) -> Result<HookInput, SessionError> {
+        if bytes.len() > HOOK_INPUT_MAX_BYTES {
+            return Err(SessionError::TooLarge {
+                max_bytes: HOOK_INPUT_MAX_BYTES,
+            });
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| SessionError::NotUtf8)?;
+        let value = Json::parse(text.trim()).map_err(SessionError::NotJson)?;
+        if value.as_obj().is_none() {
+            return Err(SessionError::NotObject);
+        }
+        let registered = |name: &str| {
+            host.hook_events()
+                .iter()
+                .find(|e| e.ctx_name == event.ctx_name && e.host_event == name)
+        };
+        let host_event = match value.get_str("hook_event_name") {
+            Some(name) => {
+                registered(name)
+                    .ok_or_else(|| SessionError::UnregisteredEvent {
+                        name: name.to_owned(),
+                        host,
+                        event: event.ctx_name,
+                    })?
+                    .host_event
+            }
+            None => event.host_event,
+        };
+        let session_id = value
+            .get_str("session_id")
+            .ok_or(SessionError::MissingField("session_id"))?;
+        let session = format!("{host}:{session_id}");
+        if session_id.len() > HOOK_SESSION_ID_MAX_BYTES || !is_token(&session) {
+            return Err(SessionError::SessionId {
+                session_id: session_id.to_owned(),
+            });
+        }
+        let digest = sha256_hex_bytes(bytes);
+        Ok(HookInput {
+            session,
+            host_event,
+            value,
+            digest,
+        })
+    }
+
+    /// `<host>:<session_id>`.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The host's `hook_event_name` (the registered one when the input names none).
+    pub fn host_event(&self) -> &'static str {
+        self.host_event
+    }
+
+    /// The host's JSON, unknown fields included.
+    pub fn value(&self) -> &Json {
+        &self.value
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.value.get_str(key)
+    }
+
+    /// The absolute working directory of the session.
+    fn cwd(&self) -> Result<&str, SessionError> {
+        let cwd = self.str("cwd").ok_or(SessionError::MissingField("cwd"))?;
+        if !std::path::Path::new(cwd).is_absolute() {
+            return Err(SessionError::RelativeCwd {
+                cwd: cwd.to_owned(),
+            });
+        }
+        Ok(cwd)
+    }
+}
+
+/// Runs one hook call: the event's flow (spec/cli.md §7) on the data directory, recorded on the
+/// session's stream. `event` is the registration the host called (`ctx_name` picks the flow).
+pub fn run_hook(
+    ctx: &HookContext<'_>,
+    event: &HookEvent,
+    input: &HookInput,
+) -> Result<HookReply, SessionError> {
+    match event.ctx_name {
+        "session-start" => session_start(ctx, input),
+        "user-prompt-submit" => prompt(ctx, input),
+        "tool-outcome" => tool_outcome(ctx, input),
+        "subagent" => subagent(ctx, input),
+        "session-end" => session_end(ctx, input),
+        other => Err(SessionError::NoHandler(other.to_owned())),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Events
+// ------------------------------------------------------------------------------------------------
+
+/// SessionStart: records the session's scope (host, session, workspace digest of `cwd`), makes
+/// sure a catalog is there, and tells the model what still awaits the person's consent.
+fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let cwd = input.cwd()?;
+    ensure_catalog(ctx.layout)?;
+    let journal = open_journal(ctx.layout)?;
+    let queries = session_queries(&read_session(&journal, ctx.host, &input.session)?);
+    // What the person approved since the session's last prompt becomes visible now, and what
+    // still awaits them is listed.
+    let (activations, pending) = if queries.is_empty() {
+        (Activations::default(), Vec::new())
+    } else {
+        let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
+        let activations = activate(ctx, cwd, &runtime, &queries);
+        let pending = pending_challenges(&runtime, &queries, ctx.layout, UtcMicros(ctx.now.0));
+        (activations, pending)
+    };
+    record(
+        &journal,
+        ctx,
+        input,
+        "session-start",
+        vec![
+            ("source", opt_str(input.str("source"))),
+            ("workspace_digest", Json::str(workspace_digest(cwd))),
+        ],
+    )?;
+    let mut context = format!(
+        "ctx manages the capabilities of this session (data directory {}).",
+        ctx.layout.root().display()
+    );
+    activations.describe(&mut context);
+    if !pending.is_empty() {
+        context.push_str(" Awaiting the person's consent: ");
+        context.push_str(
+            &pending
+                .iter()
+                .map(|(id, digest)| format!("{id} (challenge {digest})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        context.push('.');
+    }
+    Ok(HookReply::Context {
+        host_event: input.host_event,
+        context,
+        message: None,
+        // A host that re-scans its skills on request (Claude Code) is asked to when this
+        // SessionStart activated some (spec/cli.md §7).
+        reload_skills: ctx.host.profile().reloads_skills && activations.skill_activated,
+    })
+}
+
+/// UserPromptSubmit: the prompt and working directory become a work observation; ctx plans at
+/// most five capabilities, chooses the ones this data directory can act on, installs what the
+/// policy pre-approves and publishes a consent challenge for the next one.
+fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let cwd = input.cwd()?.to_owned();
+    let prompt = input.str("prompt").unwrap_or_default().to_owned();
+    ensure_catalog(ctx.layout)?;
+    let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
+    ensure_policy(&runtime)?;
+    // The engine keys a planning session by its session id and plans it once, so each prompt
+    // is its own engine session: the host session with the input's digest.
+    let work = WorkRequest {
+        session_id: format!("{}:{}", input.session, &input.digest[..16]),
+        workspace: cwd.clone(),
+        prompt,
+        signals: Vec::new(),
+        languages: Vec::new(),
+        requested_limit: 5,
+    };
+    let work_ref = runtime.observe_work(&work)?;
+    let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
+    let prepared = runtime.service().prepare(&query)?;
+    let plan_id = prepared.prepared().plan_id();
+    let query_ref = prepared.query_ref().to_owned();
+    let selections = prepared.prepared().selections();
+    // The person must set up manual capabilities; everything else this data directory can
+    // install (or load from the catalog) is chosen.
+    let chosen: Vec<&str> = selections
+        .iter()
+        .filter(|s| matches!(s.actionability(), "load" | "install"))
+        .map(|s| s.capability_id())
+        .filter(|id| uninstallable(runtime.loaded(), id).is_none())
+        .collect();
+    let manual: Vec<&str> = selections
+        .iter()
+        .filter(|s| s.actionability() == "manual")
+        .map(|s| s.capability_id())
+        .collect();
+    let desired = if chosen.is_empty() {
+        None
+    } else {
+        // One choice per query: a repeated prompt is an exact retry, which resumes installs and
+        // publication instead of minting a new choice.
+        let request = ManagedDesiredSetRequest::new(
+            &query_ref,
+            &logical_id("choice", &query_ref),
+            &chosen,
+            None,
+        )?;
+        Some(runtime.service().set_desired(&request)?)
+    };
+    let challenge = desired.as_ref().and_then(|d| d.challenge());
+    let challenge_id = challenge.map(|c| c.capability_id());
+    let challenge_digest = challenge.map(|c| c.challenge_digest());
+    let journal = open_journal(ctx.layout)?;
+    // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
+    // have decided meanwhile). An earlier prompt without a challenge had its activations carried
+    // out at the time; the session start retries everything.
+    let mut queries = session_queries(
+        &read_session(&journal, ctx.host, &input.session)?
+            .into_iter()
+            .filter(|r| r.get_str("challenge_digest").is_some())
+            .collect::<Vec<_>>(),
+    );
+    if !queries.contains(&query_ref) {
+        queries.push(query_ref.clone());
+    }
+    let activations = activate(ctx, &cwd, &runtime, &queries);
+    record(
+        &journal,
+        ctx,
+        input,
+        "prompt",
+        vec![
+            ("challenge_capability_id", opt_str(challenge_id)),
+            ("challenge_digest", opt_str(challenge_digest)),
+            (
+                "chosen_capability_ids",
+                Json::Arr(chosen.iter().map(|id| Json::str(*id)).collect()),
+            ),
+            ("plan_id", Json::str(plan_id)),
+            ("query_ref", Json::str(&query_ref)),
+            ("status", opt_str(desired.as_ref().map(|d| d.status()))),
+            ("workspace_digest", Json::str(workspace_digest(&cwd))),
+        ],
+    )?;
+    let mut context = format!("ctx plan {plan_id}:");
+    if selections.is_empty() {
+        context.push_str(" no capability is worth offering for this prompt.");
+    }
+    let failed: &[String] = desired.as_ref().map_or(&[], |d| d.failed_capability_ids());
+    for s in selections {
+        let id = s.capability_id();
+        let label = runtime
+            .loaded()
+            .catalog()
+            .entries()
+            .iter()
+            .find(|e| e.id == id)
+            .map_or("", |e| e.label.as_str());
+        let state = if Some(id) == challenge_id {
+            format!(
+                "needs the person's consent (challenge {})",
+                challenge_digest.unwrap_or("?")
+            )
+        } else if failed.iter().any(|f| f == id) {
+            "could not be installed".to_owned()
+        } else if manual.contains(&id) {
+            "needs manual setup by the person".to_owned()
+        } else if activations.is_active(id) {
+            "is active".to_owned()
+        } else if chosen.contains(&id) {
+            match s.actionability() {
+                "load" => "is available from the catalog".to_owned(),
+                _ => "is chosen for install".to_owned(),
+            }
+        } else {
+            "cannot be installed by this data directory".to_owned()
+        };
+        context.push_str(&format!(" {id} ({label}) {state}."));
+    }
+    activations.describe(&mut context);
+    let message = match (challenge_id, challenge_digest) {
+        (Some(id), Some(digest)) => Some(format!(
+            "ctx: {id} awaits your consent. In your own terminal run `ctx consent approve \
+             {digest}` (or `ctx consent deny {digest}`)."
+        )),
+        _ => None,
+    };
+    Ok(HookReply::Context {
+        host_event: input.host_event,
+        context,
+        message,
+        reload_skills: false,
+    })
+}
+
+/// PostToolUse / PostToolUseFailure: records the use of a skill, an agent or an MCP tool and
+/// whether it succeeded. Other tools are not ctx's business and are not recorded.
+fn tool_outcome(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let tool = input.str("tool_name").unwrap_or_default();
+    if !is_capability_tool(tool) {
+        return Ok(HookReply::Silent);
+    }
+    let journal = open_journal(ctx.layout)?;
+    let duration = match input.value.get("duration_ms") {
+        Some(Json::Int(n)) => Json::Int(*n),
+        _ => Json::Null,
+    };
+    record(
+        &journal,
+        ctx,
+        input,
+        "tool-outcome",
+        vec![
+            ("duration_ms", duration),
+            (
+                "succeeded",
+                Json::Bool(input.host_event != "PostToolUseFailure"),
+            ),
+            ("tool_name", Json::str(clip_bytes(tool, 128))),
+            (
+                "tool_use_id",
+                opt_str(input.str("tool_use_id").map(|s| clip_bytes(s, 128))),
+            ),
+        ],
+    )?;
+    Ok(HookReply::Silent)
+}
+
+/// SubagentStart / SubagentStop: records which agent ran, and how long its last message was.
+fn subagent(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let journal = open_journal(ctx.layout)?;
+    let message_chars = input.str("last_assistant_message").map_or(Json::Null, |m| {
+        Json::Int(i64::try_from(m.chars().count()).unwrap_or(i64::MAX))
+    });
+    let what = if input.host_event == "SubagentStart" {
+        "subagent-start"
+    } else {
+        "subagent-stop"
+    };
+    record(
+        &journal,
+        ctx,
+        input,
+        what,
+        vec![
+            (
+                "agent_id",
+                opt_str(input.str("agent_id").map(|s| clip_bytes(s, 128))),
+            ),
+            (
+                "agent_type",
+                opt_str(input.str("agent_type").map(|s| clip_bytes(s, 128))),
+            ),
+            ("last_message_chars", message_chars),
+        ],
+    )?;
+    Ok(HookReply::Silent)
+}
+
+/// SessionEnd: ends the engine session of every prompt of the session, takes away what they
+/// activated (unless another session still holds it), and records that the scope closed.
+fn session_end(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
+    let journal = open_journal(ctx.layout)?;
+    let queries = session_queries(&read_session(&journal, ctx.host, &input.session)?);
+    let mut notes = Vec::new();
+    if !queries.is_empty() {
+        let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
+        for query_ref in &queries {
+            if let Err(e) = runtime.service().end_session(query_ref) {
+                notes.push(format!("{query_ref}: {e}"));
+            }
+        }
+        let cwd = input.cwd().unwrap_or("/");
+        let activations = activate(ctx, cwd, &runtime, &queries);
+        notes.extend(activations.errors);
+    }
+    record(
+        &journal,
+        ctx,
+        input,
+        "session-end",
+        vec![
+            (
+                "reason",
+                opt_str(input.str("reason").map(|s| clip_bytes(s, 64))),
+            ),
+            (
+                "notes",
+                Json::Arr(
+                    notes
+                        .iter()
+                        .map(|n| Json::str(clip_bytes(n, 256)))
+                        .collect(),
+                ),
+            ),
+        ],
+    )?;
+    Ok(HookReply::Silent)
+}
+
+// ------------------------------------------------------------------------------------------------
+// Activation
+// ------------------------------------------------------------------------------------------------
+
+/// What the activations of one hook call did.
+#[derive(Debug, Default)]
+struct Activations {
+    report: ActivationReport,
+    skill_activated: bool,
+    /// Sentences about queries the driver could not advance.
+    errors: Vec<String>,
+}
+
+impl Activations {
+    fn is_active(&self, id: &str) -> bool {
+        self.report.activated.iter().any(|a| a == id)
+    }
+
+    /// Appends what changed on the host to the model's context.
+    fn describe(&self, context: &mut String) {
+        let r = &self.report;
+        if !r.activated.is_empty() {
+            context.push_str(&format!(" Activated now: {}.", r.activated.join(", ")));
+        }
+        if !r.deactivated.is_empty() {
+            context.push_str(&format!(" Deactivated: {}.", r.deactivated.join(", ")));
+        }
+        for (id, why) in r.refused.iter().chain(&r.indeterminate) {
+            context.push_str(&format!(" {id} was not activated: {why}."));
+        }
+        for e in &self.errors {
+            context.push_str(&format!(" {e}."));
+        }
+    }
+}
+
+/// Carries out the pending activations (and, after a session end, deactivations) of `queries`
+/// with this host's actuator. Failures are reported, never fatal: planning already happened.
+fn activate(
+    ctx: &HookContext<'_>,
+    cwd: &str,
+    runtime: &Runtime,
+    queries: &[String],
+) -> Activations {
+    let mut out = Activations::default();
+    let home = match &ctx.home {
+        Ok(home) => home.clone(),
+        Err(e) => {
+            out.errors.push(format!("ctx activates nothing here: {e}"));
+            return out;
+        }
+    };
+    let journal = match open_journal(ctx.layout) {
+        Ok(j) => j,
+        Err(e) => {
+            out.errors.push(e.to_string());
+            return out;
+        }
+    };
+    let driver = HostActivationDriver::new(
+        ctx.host,
+        home,
+        Some(std::path::Path::new(cwd)),
+        &ctx.layout.activation_store(),
+        journal,
+        runtime.loaded(),
+        ctx.now,
+    );
+    for query_ref in queries {
+        match runtime.service().advance_activations(query_ref, &driver) {
+            Ok(report) => {
+                out.skill_activated |= report.activated.iter().any(|id| id.starts_with("skill:"));
+                out.report.activated.extend(report.activated);
+                out.report.deactivated.extend(report.deactivated);
+                out.report.refused.extend(report.refused);
+                out.report.indeterminate.extend(report.indeterminate);
+            }
+            Err(e) => out.errors.push(format!("activation stopped: {e}")),
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------------
+// The session stream
+// ------------------------------------------------------------------------------------------------
+
+/// The journal stream of a host session (`session` is `<host>:<session_id>`).
+pub fn session_stream(host: AgentHost, session: &str) -> Result<StreamId, SessionError> {
+    StreamId::derive(
+        HOST_SESSION_NAMESPACE,
+        format!("{host}\n{session}").as_bytes(),
+    )
+    .map_err(|source| SessionError::Stream {
+        session: session.to_owned(),
+        source,
+    })
+}
+
+fn open_journal(layout: &Layout) -> Result<Journal, SessionError> {
+    ctx_service::open_journal(
+        &layout.journal(),
+        &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
+    )
+    .map_err(SessionError::Journal)
+}
+
+/// Appends one hook call to the session's stream. The event id is a digest of the host's input,
+/// so the same call delivered twice is recorded once (the journal replays the first append).
+fn record(
+    journal: &Journal,
+    ctx: &HookContext<'_>,
+    input: &HookInput,
+    what: &str,
+    fields: Vec<(&str, Json)>,
+) -> Result<(), SessionError> {
+    let host = ctx.host;
+    let stream = session_stream(host, &input.session)?;
+    let mut payload = vec![
+        ("event", Json::str(what)),
+        ("hook_event_name", Json::str(input.host_event)),
+        ("host", Json::str(host.as_str())),
+        ("input_digest", Json::str(&input.digest)),
+        ("schema", Json::str(HOST_SESSION_KIND)),
+        ("session_id", Json::str(&input.session)),
+    ];
+    payload.extend(fields);
+    let payload = Json::object(payload).to_string().into_bytes();
+    let event_id = format!(
+        "hook-{}",
+        sha256_hex(&format!("{host}\n{what}\n{}", input.digest))
+    );
+    let append = StreamAppend::new(
+        stream,
+        ExpectedRevision::Any,
+        vec![NewRecord::new(
+            event_id,
+            HOST_SESSION_KIND,
+            ctx.now,
+            payload,
+        )],
+    );
+    match journal.append(append) {
+        // The host delivered this very input before (at another time, or after the plan moved
+        // on): the first delivery's record stands.
+        Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(SessionError::Record(e)),
+    }
+}
+
+/// The payloads of a session's records, oldest first (at most [`SESSION_RECORDS_READ_MAX`]).
+/// `session` is `<host>:<session_id>`.
+pub fn read_session(
+    journal: &Journal,
+    host: AgentHost,
+    session: &str,
+) -> Result<Vec<Json>, SessionError> {
+    let stream = session_stream(host, session)?;
+    let records = journal
+        .read_stream(&stream, 1, SESSION_RECORDS_READ_MAX)
+        .map_err(SessionError::ReadSession)?;
+    Ok(records
+        .iter()
+        .filter_map(|r| std::str::from_utf8(&r.payload).ok())
+        .filter_map(|t| Json::parse(t).ok())
+        .collect())
+}
+
+/// The queries of a session's prompts, oldest first, without repeats, the last
+/// [`SESSION_QUERIES_MAX`].
+fn session_queries(session: &[Json]) -> Vec<String> {
+    let mut queries: Vec<String> = Vec::new();
+    for value in session {
+        if let Some(q) = value.get_str("query_ref")
+            && !queries.iter().any(|known| known == q)
+        {
+            queries.push(q.to_owned());
+        }
+    }
+    let skip = queries.len().saturating_sub(SESSION_QUERIES_MAX);
+    queries.split_off(skip)
+}
+
+/// The consent challenges the session's queries wait on now: (capability id, challenge digest),
+/// oldest query first. A query publishes its next challenge when the person decides the one
+/// before, so the engine's current state is asked, not the prompts' records.
+fn pending_challenges(
+    runtime: &Runtime,
+    queries: &[String],
+    layout: &Layout,
+    now: UtcMicros,
+) -> Vec<(String, String)> {
+    let mut pending: Vec<(String, String)> = Vec::new();
+    for query_ref in queries {
+        let Ok(result) = runtime.service().reopen(query_ref) else {
+            continue;
+        };
+        let Some(challenge) = result.challenge() else {
+            continue;
+        };
+        let digest = challenge.challenge_digest();
+        // A challenge that expired or was decided awaits nothing.
+        let waiting = challenge_record(layout, digest, now)
+            .is_ok_and(|r| r.state() == ChallengeState::Pending);
+        if waiting && !pending.iter().any(|(_, d)| d == digest) {
+            pending.push((challenge.capability_id().to_owned(), digest.to_owned()));
+        }
+    }
+    pending
+}
+
+// ------------------------------------------------------------------------------------------------
+// Helpers
+// ------------------------------------------------------------------------------------------------
+
+/// Ingests the sample catalog compiled into ctx when the data directory has none yet, so a host
+/// that registered ctx's hooks works from its first session.
+fn ensure_catalog(layout: &Layout) -> Result<(), SessionError> {
+    if layout.catalog().join("catalog.json").is_file() {
+        return Ok(());
+    }
+    ingest_catalog(layout, None)
+        .map(|_| ())
+        .map_err(SessionError::Catalog)
+}
+
+/// Persists the safe default install policy (every install asks the person) when none is: a
+/// signed consent is only accepted under an explicitly persisted policy, so without this the
+/// person could never approve what the hook asks for.
+fn ensure_policy(runtime: &Runtime) -> Result<(), SessionError> {
+    let store = runtime.policy_store();
+    let persisted = store.has_persisted().map_err(SessionError::PolicyRead)?;
+    if !persisted {
+        store
+            .persist(&InstallConsentPolicy::safe_default())
+            .map_err(SessionError::PolicyPersist)?;
+    }
+    Ok(())
+}
+
+fn opt_str(value: Option<&str>) -> Json {
+    value.map_or(Json::Null, Json::str)
+}
+
+/// Whether a tool is a capability ctx may have activated: a skill, an agent, or an MCP tool.
+fn is_capability_tool(name: &str) -> bool {
+    matches!(name, "Skill" | "Agent" | "Task") || name.starts_with("mcp__")
+}
+
+fn workspace_digest(cwd: &str) -> String {
+    sha256_hex(&format!("ctx-workspace:{cwd}"))
+}
+
+/// At most [`HOOK_TEXT_MAX_CHARS`] characters, marked when cut.
+fn clip(text: &str) -> String {
+    if text.chars().count() <= HOOK_TEXT_MAX_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(HOOK_TEXT_MAX_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// At most `max` bytes, cut at a character boundary: for host-supplied names stored in records.
+fn clip_bytes(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipping_keeps_the_hosts_limit_and_character_boundaries() {
+        let long = "é".repeat(HOOK_TEXT_MAX_CHARS + 5);
+        let clipped = clip(&long);
+        assert_eq!(clipped.chars().count(), HOOK_TEXT_MAX_CHARS);
+        assert!(clipped.ends_with('…'));
+        assert_eq!(clip("short"), "short");
+        assert_eq!(clip_bytes("aé", 2), "a");
+        assert_eq!(clip_bytes("abc", 8), "abc");
+    }
+
+    #[test]
+    fn only_capability_tools_are_recorded() {
+        for tool in ["Skill", "Agent", "Task", "mcp__github__create_issue"] {
+            assert!(is_capability_tool(tool), "{tool}");
+        }
+        for tool in ["Bash", "Read", "mcp", "skill"] {
+            assert!(!is_capability_tool(tool), "{tool}");
+        }
+    }
+}
