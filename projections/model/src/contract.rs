@@ -1,6 +1,7 @@
-//! The host action contract (reference engine-core §3.5, rules 1–7) and the typed receipt
-//! verifications (§3.7) of the installation contract (contract 3), plus the pure builders the
-//! reducer uses for the exact payloads, verifications and rollbacks this contract demands.
+//! The host action contract (spec/engine.md §9) and the typed receipt
+//! verifications (spec/engine.md §9) of the installation contract (contract 3), plus the pure
+//! builders the reducer uses for the exact payloads, verifications and rollbacks this contract
+//! demands.
 //!
 //! Contract 3 only: historical payload forms (the legacy five-digest install descriptor, legacy
 //! consent requests, schema-less material payloads, `{host_state}` receipts) and prompt-context
@@ -376,7 +377,7 @@ fn non_empty_object(value: &Json, name: &str) -> Result<(), ProtocolError> {
 // ---------------------------------------------------------------------------------------------
 // The action contract
 
-/// Applies the kind-specific contract rules of engine-core §3.5 for contract 3.
+/// Applies the kind-specific contract rules of spec/engine.md §9 for contract 3.
 pub fn validate_action(action: &HostAction) -> Result<(), ProtocolError> {
     let kind = action.kind;
     if kind == ActionKind::PreparePromptContext {
@@ -605,7 +606,7 @@ pub fn material_rollback(kind: ActionKind, exposure_id: &str, source_digest: &st
 }
 
 // ---------------------------------------------------------------------------------------------
-// Receipt verification (§3.7)
+// Receipt verification (spec/engine.md §9)
 
 /// Validates an `ActionApplied.verification` for reducer v3: an install or material receipt of
 /// the matching action kind, with exact fields and typed identities naming one capability.

@@ -1,7 +1,7 @@
-//! Typed leaf documents of the installation contract (reference engine-core §3.8,
-//! planner-and-install §4.3, §4.6, §4.7, §4.11): material identities, catalog identities,
-//! material descriptors, installed lineage, authorized material, install plan descriptors and
-//! execution bindings, plus the authorization digests and the lineage promotion classifier.
+//! Typed leaf documents of the installation contract (spec/engine.md §12; spec/catalog.md §1.3):
+//! material identities, catalog identities, material descriptors, installed lineage, authorized
+//! material, install plan descriptors and execution bindings, plus the authorization digests and
+//! the lineage promotion classifier.
 //!
 //! Every document is kept as a validated [`Json`] mapping rather than a Rust struct, because the
 //! journal stores and hashes exactly these mappings: validating the mapping itself (exact key set,
@@ -667,7 +667,7 @@ pub fn validate_install_plan_descriptor(value: &Json) -> Result<(), ProtocolErro
 }
 
 /// Builds an install plan descriptor; schema v2 exactly when a result material identity digest
-/// is given. `descriptor_digest` covers every other field (planner-and-install §4.3).
+/// is given. `descriptor_digest` covers every other field (spec/engine.md §12).
 pub fn install_plan_descriptor(input: &InstallDescriptorInput<'_>) -> Result<Json, ProtocolError> {
     let mut fields = map([
         ("capability_id", Json::str(input.capability_id)),
@@ -835,7 +835,7 @@ impl InstallExecutionBinding {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Authorization digests (planner-and-install §4.7)
+// Authorization digests (spec/engine.md §12)
 
 /// The install authorization digest binding one install claim to its journaled authority:
 /// `H(CJ({action: {content_digest, json: <action CJ text>}, catalog_snapshot_digest, descriptor,
@@ -887,7 +887,7 @@ pub fn activation_authorization_digest(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Lineage promotion classifier (engine-core §3.8, last bullet)
+// Lineage promotion classifier (spec/engine.md §12, last bullet)
 
 /// The material binding of a runtime capability or a proposed plan row.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The protocol data model: scopes, privacy labels, engine events, host actions and transitions
-//! (reference engine-core §1, §3). Every value has a `to_json` that yields exactly the mapping the
+//! (spec/engine.md §2). Every value has a `to_json` that yields exactly the mapping the
 //! reference hashes, and a strict `from_json`.
 
 use std::collections::BTreeSet;

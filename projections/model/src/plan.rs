@@ -1,4 +1,4 @@
-//! Schema-v3 planning values (reference engine-core §4.2, §6.4; planner-and-install §2.7, §2.9):
+//! Schema-v3 planning values (spec/engine.md §4, §10; spec/planner.md §7):
 //! the 13-key plan row, the benefit audit reference, the committed plan, and the
 //! `ctx.decision.capability-plan` version 3 decision surrogate value.
 //!
@@ -147,7 +147,7 @@ fn canonical_tokens(value: &[Json], name: &str, max: usize) -> Result<usize, Str
     Ok(tokens.len())
 }
 
-/// The presentation part of a row, validated as a retrieval candidate (planner-and-install §2.3).
+/// The presentation part of a row, validated as a retrieval candidate (spec/catalog.md §5.3).
 fn validate_presentation(m: &JsonMap, signals: &[Json], reasons: &[Json]) -> Result<(), String> {
     let Some(id) = text(m, "capability_id").filter(|s| is_safe_token(s)) else {
         return Err("capability_id must be a canonical safe token".into());
@@ -449,7 +449,7 @@ fn status_message(status: &str) -> &'static str {
     }
 }
 
-/// Validates a committed schema-v3 plan (planner-and-install §2.9).
+/// Validates a committed schema-v3 plan (spec/planner.md §7).
 pub fn validate_committed_plan(plan: &CommittedPlan) -> Result<(), ProtocolError> {
     if !is_trimmed(&plan.plan_id) {
         return perr("plan_id must be a non-empty trimmed string");
@@ -815,7 +815,7 @@ fn r_row_v3(value: &Json, index: usize) -> Result<(u8, String, String), ReplayEr
 }
 
 /// Validates the value of a `ctx.decision.capability-plan` version 3 decision surrogate
-/// (engine-core §6.4, last table row).
+/// (spec/engine.md §10, last table row).
 pub fn validate_capability_plan_v3_value(value: &Json) -> Result<(), ReplayError> {
     let m = r_exact(value, &PLAN_VALUE_V3_KEYS, "capability plan v3")?;
     let status = text(m, "status").unwrap_or_default();

@@ -1,4 +1,4 @@
-//! Replay inputs (reference engine-core §6): the privacy-safe, frozen input from which a reducer
+//! Replay inputs (spec/engine.md §10): the privacy-safe, frozen input from which a reducer
 //! output is recomputed bit for bit.
 
 use crate::digest::{cj_digest, sha256_hex};
@@ -111,7 +111,7 @@ impl ReplayInput {
 }
 
 // =============================================================================================
-// Replay validation (engine-core §6.2–§6.6), reducer v3 only.
+// Replay validation (spec/engine.md §10), reducer v3 only.
 
 /// Deepest nesting a surrogate or ingress payload may have.
 pub const JSON_MAX_DEPTH: usize = 8;
@@ -141,7 +141,7 @@ fn from_protocol(e: crate::model::ProtocolError) -> ReplayError {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Structured surrogates (§6.4)
+// Structured surrogates (spec/engine.md §10)
 
 /// Which slot of a replay input a surrogate fills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -391,7 +391,7 @@ fn ingress_size(value: &Json, depth: usize, budget: &mut usize) -> Result<usize,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Payload sanitization (§3.4 column R, reducer v3)
+// Payload sanitization (spec/engine.md §3, reducer v3)
 
 /// The opaque observation reference of an observation event. Kept in memory only and handed to
 /// the observation normalizer; it never enters replay JSON.
@@ -770,7 +770,7 @@ fn sanitize_payload(event: &EngineEvent) -> Result<(Json, Option<ObservationRef>
 }
 
 // ---------------------------------------------------------------------------------------------
-// Preflight (§6.6)
+// Preflight (spec/engine.md §10)
 
 /// The pure result of validating an ingress event: its content digest, the sanitized event the
 /// reducer will see, and the observation reference (in memory only).
@@ -813,7 +813,7 @@ pub fn preflight(event: &EngineEvent) -> Result<Preflight, ReplayError> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// ReplayInput decoding and validation (§6.5)
+// ReplayInput decoding and validation (spec/engine.md §10)
 
 const REPLAY_KEYS: [&str; 8] = [
     "decision_surrogate",

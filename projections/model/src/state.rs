@@ -1,4 +1,4 @@
-//! Engine state of one scope (reference engine-core §4), contract 3 (`ctx.engine-state-v3`).
+//! Engine state of one scope (spec/engine.md §4), contract 3 (`ctx.engine-state-v3`).
 //!
 //! Nested leaf documents (plan rows, authorized materials, material identities, benefit audits)
 //! are kept as validated [`Json`] so that their canonical encodings, and so every digest over
@@ -1004,8 +1004,8 @@ impl EngineState {
             .find(|c| c.consent_id == consent_id)
     }
 
-    /// Whether `capability_id` is a retired capability the reducer removes (reference §5.12): the
-    /// committed plan is ready or abstained and does not list it, and nothing holds it — no
+    /// Whether `capability_id` is a retired capability the reducer removes (spec/engine.md §11):
+    /// the committed plan is ready or abstained and does not list it, and nothing holds it — no
     /// activation, lease, rollback hold or request, pending effect or consent.
     pub fn is_prunable(&self, capability_id: &str) -> bool {
         let Some(plan) = &self.committed_plan else {

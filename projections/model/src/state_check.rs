@@ -1,5 +1,5 @@
-//! The construction and persisted-projection invariants of a contract-3 engine state (reference
-//! engine-core §4.1–§4.3). Messages are the reference's sentences.
+//! The construction and persisted-projection invariants of a contract-3 engine state
+//! (spec/engine.md §4). Messages are the reference's sentences.
 //!
 //! Leaf documents (plan rows, authorized materials, material identities, descriptors) are read
 //! through `Json::get` only: their own field rules belong to the leaf validators, while this module
@@ -107,7 +107,7 @@ fn plan_row_order(row: &Json) -> (bool, Option<&str>, Option<&str>) {
     )
 }
 
-/// The plan rules the state contract leans on (reference planner-and-install §2.9): identity
+/// The plan rules the state contract leans on (spec/planner.md §7): identity
 /// fields, row shape, bound, uniqueness, order, and the status/rows/code/audit agreement. The
 /// audit's numeric consistency is left to the plan leaf validator.
 fn check_plan(plan: &CommittedPlan) -> Result<(), StateError> {
@@ -178,7 +178,7 @@ fn check_lease(lease: &Lease) -> Result<(), StateError> {
     required_text(&lease.exposure_id, "exposure_id")
 }
 
-/// One runtime capability on its own (reference §4.2 CapabilityStateV3).
+/// One runtime capability on its own (spec/engine.md §4.
 fn check_capability(c: &CapabilityState) -> Result<(), StateError> {
     check_plan_row(&c.selection)?;
     if authority_type(&c.selection) == Some("manual") {
@@ -279,7 +279,7 @@ fn check_capability(c: &CapabilityState) -> Result<(), StateError> {
     Ok(())
 }
 
-/// The action kind each pending effect must carry (reference §4.2).
+/// The action kind each pending effect must carry (spec/engine.md §4).
 fn effect_action_kind(effect: EffectKind) -> ActionKind {
     match effect {
         EffectKind::Install => ActionKind::InstallCapability,
@@ -352,9 +352,10 @@ fn has_duplicates<T: Ord>(ids: impl IntoIterator<Item = T>) -> bool {
 }
 
 impl EngineState {
-    /// Checks the construction invariants of a contract-3 state (reference §4.3 items 1, 2 and 4,
-    /// with the ordering and uniqueness rules of §4.1/§4.2). The reducer calls this on every state
-    /// it builds; [`EngineState::validate_persisted`] adds the stricter persisted rules.
+    /// Checks the construction invariants of a contract-3 state (spec/engine.md §4,
+    /// with the ordering and uniqueness rules of spec/engine.md §4). The reducer calls this on
+    /// every state it builds; [`EngineState::validate_persisted`] adds the stricter persisted
+    /// rules.
     pub fn validate(&self) -> Result<(), StateError> {
         if self.revision < 1 {
             return serr("revision must be an integer >= 1");
@@ -370,7 +371,7 @@ impl EngineState {
         self.check_cross_references()
     }
 
-    /// [`EngineState::validate`] plus the persisted-projection invariants (reference §4.3 item 5),
+    /// [`EngineState::validate`] plus the persisted-projection invariants (spec/engine.md §4),
     /// checked when a state is serialized for the journal and when it is decoded from it.
     pub fn validate_persisted(&self) -> Result<(), StateError> {
         self.validate()?;
@@ -571,7 +572,7 @@ impl EngineState {
         Ok(())
     }
 
-    /// How the parts refer to each other (reference §4.3 item 4).
+    /// How the parts refer to each other (spec/engine.md §4).
     fn check_cross_references(&self) -> Result<(), StateError> {
         let plan = self.committed_plan.as_ref();
         if plan.is_none()

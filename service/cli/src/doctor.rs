@@ -20,7 +20,8 @@ use ctx_service::managed::JOURNAL_LOCK_WAIT;
 /// The `schema` of `ctx doctor --json`.
 pub(crate) const DOCTOR_SCHEMA: &str = "ctx.doctor.v1";
 
-/// The text Codex's trust records carry (`hooks.state."<key>".trusted_hash`, notes hosts.md §2).
+/// The text Codex's trust records carry (`hooks.state."<key>".trusted_hash`, spec/cli.md §7.2;
+/// spec/activation.md §6, §7).
 const CODEX_TRUST_MARK: &str = "trusted_hash";
 
 /// What the hooks file of a host holds.

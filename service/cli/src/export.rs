@@ -1,8 +1,8 @@
-//! `ctx export` and `ctx import`: the journal as JSON lines with digests, and back (spec/cli.md
-//! §5). An export is a header line and one line per record in position order, written while
-//! scanning (never the whole journal in memory); an import checks every line's digest and chain
-//! as it appends it into an empty journal, in one transaction that is committed only after the
-//! last line, so a refused import writes no record.
+//! `ctx export` and `ctx import`: the journal as JSON lines with digests, and back
+//! (spec/cli.md §5). An export is a header line and one line per record in position order, written
+//! while scanning (never the whole journal in memory); an import checks every line's digest and
+//! chain as it appends it into an empty journal, in one transaction that is committed only after
+//! the last line, so a refused import writes no record.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};

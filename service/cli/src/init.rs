@@ -7,7 +7,8 @@
 //! ctx only ever adds its missing entries. An entry of ctx's that differs from what this binary
 //! would write is reported and left alone: it may be another installation's, the person may
 //! have edited it on purpose, and Codex trusts a hook by its content hash, so rewriting it
-//! would silently disable it until the person trusts it again (notes hosts.md §B).
+//! would silently disable it until the person trusts it again (spec/activation.md §5;
+//! spec/cli.md §7.2).
 
 use std::fs;
 use std::io::Write;

@@ -1,6 +1,6 @@
 //! The agent hosts' own configuration files (`~/.claude/settings.json`, `$CODEX_HOME/hooks.json`,
 //! a project's `.mcp.json`), edited in place: under ctx's advisory lock, atomically, and without
-//! changing a byte ctx does not own (notes hosts.md §B step 4c).
+//! changing a byte ctx does not own (spec/activation.md §7).
 //!
 //! Two parts:
 //! - [`update_locked`]: one read–modify–write of one file. The caller's `edit` turns the current

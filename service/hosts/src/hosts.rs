@@ -1,9 +1,9 @@
 //! The agent hosts ctx plugs into (Claude Code and Codex): their names, the hook events ctx
 //! registers with each, and where each keeps its files under a person's home directory.
 //!
-//! Facts from `../shared/notes/hosts.md` §1–§2 and §C. The home directory is always passed in
-//! (from `$HOME` / `$CODEX_HOME` by the command line, a temporary directory in tests), never read
-//! from the process environment here.
+//! Facts from spec/activation.md §3, §6, §7; spec/cli.md §7.2, §7. The home directory is always
+//! passed in (from `$HOME` / `$CODEX_HOME` by the command line, a temporary directory in tests),
+//! never read from the process environment here.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -85,8 +85,8 @@ const fn event(
 /// The tools whose outcomes ctx records in Claude Code: skills, agents and MCP tools.
 pub const CLAUDE_TOOL_MATCHER: &str = "Skill|Agent|mcp__.*";
 
-/// Claude Code's registrations (notes §C). UserPromptSubmit blocks the person's prompt, so its
-/// timeout is short; SessionEnd shares a 1.5 s budget unless a timeout raises it.
+/// Claude Code's registrations (spec/cli.md §7, §7.2). UserPromptSubmit blocks the person's prompt,
+/// so its timeout is short; SessionEnd shares a 1.5 s budget unless a timeout raises it.
 pub const CLAUDE_HOOK_EVENTS: [HookEvent; 7] = [
     event(
         "SessionStart",

@@ -1,17 +1,17 @@
 //! One [`HostProfile`] value per agent host: every fact about a host that ctx's code branches
 //! on (its names, the hook events ctx registers, where its files live, how it lays out agents and
 //! MCP servers, how it runs a hook handler). Code asks the profile instead of matching on
-//! [`AgentHost`], so a new host is mostly a new profile (spec/activation.md §1, spec/cli.md
-//! §6–§7). Its layout enums are exhaustive on purpose: a new layout must be handled wherever
-//! one is matched.
+//! [`AgentHost`], so a new host is mostly a new profile (spec/activation.md §1,
+//! spec/cli.md §6–§7). Its layout enums are exhaustive on purpose: a new layout must be handled
+//! wherever one is matched.
 
 use std::path::PathBuf;
 
 use crate::hosts::{AgentHost, CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS, HookEvent, HostHome};
 
 /// Claude Code's bundled skills: a personal skill of the same name replaces the bundled one, so
-/// ctx refuses these names for Claude Code rather than shadow a host feature by accident (notes
-/// §1a). Codex has no such skills under these names.
+/// ctx refuses these names for Claude Code rather than shadow a host feature by accident
+/// (spec/activation.md §2). Codex has no such skills under these names.
 pub const CLAUDE_BUNDLED_SKILLS: [&str; 7] = [
     "batch",
     "code-review",

@@ -47,8 +47,8 @@ const SESSION_RECORDS_READ_MAX: usize = 1024;
 /// How many of a session's latest queries a hook advances activations of.
 const SESSION_QUERIES_MAX: usize = 16;
 
-/// Why a hook call did nothing for the host. The sentence is what the person sees (spec/cli.md
-/// §7: a hook never blocks the host; its glue turns this into a `systemMessage`).
+/// Why a hook call did nothing for the host. The sentence is what the person sees
+/// (spec/cli.md §7: a hook never blocks the host; its glue turns this into a `systemMessage`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {

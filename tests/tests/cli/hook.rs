@@ -10,7 +10,7 @@ use ctx_projections::Json;
 use crate::support::{self, CtxRun, ctx_binary, run_ctx, run_ctx_env};
 
 /// The hook input a host sends for `host_event`, with the field names of the hosts' docs
-/// (../shared/notes/hosts.md §1d and §2): the common fields plus the event's own.
+/// (spec/cli.md §7.2; spec/activation.md §6, §7): the common fields plus the event's own.
 fn hook_input(host: &str, host_event: &str, session: &str, cwd: &Path) -> Json {
     let mut fields = vec![
         ("cwd", Json::str(cwd.display().to_string())),

@@ -1,6 +1,7 @@
 //! `ctx init --host` and `ctx doctor`, run as a person would, on a temporary HOME and CODEX_HOME
 //! (never the real ones). The expected hook entries are written out here from the documented
-//! shape (spec/cli.md §8, ../shared/notes/hosts.md §1d, §2, §C), not computed by ctx's code.
+//! shape (spec/cli.md §8, spec/cli.md §7.2, §7; spec/activation.md §6, §7), not computed by ctx's
+//! code.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;

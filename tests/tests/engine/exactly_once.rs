@@ -332,7 +332,7 @@ fn pending_exact(state: &EngineState, kind: EffectKind, action: &HostAction) -> 
 }
 
 /// What the head must hold besides the pending effect for an install claim to be granted
-/// (engine-core §8.5): the capability absent, inactive and without material, under the
+/// (spec/engine-store.md §6): the capability absent, inactive and without material, under the
 /// committed plan the action was issued by and the session's catalog and policy.
 fn install_claimable(
     state: &EngineState,
@@ -360,7 +360,7 @@ fn install_claimable(
     capability_ok && plan_ok && state.install_policy_snapshot_digest.as_deref() == Some(policy)
 }
 
-/// The same for an activation claim (engine-core §8.6): installed, inactive, with material.
+/// The same for an activation claim (spec/engine-store.md §6): installed, inactive, with material.
 fn activation_claimable(state: &EngineState, action: &HostAction, host: &str) -> bool {
     action
         .entity_id

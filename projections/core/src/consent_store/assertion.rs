@@ -1,4 +1,4 @@
-//! The signed human decision assertion (reference consent-and-skill-cas §2.1–§2.3): the value a
+//! The signed human decision assertion (spec/decisions.md §3, §4, §5): the value a
 //! person's authenticator signs, its exact signing bytes and its strict wire codec. Specified in
 //! `spec/decisions.md`.
 //!
@@ -80,8 +80,8 @@ impl fmt::Display for HumanDecision {
     }
 }
 
-/// Why assertion fields are refused (reference §2.1, the Python `ValueError`s). `Display` is the
-/// reference's sentence.
+/// Why assertion fields are refused (spec/decisions.md §3, the Python `ValueError`s). `Display` is
+/// the reference's sentence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AssertionError {
@@ -114,8 +114,8 @@ pub enum AssertionError {
     TooLarge,
 }
 
-/// Why a wire payload is refused or an assertion cannot be encoded (reference §2.3, the Python
-/// `SignedHumanDecisionAssertionCodecError`). `Display` is the reference's sentence.
+/// Why a wire payload is refused or an assertion cannot be encoded (spec/decisions.md §5, the
+/// Python `SignedHumanDecisionAssertionCodecError`). `Display` is the reference's sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AssertionCodecError {
@@ -169,7 +169,7 @@ pub struct AssertionFields {
     pub authenticator_id: String,
     pub audience: String,
     pub nonce: String,
-    /// Canonical UTC timestamp (reference §0.3).
+    /// Canonical UTC timestamp (spec/engine.md §1).
     pub issued_at: String,
     /// Canonical UTC timestamp, strictly after `issued_at`.
     pub expires_at: String,
@@ -192,7 +192,7 @@ impl fmt::Debug for AssertionFields {
     }
 }
 
-/// A validated signed human decision (reference §2.1). Immutable; equal when every field, the
+/// A validated signed human decision (spec/decisions.md §3). Immutable; equal when every field, the
 /// proof included, is equal. `Clone` is harmless: the value is a claim, not an authority. `Debug`
 /// omits the proof.
 #[derive(Clone, PartialEq, Eq)]
@@ -219,7 +219,7 @@ impl fmt::Debug for SignedHumanDecisionAssertion {
     }
 }
 
-/// A canonical UTC timestamp (reference §0.3): parses, and re-renders to the same text.
+/// A canonical UTC timestamp (spec/engine.md §1): parses, and re-renders to the same text.
 fn canonical_timestamp(text: &str, field: &'static str) -> Result<UtcMicros, AssertionError> {
     match UtcMicros::parse(text) {
         Ok(t) if t.render() == text => Ok(t),
@@ -228,7 +228,7 @@ fn canonical_timestamp(text: &str, field: &'static str) -> Result<UtcMicros, Ass
 }
 
 impl SignedHumanDecisionAssertion {
-    /// Validates `fields` in the reference's order (§2.1 rules 1–8).
+    /// Validates `fields` in the reference's order (spec/decisions.md §3).
     pub fn new(fields: AssertionFields) -> Result<SignedHumanDecisionAssertion, AssertionError> {
         let f = &fields;
         if !is_sha(&f.challenge_digest) {
@@ -333,8 +333,8 @@ impl SignedHumanDecisionAssertion {
         &self.fields.proof
     }
 
-    /// Lowercase hex SHA-256 of the raw UTF-8 bytes of the nonce (reference §1.5): what the
-    /// broker records in its nonce history.
+    /// Lowercase hex SHA-256 of the raw UTF-8 bytes of the nonce (spec/projections.md §8.1, §8.8):
+    /// what the broker records in its nonce history.
     pub fn nonce_digest(&self) -> String {
         sha256_hex(&self.fields.nonce)
     }
@@ -359,13 +359,14 @@ impl SignedHumanDecisionAssertion {
         Json::object(pairs)
     }
 
-    /// The exact bytes an authenticator signs (reference §2.2): the ASCII canonical JSON of the
-    /// nine [`ASSERTION_SIGNING_KEYS`], every value a string, `schema` the domain tag, no proof.
+    /// The exact bytes an authenticator signs (spec/decisions.md §4): the ASCII canonical JSON of
+    /// the nine [`ASSERTION_SIGNING_KEYS`], every value a string, `schema` the domain tag, no
+    /// proof.
     pub fn signing_bytes(&self) -> Vec<u8> {
         self.claims(None).to_cja().into_bytes()
     }
 
-    /// The canonical wire form (reference §2.3): the ASCII canonical JSON of the ten
+    /// The canonical wire form (spec/decisions.md §5): the ASCII canonical JSON of the ten
     /// [`ASSERTION_WIRE_KEYS`], the proof as padded standard base64.
     pub fn encode(&self) -> Result<Vec<u8>, AssertionCodecError> {
         let bytes = self
@@ -378,7 +379,7 @@ impl SignedHumanDecisionAssertion {
         Ok(bytes)
     }
 
-    /// Decodes a wire payload strictly (reference §2.3 steps 2–9, in order): size, UTF-8 JSON
+    /// Decodes a wire payload strictly (spec/decisions.md §5, in order): size, UTF-8 JSON
     /// without duplicate keys or non-finite constants, an object of exactly the ten keys, the
     /// schema, canonical base64, the field rules, and a byte-for-byte canonical re-encoding.
     pub fn decode(payload: &[u8]) -> Result<SignedHumanDecisionAssertion, AssertionCodecError> {

@@ -1,5 +1,5 @@
-//! The install consent challenge value (reference consent-and-skill-cas §1.6) and its derivation
-//! from a pending install action (§3.2).
+//! The install consent challenge value (spec/projections.md §8.2) and its derivation
+//! from a pending install action (spec/projections.md §8.3).
 
 use ctx_model::{
     ActionKind, CapabilityKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
@@ -106,12 +106,12 @@ pub struct ChallengeFields {
     pub requested_action_precondition_revision: u64,
     pub permission_expansion: bool,
     pub credential_requirement: bool,
-    /// Canonical UTC timestamp (reference §0.3).
+    /// Canonical UTC timestamp (spec/engine.md §1).
     pub expires_at: String,
 }
 
-/// The exact, immutable identity of one install shown to a human (reference §1.6). Only built
-/// validated ([`InstallConsentChallenge::new`], [`InstallConsentChallenge::from_json`],
+/// The exact, immutable identity of one install shown to a human (spec/projections.md §8.2). Only
+/// built validated ([`InstallConsentChallenge::new`], [`InstallConsentChallenge::from_json`],
 /// [`derive_install_consent_challenge`]); equal when every field, the digest included, is equal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallConsentChallenge {
@@ -130,9 +130,9 @@ fn token_message(name: &str) -> String {
     format!("{name} must be a bounded canonical token")
 }
 
-/// The construction checks of reference §1.6, in its order. `bool_fault` names a boolean field
-/// whose decoded value was not a boolean (rule 10); the size rule (13) is checked by the caller,
-/// which has the canonical bytes.
+/// The construction checks of spec/projections.md §8.2, in its order. `bool_fault` names a boolean
+/// field whose decoded value was not a boolean (rule 10); the size rule (13) is checked by the
+/// caller, which has the canonical bytes.
 fn check_fields(f: &ChallengeFields, bool_fault: Option<&str>) -> Result<UtcMicros, String> {
     if !is_token(&f.challenge_id) {
         return Err(token_message("challenge_id"));
@@ -276,7 +276,7 @@ fn digest_mapping(f: &ChallengeFields) -> JsonMap {
 }
 
 impl InstallConsentChallenge {
-    /// Validates `fields` (reference §1.6 rules 1–11 and 13, in order) and computes the digest.
+    /// Validates `fields` (spec/projections.md §8.2, in order) and computes the digest.
     /// Errors are `Invalid` with the reference's sentence.
     pub fn new(fields: ChallengeFields) -> Result<InstallConsentChallenge, ConsentStoreError> {
         InstallConsentChallenge::build(fields, None).map_err(invalid)
@@ -312,7 +312,7 @@ impl InstallConsentChallenge {
         self.to_json().to_cja()
     }
 
-    /// Decodes the 25-key dictionary strictly (reference §1.6 "Decoding from a dictionary"): the
+    /// Decodes the 25-key dictionary strictly (spec/projections.md §8.2): the
     /// exact key set, the schema, a scope mapping of exactly the seven scope keys, the field
     /// rules, and the supplied digest equal to the recomputed one.
     pub fn from_json(value: &Json) -> Result<InstallConsentChallenge, ConsentStoreError> {
@@ -510,7 +510,7 @@ fn decode_map(value: &Json) -> Result<InstallConsentChallenge, String> {
     Ok(challenge)
 }
 
-/// Decodes a stored challenge payload (reference §1.6 "Decoding from storage" and §1.7 row
+/// Decodes a stored challenge payload (spec/projections.md §8.2, §8.1 row
 /// validation step 1); `Err` is the reference's Corruption sentence.
 pub(crate) fn decode_stored(payload: &[u8]) -> Result<InstallConsentChallenge, &'static str> {
     if payload.is_empty() || payload.len() > CHALLENGE_JSON_MAX_BYTES {
@@ -527,7 +527,7 @@ pub(crate) fn decode_stored(payload: &[u8]) -> Result<InstallConsentChallenge, &
 }
 
 // ------------------------------------------------------------------------------------------------
-// Derivation (reference §3.2)
+// Derivation (spec/projections.md §8.3)
 // ------------------------------------------------------------------------------------------------
 
 /// What a challenge is derived from. `consent_id`, `plan_id`, `catalog_snapshot_digest` and
@@ -560,9 +560,9 @@ pub fn install_consent_selection_digest(selection_row: &Json) -> String {
     ]))
 }
 
-/// Derives the challenge of a pending install (reference §3.2): the checks that need no directive
-/// object, in the reference's order, then the field mapping. Mismatches are `Binding` errors with
-/// the reference's sentences; malformed values are `Invalid`.
+/// Derives the challenge of a pending install (spec/projections.md §8.3): the checks that need no
+/// directive object, in the reference's order, then the field mapping. Mismatches are `Binding`
+/// errors with the reference's sentences; malformed values are `Invalid`.
 pub fn derive_install_consent_challenge(
     inputs: &ChallengeInputs<'_>,
 ) -> Result<InstallConsentChallenge, ConsentStoreError> {

@@ -1,4 +1,4 @@
-//! The decision lifecycle of the consent store (reference consent-and-skill-cas §1.10–§1.12):
+//! The decision lifecycle of the consent store (spec/projections.md §8.8, §8.5):
 //! verifying a signed human decision, recording it, the interactive guard as explicit calls
 //! (reserve → settle / release), reconciliation against journal evidence, recovery and
 //! inspection. Specified in `spec/projections.md`, section "consent.store".
@@ -7,9 +7,9 @@
 //! (`ExpectedRevision::Exact`); a lost race (`WrongRevision`, or the same event id with other
 //! content) re-reads and decides again, at most [`RACE_RETRIES`] times.
 //!
-//! **Sticky expiry.** The time transitions the store decides (reference §1.9) are a view on reads
-//! (`get`, `get_by_challenge_digest`, `create_challenge` of a stored challenge) and are written by
-//! the operations that write anyway, before their own record, in the same append:
+//! **Sticky expiry.** The time transitions the store decides (spec/projections.md §8.7) are a view
+//! on reads (`get`, `get_by_challenge_digest`, `create_challenge` of a stored challenge) and are
+//! written by the operations that write anyway, before their own record, in the same append:
 //! `verify_human_decision`, `mark_decision_ready`, `reserve` ("assert live": an expiry is written,
 //! then Expired is raised, as the reference commits before raising), `reconcile_install_decision`
 //! and `recover`. A written expiry is never revived (the reference revives a decision-bearing
@@ -71,8 +71,8 @@ const RESERVATION_MISMATCH: &str =
 
 static INSTANCES: AtomicU64 = AtomicU64::new(1);
 
-/// What binds a verified decision and a reservation token to one store instance (reference §1.10):
-/// a process-unique id and a 32-byte key that never leaves memory.
+/// What binds a verified decision and a reservation token to one store instance
+/// (spec/projections.md §8.8): a process-unique id and a 32-byte key that never leaves memory.
 ///
 /// The key is the journal's installation-keyed digest (`Journal::keyed_digest`, an HMAC under a
 /// sub-key of the secret installation key) of a value unique to this instance (process id,
@@ -121,7 +121,8 @@ impl Instance {
         mac.finalize().into_bytes().into()
     }
 
-    /// A fresh reservation token (reference §1.5: 32 unpredictable bytes per guard entry).
+    /// A fresh reservation token (spec/projections.md §8.1, §8.8: 32 unpredictable bytes per guard
+    /// entry).
     fn token(&self) -> [u8; 32] {
         let n = self.tokens.fetch_add(1, Ordering::Relaxed);
         self.mac(&[RESERVATION_TOKEN_DOMAIN, &[0], &n.to_le_bytes()])
@@ -132,11 +133,11 @@ impl Instance {
 // Values
 // ------------------------------------------------------------------------------------------------
 
-/// A signed human decision verified by this store instance (reference §1.10): process-bound
-/// authority. Only [`ConsentStore::verify_human_decision`] makes one; it cannot be cloned,
-/// serialized or used with another store instance (even on the same journal), and a decision
-/// whose claims or seal do not verify is refused with Rejected "VerifiedHumanDecision is not
-/// process-bound to this broker instance". Equality compares the nine claims only.
+/// A signed human decision verified by this store instance (spec/projections.md §8.8):
+/// process-bound authority. Only [`ConsentStore::verify_human_decision`] makes one; it cannot be
+/// cloned, serialized or used with another store instance (even on the same journal), and a
+/// decision whose claims or seal do not verify is refused with Rejected "VerifiedHumanDecision is
+/// not process-bound to this broker instance". Equality compares the nine claims only.
 pub struct VerifiedHumanDecision {
     challenge_id: String,
     challenge_digest: String,
@@ -207,7 +208,7 @@ impl VerifiedHumanDecision {
         self.expires_at
     }
 
-    /// The canonical bytes of the nine claims (reference §1.10).
+    /// The canonical bytes of the nine claims (spec/projections.md §8.8).
     fn claims_json(&self) -> String {
         Json::object([
             (
@@ -226,8 +227,8 @@ impl VerifiedHumanDecision {
         .to_cja()
     }
 
-    /// The decision seal (reference §1.5): HMAC-SHA256 under the instance key of the claims'
-    /// canonical bytes, then 0x00 and the verification time (i64 LE).
+    /// The decision seal (spec/projections.md §8.1, §8.8): HMAC-SHA256 under the instance key of
+    /// the claims' canonical bytes, then 0x00 and the verification time (i64 LE).
     fn seal_with(&self, instance: &Instance) -> [u8; 32] {
         instance.mac(&[
             self.claims_json().as_bytes(),
@@ -243,7 +244,7 @@ impl VerifiedHumanDecision {
             && d.audience == self.audience
     }
 
-    /// The seven decision claims a `decision-ready` record holds (reference §1.11.6).
+    /// The seven decision claims a `decision-ready` record holds (spec/projections.md §8.8).
     fn matches_record(&self, d: &DecisionEntry) -> bool {
         self.same_identity(d)
             && d.assertion_nonce_digest == self.assertion_nonce_digest
@@ -288,8 +289,8 @@ impl Reservation {
         Ok(())
     }
 
-    /// The reservation is the challenge's exact install with `decision` (reference §1.11.6; the
-    /// expiry compared as text, as the reference does).
+    /// The reservation is the challenge's exact install with `decision` (spec/projections.md §8.8;
+    /// the expiry compared as text, as the reference does).
     fn matches(&self, c: &InstallConsentChallenge, decision: Option<&str>) -> bool {
         self.scope == *c.scope()
             && self.consent_id == c.challenge_id()
@@ -304,9 +305,9 @@ impl Reservation {
     }
 }
 
-/// A held reservation (the guard's context, reference §1.11.6): proof that this store instance
-/// reserved the decision for one engine event. Not cloneable; `settle` and `release` consume it.
-/// It carries the raw token, whose SHA-256 only is journaled.
+/// A held reservation (the guard's context, spec/projections.md §8.8): proof that this store
+/// instance reserved the decision for one engine event. Not cloneable; `settle` and `release`
+/// consume it. It carries the raw token, whose SHA-256 only is journaled.
 pub struct ReservationToken {
     instance: u64,
     challenge_id: String,
@@ -340,9 +341,9 @@ impl ReservationToken {
     }
 }
 
-/// What the service read from the engine journal about the reserved decision event (reference
-/// §1.11.7, the evidence provider's lookup). The service revalidates committed evidence with its
-/// provider before it calls the store.
+/// What the service read from the engine journal about the reserved decision event
+/// (spec/projections.md §8.8, the evidence provider's lookup). The service revalidates committed
+/// evidence with its provider before it calls the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecisionEvidence {
     /// The decision event is committed: its id and content digest, and the engine stream's head
@@ -365,7 +366,7 @@ pub enum DecisionEvidence {
     Unavailable,
 }
 
-/// The journal status a reconciliation reports (reference §1.11.7).
+/// The journal status a reconciliation reports (spec/projections.md §8.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JournalStatus {
     Committed,
@@ -402,7 +403,7 @@ impl DecisionEvidence {
     }
 }
 
-/// The outcome of a reconciliation (reference §1.11.7).
+/// The outcome of a reconciliation (spec/projections.md §8.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReconciliationOutcome {
     Settled,
@@ -516,13 +517,14 @@ impl ConsentStore {
         ))
     }
 
-    /// True when `t` raises the floor (reference §1.8: strictly later than the persisted value).
+    /// True when `t` raises the floor (spec/projections.md §8.7: strictly later than the persisted
+    /// value).
     fn raises(identity: &IdentityEntry, t: UtcMicros) -> bool {
         identity.trusted_time_high_water.is_none_or(|f| t.0 > f)
     }
 
-    /// "Assert live" (reference §1.9) for an operation that writes: an expiry that is due is
-    /// written (and Expired raised after the commit, as the reference commits first); a written
+    /// "Assert live" (spec/projections.md §8.7) for an operation that writes: an expiry that is due
+    /// is written (and Expired raised after the commit, as the reference commits first); a written
     /// expiry is Expired. `Ok(false)` is a lost race.
     fn assert_live(
         &self,
@@ -587,7 +589,8 @@ impl ConsentStore {
         })
     }
 
-    /// Refuses a decision this instance did not issue or whose seal does not verify (§1.10).
+    /// Refuses a decision this instance did not issue or whose seal does not verify
+    /// (spec/projections.md §8.8).
     fn check_bound(&self, decision: &VerifiedHumanDecision) -> Result<(), ConsentStoreError> {
         let sealed = decision.instance == self.instance.id
             && ct_eq(&decision.seal, &decision.seal_with(&self.instance));
@@ -598,12 +601,12 @@ impl ConsentStore {
         }
     }
 
-    /// Verifies a signed human decision for `challenge_id` (reference §1.11.4), in the reference's
-    /// order: Invalid for a malformed id; NotFound for an unknown one; Conflict "install consent
-    /// decision is already reserved|settled"; assert live (an expiry is written, then Expired);
-    /// Rejected "signed assertion does not bind the exact challenge digest", "signed assertion
-    /// audience does not match this broker", "signed assertion was issued in the future", "signed
-    /// assertion outlives the exact install challenge"; by state: `decision-ready` (a
+    /// Verifies a signed human decision for `challenge_id` (spec/projections.md §8.8), in the
+    /// reference's order: Invalid for a malformed id; NotFound for an unknown one; Conflict
+    /// "install consent decision is already reserved|settled"; assert live (an expiry is written,
+    /// then Expired); Rejected "signed assertion does not bind the exact challenge digest", "signed
+    /// assertion audience does not match this broker", "signed assertion was issued in the future",
+    /// "signed assertion outlives the exact install challenge"; by state: `decision-ready` (a
     /// re-verification: the same decision identity, "reverified assertion does not match the
     /// decision-ready record"; the decision issued carries the record's nonce and times),
     /// `reauthentication-required` (a fresh nonce, "reconciliation requires a fresh nonce in the
@@ -715,7 +718,7 @@ impl ConsentStore {
                     }
                 }
             }
-            // The verifier vouched for `now`: the floor rises to it (reference §1.8). The
+            // The verifier vouched for `now`: the floor rises to it (spec/projections.md §8.7). The
             // effective time is unchanged (it already was the later of the two).
             let raise = Self::raises(&identity, now);
             let mut batch = Vec::with_capacity(2);
@@ -765,15 +768,15 @@ impl ConsentStore {
         })
     }
 
-    /// Records a verified decision (reference §1.11.5): `pending` or `reauthentication-required`
-    /// → `decision-ready`. Rejected "VerifiedHumanDecision is not process-bound to this broker
-    /// instance"; Rejected "verified decision challenge is unknown"; Conflict "install consent
-    /// record is already <state>" (checked before expiry, as the reference; a `decision-ready`
-    /// whose decision TTL passed counts as `reauthentication-required`); assert live; Rejected
-    /// "verified decision does not bind the persisted challenge"; Expired "verified human decision
-    /// has expired" (nothing written); Conflict "verified human decision nonce was already
-    /// recorded"; CapacityExceeded "install consent assertion nonce history reached its bounded
-    /// capacity".
+    /// Records a verified decision (spec/projections.md §8.8): `pending` or
+    /// `reauthentication-required` → `decision-ready`. Rejected "VerifiedHumanDecision is not
+    /// process-bound to this broker instance"; Rejected "verified decision challenge is unknown";
+    /// Conflict "install consent record is already <state>" (checked before expiry, as the
+    /// reference; a `decision-ready` whose decision TTL passed counts as
+    /// `reauthentication-required`); assert live; Rejected "verified decision does not bind the
+    /// persisted challenge"; Expired "verified human decision has expired" (nothing written);
+    /// Conflict "verified human decision nonce was already recorded"; CapacityExceeded "install
+    /// consent assertion nonce history reached its bounded capacity".
     ///
     /// One atomic append: the trusted-time record raising the floor to the verification's time
     /// (identity stream, when it raises it), a due `reauthentication-required` (decision
@@ -857,7 +860,7 @@ impl ConsentStore {
         })
     }
 
-    /// Enters the interactive guard (reference §1.11.6 steps 1–4): `decision-ready` → `reserved`
+    /// Enters the interactive guard (spec/projections.md §8.8): `decision-ready` → `reserved`
     /// for the engine event of `reservation`. Rejected "VerifiedHumanDecision is not process-bound
     /// to this broker instance"; Invalid for a malformed reservation; Rejected "verified decision
     /// challenge is unknown" / "verified decision does not bind the persisted challenge"; Conflict
@@ -865,9 +868,9 @@ impl ConsentStore {
     /// "process-bound decision does not match the decision-ready record" (the seven claims);
     /// Rejected "interactive reservation does not match the exact install challenge"; assert live.
     ///
-    /// Unlike the reference (its "reserve quirk", §8 note 9), a decision whose own TTL has passed
-    /// is not reserved: its `reauthentication-required` is written and Expired "install consent
-    /// challenge or decision has expired" raised.
+    /// Unlike the reference (its "reserve quirk", spec/projections.md §8.10), a decision whose own
+    /// TTL has passed is not reserved: its `reauthentication-required` is written and Expired
+    /// "install consent challenge or decision has expired" raised.
     pub fn reserve(
         &self,
         decision: &VerifiedHumanDecision,
@@ -945,7 +948,7 @@ impl ConsentStore {
         })
     }
 
-    /// The held-reservation checks of settle and release (reference §1.11.6 steps 6–7).
+    /// The held-reservation checks of settle and release (spec/projections.md §8.8).
     fn held(&self, token: &ReservationToken) -> Result<StoredChallenge, ConsentStoreError> {
         if token.instance != self.instance.id {
             return Err(rejected(OWNERSHIP_CHANGED));
@@ -986,7 +989,7 @@ impl ConsentStore {
         }
     }
 
-    /// The guard's clean exit (reference §1.11.6 step 7): `reserved` → `settled`, after the engine
+    /// The guard's clean exit (spec/projections.md §8.8): `reserved` → `settled`, after the engine
     /// committed its decision event. Conflict "interactive decision is no longer reserved";
     /// Rejected "interactive reservation ownership changed".
     pub fn settle(
@@ -1006,9 +1009,9 @@ impl ConsentStore {
     /// The settlement as a journal append (`Exact(head)` on the challenge stream), checked as
     /// [`ConsentStore::settle`] checks it, without appending: for a service that commits it in
     /// the same atomic append as the engine's decision event, so the event commits if and only if
-    /// the reservation settles (no "guard settlement failed" window, reference §3.4). The event
-    /// id is deterministic, so a retry of the same batch is replayed by the journal. Settle the
-    /// result with [`ConsentStore::settle_outcome`]; after a failed batch the reservation is
+    /// the reservation settles (no "guard settlement failed" window, spec/service.md §10). The
+    /// event id is deterministic, so a retry of the same batch is replayed by the journal. Settle
+    /// the result with [`ConsentStore::settle_outcome`]; after a failed batch the reservation is
     /// still held and should be released.
     pub fn settle_append(
         &self,
@@ -1055,7 +1058,7 @@ impl ConsentStore {
         }
     }
 
-    /// The guard's failure exit (reference §1.11.6 step 6): `reserved` → `decision-ready`, the
+    /// The guard's failure exit (spec/projections.md §8.8): `reserved` → `decision-ready`, the
     /// reservation cleared. Conflict "interactive decision is no longer reserved"; Rejected
     /// "interactive reservation ownership changed".
     pub fn release(
@@ -1082,7 +1085,7 @@ impl ConsentStore {
         })
     }
 
-    /// Crash recovery against the engine journal (reference §1.11.7). `reservation` is the
+    /// Crash recovery against the engine journal (spec/projections.md §8.8). `reservation` is the
     /// engine's interactive decision (the reference's query and reservation, which carry the same
     /// fields), `evidence` what the service read from the journal for it (committed evidence
     /// already revalidated by its provider). The exact check first (Rejected "journal evidence
@@ -1240,7 +1243,7 @@ impl ConsentStore {
         })
     }
 
-    /// A sweep over every challenge (reference §1.11.8), each transition its own append:
+    /// A sweep over every challenge (spec/projections.md §8.8), each transition its own append:
     /// `reserved` is counted and left alone (only reconciliation reopens it); `settled` and a
     /// written `expired` are final here (no revival); a due expiry is written; a decision whose
     /// TTL passed is written `reauthentication-required`.
@@ -1296,9 +1299,9 @@ impl ConsentStore {
         Ok(report)
     }
 
-    /// The written status of a challenge, with no time transition (reference §1.11.9): Invalid
-    /// "challenge_id must be a bounded canonical token", NotFound "install consent challenge ID
-    /// was not found".
+    /// The written status of a challenge, with no time transition (spec/projections.md §8.8):
+    /// Invalid "challenge_id must be a bounded canonical token", NotFound "install consent
+    /// challenge ID was not found".
     pub fn inspect_record(&self, challenge_id: &str) -> Result<ChallengeRecord, ConsentStoreError> {
         if !is_token(challenge_id) {
             return Err(invalid("challenge_id must be a bounded canonical token"));

@@ -1,4 +1,4 @@
-//! The lifecycle records of a challenge (reference consent-and-skill-cas §1.7, §1.11, §1.12) and
+//! The lifecycle records of a challenge (spec/projections.md §8.1, §8.8, §8.5) and
 //! the pure fold that turns a challenge stream into its index entry. Specified in
 //! `spec/projections.md`, section "consent.store".
 //!
@@ -38,9 +38,9 @@ pub const REAUTHENTICATION_REQUIRED_SCHEMA: &str =
     "ctx.install-consent-reauthentication-required-v1";
 pub const EXPIRED_SCHEMA: &str = "ctx.install-consent-expired-v1";
 pub const TRUSTED_TIME_SCHEMA: &str = "ctx.install-consent-broker-trusted-time-v1";
-/// Schema of one nonce history record digest (reference §1.5).
+/// Schema of one nonce history record digest (spec/projections.md §8.1, §8.8).
 pub const NONCE_RECORD_SCHEMA: &str = "ctx.install-consent-assertion-nonce-v1";
-/// Schema of the nonce history genesis digest (reference §1.5).
+/// Schema of the nonce history genesis digest (spec/projections.md §8.1, §8.8).
 pub const NONCE_HISTORY_SCHEMA: &str = "ctx.install-consent-assertion-nonce-history-v1";
 
 /// Prefix of a lifecycle record's event id: `ctx-consent-r<revision>:<challenge digest>`.
@@ -51,7 +51,8 @@ pub const TRUSTED_TIME_EVENT_PREFIX: &str = "ctx-consent-broker-trusted-time:";
 /// Most records one challenge stream holds (the challenge and its lifecycle): reads re-fold the
 /// whole stream, so it is bounded. Reached only by hundreds of reserve/release cycles.
 pub const CHALLENGE_STREAM_RECORDS_MAX: u64 = 256;
-/// The reference's nonce history factor: at most capacity × 8 nonces in the store (§1.1).
+/// The reference's nonce history factor: at most capacity × 8 nonces in the store
+/// (spec/projections.md §8.9).
 pub const NONCE_HISTORY_FACTOR: u64 = 8;
 
 /// The event id of the lifecycle record at `revision` of the challenge with `challenge_digest`.
@@ -64,7 +65,8 @@ pub fn trusted_time_event_id(revision: u64) -> String {
     format!("{TRUSTED_TIME_EVENT_PREFIX}{revision}")
 }
 
-/// Genesis of a challenge's nonce history chain: `H(CJA({challenge_id, schema}))` (§1.5).
+/// Genesis of a challenge's nonce history chain: `H(CJA({challenge_id, schema}))`
+/// (spec/projections.md §8.1, §8.8).
 pub fn nonce_history_genesis(challenge_id: &str) -> [u8; 32] {
     digest_of(&Json::object([
         ("challenge_id", Json::str(challenge_id)),
@@ -72,8 +74,8 @@ pub fn nonce_history_genesis(challenge_id: &str) -> [u8; 32] {
     ]))
 }
 
-/// One nonce history record digest (§1.5): `H(CJA({challenge_id, nonce_digest,
-/// previous_record_digest, recorded_at, schema, sequence}))`.
+/// One nonce history record digest (spec/projections.md §8.1, §8.8): `H(CJA({challenge_id,
+/// nonce_digest, previous_record_digest, recorded_at, schema, sequence}))`.
 pub fn nonce_record_digest(
     challenge_id: &str,
     nonce_digest: &str,
@@ -110,8 +112,8 @@ fn digest_of(value: &Json) -> [u8; 32] {
 pub enum SettleBasis {
     /// The guard's clean exit: the holder of the reservation token settles it.
     Guard { token_digest: String },
-    /// Reconciliation with committed journal evidence (§1.11.7): the engine's journal holds the
-    /// decision event at this head.
+    /// Reconciliation with committed journal evidence (spec/projections.md §8.8): the engine's
+    /// journal holds the decision event at this head.
     CommittedEvidence {
         head_revision: u64,
         head_record_digest: String,
@@ -121,18 +123,21 @@ pub enum SettleBasis {
 /// Why a decision must be re-authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReauthenticationCause {
-    /// The decision's own TTL passed while the challenge is live (§1.9).
+    /// The decision's own TTL passed while the challenge is live (spec/projections.md §8.7).
     DecisionExpired,
-    /// Reconciliation found the decision event absent at the expected head (§1.11.7).
+    /// Reconciliation found the decision event absent at the expected head
+    /// (spec/projections.md §8.8).
     AbsentAtExpectedHead,
 }
 
 /// Why a challenge expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpiryCause {
-    /// An operation that writes observed the challenge past its `expires_at` (§1.9).
+    /// An operation that writes observed the challenge past its `expires_at`
+    /// (spec/projections.md §8.7).
     ChallengeExpired,
-    /// Reconciliation found the decision event absent after the challenge expired (§1.11.7).
+    /// Reconciliation found the decision event absent after the challenge expired
+    /// (spec/projections.md §8.8).
     AbsentAtExpectedHead,
 }
 
@@ -773,7 +778,8 @@ pub fn fold(
                     return Err(transition(from, kind, "expiry needs an expired challenge"));
                 }
                 nl.state = ChallengeState::Expired.code();
-                // The reservation identity is kept (reference §1.11.7), its authority is not.
+                // The reservation identity is kept (spec/projections.md §8.8), its authority is
+                // not.
                 if let Some(r) = nl.reservation.as_mut() {
                     r.token_digest = None;
                 }
@@ -791,7 +797,7 @@ fn holds(reservation: Option<&ReservationEntry>, event_id: &str, content_digest:
     reservation.is_some_and(|r| r.event_id == event_id && r.event_content_digest == content_digest)
 }
 
-/// Appends `nonce_digest` to the history chain of `l` (reference §1.11.10, steps 3–4).
+/// Appends `nonce_digest` to the history chain of `l` (spec/projections.md §8.1).
 fn push_nonce(
     l: &mut super::LifecycleEntry,
     challenge_id: &str,

@@ -1,4 +1,4 @@
-//! The install consent broker store (reference consent-and-skill-cas §1) as a projection of the
+//! The install consent broker store (spec/projections.md §8) as a projection of the
 //! journal: no separate database. Specified in `spec/projections.md`, section "consent.store".
 //!
 //! The broker identity (its durable audience and trusted-time floor), challenges and their whole
@@ -97,9 +97,10 @@ pub const COUNT_NONCES_KEY: &[u8] = b"nonces";
 pub const CONSENT_NONCES_TABLE: &str = "proj.consent.nonces";
 
 /// Most challenges one journal holds, whatever their state: a lifetime bound, since challenges are
-/// never deleted (the reference's default capacity, §1.1).
+/// never deleted (the reference's default capacity, spec/projections.md §8.9).
 pub const CONSENT_CHALLENGES_MAX: u64 = 4_096;
-/// Most assertion nonces one journal records: capacity × 8 (reference §1.1), a lifetime bound.
+/// Most assertion nonces one journal records: capacity × 8 (spec/projections.md §8.9), a lifetime
+/// bound.
 pub const CONSENT_NONCES_MAX: u64 = CONSENT_CHALLENGES_MAX * lifecycle::NONCE_HISTORY_FACTOR;
 
 const DIGEST_KEY_DOMAIN: &[u8] = b"ctx.consent.digest-key.v1\0";
@@ -117,7 +118,8 @@ pub mod codes {
     pub const CONSENT_DIGEST_BOUND: &str = "consent-digest-bound";
     /// A consent record that does not validate or is out of place.
     pub const CONSENT_RECORD_INVALID: &str = "consent-record-invalid";
-    /// A lifecycle record that the challenge's folded state does not allow (§1.12).
+    /// A lifecycle record that the challenge's folded state does not allow
+    /// (spec/projections.md §8.5).
     pub const CONSENT_TRANSITION: &str = "consent-transition";
     /// The challenge stream holds [`super::CHALLENGE_STREAM_RECORDS_MAX`] records.
     pub const CONSENT_LIFECYCLE_CAPACITY: &str = "consent-lifecycle-capacity";
@@ -318,7 +320,7 @@ fn append_error(e: AppendError) -> ConsentStoreError {
 // States and records
 // ------------------------------------------------------------------------------------------------
 
-/// The lifecycle state of a challenge (reference §1.7).
+/// The lifecycle state of a challenge (spec/projections.md §8.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChallengeState {
     Pending,
@@ -379,8 +381,9 @@ impl std::fmt::Display for ChallengeState {
 }
 
 /// The status of a challenge as the store reports it at one effective time (the reference's
-/// `InstallConsentChallengeRecord`, §1.7): privacy-safe, no authority. Store-issued only. It
-/// omits the reservation token digest, the nonce history and the record digests.
+/// `InstallConsentChallengeRecord`, spec/projections.md §8.1): privacy-safe, no authority.
+/// Store-issued only. It omits the reservation token digest, the nonce history and the record
+/// digests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChallengeRecord {
     challenge: InstallConsentChallenge,
@@ -481,7 +484,8 @@ pub struct IdentityEntry {
     /// SHA-256 of the identity payload.
     pub payload_digest: [u8; 32],
     pub position: u64,
-    /// The trusted-time floor in µs (reference §1.8): the value of the last trusted-time record.
+    /// The trusted-time floor in µs (spec/projections.md §8.7): the value of the last trusted-time
+    /// record.
     pub trusted_time_high_water: Option<i64>,
     /// The identity stream's folded head: 1 + the number of trusted-time records.
     pub revision: u64,
@@ -490,7 +494,7 @@ pub struct IdentityEntry {
     pub head_payload_digest: [u8; 32],
 }
 
-/// The decision fields of a challenge (reference §1.7), times in µs.
+/// The decision fields of a challenge (spec/projections.md §8.1), times in µs.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct DecisionEntry {
     pub decision: String,
@@ -503,7 +507,8 @@ pub struct DecisionEntry {
     pub recorded_at: i64,
 }
 
-/// The reservation fields of a challenge (reference §1.7); the token digest only while reserved.
+/// The reservation fields of a challenge (spec/projections.md §8.1); the token digest only while
+/// reserved.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct ReservationEntry {
     pub event_id: String,
@@ -522,8 +527,8 @@ pub struct LifecycleEntry {
     /// [`ChallengeState::code`].
     pub state: u8,
     pub decision: Option<DecisionEntry>,
-    /// The nonce history chain (reference §1.5): count and last record digest (the genesis
-    /// digest when empty).
+    /// The nonce history chain (spec/projections.md §8.1, §8.8): count and last record digest (the
+    /// genesis digest when empty).
     pub nonce_history_count: u64,
     pub nonce_history_digest: [u8; 32],
     pub reservation: Option<ReservationEntry>,
@@ -587,8 +592,8 @@ fn challenge_event_id(challenge_digest: &str) -> String {
 }
 
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    // Constant time in the contents (reference §8.1): digests are compared without an early exit
-    // that would time how many leading bytes a caller guessed.
+    // Constant time in the contents (spec/projections.md §8.4): digests are compared without an
+    // early exit that would time how many leading bytes a caller guessed.
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -704,7 +709,7 @@ fn identity_entry_of(audience: String, payload: &[u8], position: u64) -> Identit
 }
 
 /// The identity entry after a trusted-time record: the floor raised to its `occurred_at`, which
-/// must be later than the floor (reference §1.8: the high-water only moves forward).
+/// must be later than the floor (spec/projections.md §8.7: the high-water only moves forward).
 fn raise_floor(
     entry: &IdentityEntry,
     revision: u64,
@@ -1009,7 +1014,8 @@ pub struct ConsentStore {
     journal: Arc<Journal>,
     projections: Projections,
     audience: String,
-    /// What binds verified decisions and reservation tokens to this instance (reference §1.10).
+    /// What binds verified decisions and reservation tokens to this instance
+    /// (spec/projections.md §8.8).
     instance: decision::Instance,
 }
 
@@ -1183,8 +1189,8 @@ impl ConsentStore {
         &self.projections
     }
 
-    /// The later of `now` and the persisted trusted-time floor (reference §1.8). Only a verified
-    /// human decision raises the floor (`decision.rs`).
+    /// The later of `now` and the persisted trusted-time floor (spec/projections.md §8.7). Only a
+    /// verified human decision raises the floor (`decision.rs`).
     fn effective_now(&self, now: UtcMicros) -> Result<UtcMicros, ConsentStoreError> {
         Ok(self.clock(now)?.0)
     }
@@ -1208,9 +1214,9 @@ impl ConsentStore {
         Ok((n, Some(entry)))
     }
 
-    /// Publishes a challenge (reference §1.11.1), idempotent by exact digest: a challenge already
-    /// stored under this id with the same digest is returned (nothing is written, even when the
-    /// caller's time differs), another is Conflict "public challenge ID is already bound to a
+    /// Publishes a challenge (spec/projections.md §8.8), idempotent by exact digest: a challenge
+    /// already stored under this id with the same digest is returned (nothing is written, even when
+    /// the caller's time differs), another is Conflict "public challenge ID is already bound to a
     /// different challenge"; an existing one past its expiry is Expired "install consent challenge
     /// or decision has expired". A new one must be live at the effective time (Expired "install
     /// consent challenge is already expired") and fit the capacity; it is appended `pending` with
@@ -1313,7 +1319,7 @@ impl ConsentStore {
         Ok(Some(stored))
     }
 
-    /// The status of a challenge at `now` (reference §1.11.2): NotFound "install consent
+    /// The status of a challenge at `now` (spec/projections.md §8.8): NotFound "install consent
     /// challenge ID was not found" for an unknown id. The state is `expired` once the effective
     /// time reaches `expires_at`; reading writes nothing.
     pub fn get(
@@ -1328,8 +1334,8 @@ impl ConsentStore {
         self.view(challenge_id, n)
     }
 
-    /// The status of the challenge with this digest at `now` (reference §1.11.3), only when it
-    /// belongs to the expected workspace and release root: otherwise, as for an unknown digest,
+    /// The status of the challenge with this digest at `now` (spec/projections.md §8.8), only when
+    /// it belongs to the expected workspace and release root: otherwise, as for an unknown digest,
     /// NotFound "install consent challenge digest was not found", so other domains' challenges
     /// are not revealed. Digests and domain digests are compared in constant time.
     pub fn get_by_challenge_digest(
@@ -1430,8 +1436,8 @@ impl ConsentStore {
     }
 
     /// Reads the challenge's stream from the journal (authenticated there: digest, MAC, chain),
-    /// re-decodes and re-binds the challenge (reference §1.7 row validation), re-folds every
-    /// lifecycle record with the projection's own fold and compares the index entry with the
+    /// re-decodes and re-binds the challenge (spec/projections.md §8.1 row validation), re-folds
+    /// every lifecycle record with the projection's own fold and compares the index entry with the
     /// result. `None` when the id has no entry.
     ///
     /// The entry is read first, then exactly its revisions plus one: a stream is append-only, so
@@ -1583,7 +1589,7 @@ struct StoredChallenge {
     entry: ChallengeEntry,
 }
 
-/// A time transition the store decides and has not written yet (reference §1.9).
+/// A time transition the store decides and has not written yet (spec/projections.md §8.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Due {
     /// `pending`, `decision-ready` or `reauthentication-required` at or past the challenge's
@@ -1633,12 +1639,12 @@ impl StoredChallenge {
         }
     }
 
-    /// The status at effective time `n` (the expire-if-due view, reference §1.9).
+    /// The status at effective time `n` (the expire-if-due view, spec/projections.md §8.7).
     fn at(&self, n: UtcMicros) -> ChallengeRecord {
         self.record(self.state_at(n))
     }
 
-    /// The status with no time transition (reference §1.11.9).
+    /// The status with no time transition (spec/projections.md §8.8).
     fn written(&self) -> ChallengeRecord {
         self.record(self.written_state())
     }
@@ -1666,8 +1672,8 @@ impl StoredChallenge {
     }
 }
 
-/// "Assert live" without writing (reference §1.9): the status at `n`, or Expired when it is
-/// expired. Used where the reference's transition would be the only write (`create_challenge`
+/// "Assert live" without writing (spec/projections.md §8.7): the status at `n`, or Expired when it
+/// is expired. Used where the reference's transition would be the only write (`create_challenge`
 /// of a stored challenge); the operations that write materialize it first (`decision.rs`).
 fn live(stored: &StoredChallenge, n: UtcMicros) -> Result<ChallengeRecord, ConsentStoreError> {
     let record = stored.at(n);

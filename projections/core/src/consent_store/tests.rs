@@ -705,7 +705,7 @@ fn a_record_altered_on_disk_is_refused() {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Derivation from a real pending install (reference §3.2)
+// Derivation from a real pending install (spec/projections.md §8.3)
 // ------------------------------------------------------------------------------------------------
 
 mod derivation {
@@ -838,7 +838,8 @@ mod derivation {
             ctx_model::cja_digest(&Json::Obj(mapping))
         );
 
-        // Prepare (§3.3): derive, then create; the status is pending, the same by digest.
+        // Prepare (spec/projections.md §8.3): derive, then create; the status is pending, the same
+        // by digest.
         let store = ConsentStore::open(Arc::clone(&p.journal), AUDIENCE).unwrap();
         let created = store.create_challenge(&c, p.s.now).unwrap();
         assert_eq!(created.state(), ChallengeState::Pending);
@@ -940,7 +941,7 @@ mod derivation {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The decision lifecycle (reference §1.10–§1.12)
+// The decision lifecycle (spec/projections.md §8.8, §8.5)
 // ------------------------------------------------------------------------------------------------
 
 mod lifecycle {

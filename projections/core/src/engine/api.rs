@@ -1,4 +1,4 @@
-//! The engine coordinator (reference engine-core §8): processes events into engine records,
+//! The engine coordinator (spec/engine-store.md §6): processes events into engine records,
 //! answers snapshots and replay audits, and keeps the benefit audit.
 
 use std::cell::RefCell;
@@ -50,7 +50,7 @@ use super::record::{
 pub struct ClockError(pub String);
 
 /// The trusted source of the current UTC time. The engine never reads the wall clock itself;
-/// every expiry decision asks this seam (reference engine-core §5.13a).
+/// every expiry decision asks this seam (spec/engine.md §11).
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Result<UtcMicros, ClockError>;
 }
@@ -86,7 +86,7 @@ impl Clock for ManualClock {
 #[error("{0}")]
 pub struct SeamError(pub String);
 
-/// Resolves an observation reference into an approved observation surrogate (engine-core §6.6).
+/// Resolves an observation reference into an approved observation surrogate (spec/engine.md §10).
 pub trait ObservationNormalizer: Send + Sync + 'static {
     fn normalize(&self, reference: &ObservationRef) -> Result<Surrogate, SeamError>;
 }
@@ -98,7 +98,7 @@ pub struct PlanningContext<'a> {
     pub catalog_snapshot_digest: &'a str,
 }
 
-/// Produces the decision surrogate of a planning event (engine-core §6.6).
+/// Produces the decision surrogate of a planning event (spec/engine.md §10).
 pub trait DecisionPlanner: Send + Sync + 'static {
     fn plan(
         &self,
@@ -626,7 +626,7 @@ impl Engine {
 
     /// The engine record at `revision` of `scope`'s stream, decoded and verified (digest, MAC,
     /// chain, binding to its place); `None` when the stream is shorter. Services use it to check
-    /// that a revision holds exactly the event they built (reference managed-service §4.5, §4.9).
+    /// that a revision holds exactly the event they built (spec/service.md §6).
     pub fn journaled_event(
         &self,
         scope: &ScopeRef,
@@ -697,7 +697,7 @@ impl Engine {
 
     // ----- process -----
 
-    /// Processes one event (reference engine-core §8.2) and returns its transition: the stored
+    /// Processes one event (spec/engine-store.md §6) and returns its transition: the stored
     /// one when the identical event was committed before. `decision` is an explicit decision
     /// surrogate for a planning event (mutually exclusive with a configured planner).
     pub fn process(
@@ -1083,7 +1083,7 @@ impl Engine {
             .map_err(replay_refusal)
     }
 
-    /// The trusted-clock assertions of engine-core §8.2 step 6. The clock is not asked when the
+    /// The trusted-clock assertions of spec/engine.md §11. The clock is not asked when the
     /// event depends on no expiry.
     fn assert_clock(&self, a: &Authorities) -> Result<(), ProcessError> {
         if a.decision_expires.is_none()
@@ -1117,7 +1117,7 @@ impl Engine {
 
     /// Replays a scope's stream from revision 1 and reports the first divergence: every stored
     /// transition and state digest is recomputed by the reducer, and the final state must be the
-    /// projected head (reference engine-core §6.7).
+    /// projected head (spec/engine.md §10).
     pub fn replay_audit(&self, scope: &ScopeRef) -> Result<AuditReport, AuditError> {
         let stream = engine_stream(scope).map_err(|e| AuditError::Scope(e.to_string()))?;
         let (mut report, last) = audit_stream_inner(&self.journal, &stream, self.reduce)?;
@@ -1161,7 +1161,7 @@ impl Engine {
     // ----- benefit audit -----
 
     /// Stores one planning run's full benefit result under its `result_digest` and returns the
-    /// digest; storing identical bytes again is a no-op (reference planner-and-install §3.9).
+    /// digest; storing identical bytes again is a no-op (spec/engine-store.md §5).
     pub fn store_benefit_result(&self, result_json: &Json) -> Result<String, BenefitAuditError> {
         let text = result_json.to_cja();
         let digest = validate_result_text(&text).map_err(BenefitAuditError::Invalid)?;
@@ -1310,7 +1310,7 @@ fn hook_refusal(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Authorities (engine-core §8.2 step 5)
+// Authorities (spec/engine-store.md §6)
 // ------------------------------------------------------------------------------------------------
 
 /// What the head state grants one event: expiries to assert with the trusted clock and the

@@ -1,4 +1,4 @@
-//! Install and activation authority (reference engine-core §7.5, §7.6, §8.3, §8.5, §8.6): claims,
+//! Install and activation authority (spec/engine-store.md §6): claims,
 //! outcomes, execution status and the receipts that settle them.
 //!
 //! A claim is checked against the engine head and appended while the engine stream's lock is
@@ -120,7 +120,7 @@ impl ActivationGuard {
     }
 }
 
-/// Where an install stands (reference engine-core §7.5): unclaimed ⇒ everything empty;
+/// Where an install stands (spec/engine-store.md §6): unclaimed ⇒ everything empty;
 /// `outcome_recorded` ⇔ `outcome`, `outcome_digest` and `observed_at` present; settled ⇒
 /// outcome recorded.
 #[derive(Debug, PartialEq, Eq)]
@@ -134,7 +134,7 @@ pub struct InstallExecutionStatus {
     pub observed_at: Option<String>,
 }
 
-/// Where an activation stands (reference engine-core §7.6).
+/// Where an activation stands (spec/engine-store.md §6).
 #[derive(Debug, PartialEq, Eq)]
 pub struct ActivationExecutionStatus {
     pub claimed: bool,
@@ -223,7 +223,7 @@ impl Engine {
     // Install
     // ------------------------------------------------------------------------------------------
 
-    /// Claims a pending schema-v3 install for execution (reference engine-core §8.5 then §7.5
+    /// Claims a pending schema-v3 install for execution (spec/engine-store.md §6
     /// step 1). On success the durable claim exists.
     ///
     /// **The caller's contract (physical at-most-once).** Run the physical driver only right
@@ -233,7 +233,7 @@ impl Engine {
     /// an outcome without driving anything: the outcome a verifier observed on the host, or
     /// [`InstallOutcome::Indeterminate`], which then settles as failed. The engine cannot enforce
     /// this itself, because after a crash the claim's outcome must be recordable by any handle of
-    /// any process (reference engine-core §7.5, crash matrix "after claim").
+    /// any process (spec/engine-store.md §6, crash matrix "after claim").
     pub fn authorize_install(
         &self,
         action: &HostAction,
@@ -317,7 +317,7 @@ impl Engine {
     }
 
     /// Records what the driver (or, after a crash, a verifier) observed for a claimed install
-    /// (reference engine-core §8.5 `_record_install_outcome`, §7.5 step 3). Idempotent for an
+    /// (spec/engine-store.md §6 `_record_install_outcome`). Idempotent for an
     /// identical outcome; a different outcome is a `Conflict`.
     ///
     /// Any handle of any process may record the outcome while none exists: this is the
@@ -387,8 +387,8 @@ impl Engine {
     }
 
     /// The settlement guard of an install's recorded outcome, when one is recorded: what a
-    /// process that recovers after a crash between outcome and receipt settles with (reference
-    /// consent-and-skill-cas §6.3 step 6). `None` while no outcome exists.
+    /// process that recovers after a crash between outcome and receipt settles with
+    /// (spec/service.md §7). `None` while no outcome exists.
     pub fn recorded_install_guard(
         &self,
         action: &HostAction,
@@ -409,7 +409,7 @@ impl Engine {
     }
 
     /// Commits the host's receipt for a claimed install with the guard of its recorded outcome;
-    /// the settlement is written in the receipt's transaction (reference engine-core §8.3). An
+    /// the settlement is written in the receipt's transaction (spec/engine-store.md §6). An
     /// applied outcome settles by `ActionApplied`; a failed or indeterminate one by
     /// `ActionFailed` (an indeterminate outcome settles as failed).
     pub fn process_install_receipt(
@@ -567,7 +567,7 @@ impl Engine {
     // Activation
     // ------------------------------------------------------------------------------------------
 
-    /// Claims a pending schema-v3 activation (reference engine-core §8.6 then §7.6): the
+    /// Claims a pending schema-v3 activation (spec/engine-store.md §6): the
     /// capability's current material must come from a settled, applied install.
     pub fn authorize_activation(
         &self,
@@ -608,9 +608,9 @@ impl Engine {
                 "activation action is not exact pending journal authority".into(),
             ));
         };
-        // Material installed by ctx must come from one settled install (reference §7.6). Material
-        // loaded straight from the catalog has no install to wait for; the reference refuses it
-        // (its caveat 3), which would make every load capability impossible to activate.
+        // Material installed by ctx must come from one settled install (spec/engine-store.md §6).
+        // Material loaded straight from the catalog has no install to wait for; the reference
+        // refuses it (its caveat 3), which would make every load capability impossible to activate.
         let installed_at = match &lineage {
             Some(lineage) => Some(self.install_lower_bound(&stream, lineage)?),
             None => None,
@@ -632,11 +632,11 @@ impl Engine {
         )
     }
 
-    /// Records the verifier's observation of a claimed activation (reference engine-core §8.6,
-    /// §7.6). Only an applied outcome exists. Any handle of any process may record it while none
-    /// exists and before the claim's expiry (the effect stream's `Exact(1)` keeps it to one). The
-    /// host must then submit its `ActionApplied` with `occurred_at` equal to the returned
-    /// status's `observed_at`.
+    /// Records the verifier's observation of a claimed activation (spec/engine-store.md §6). Only
+    /// an applied outcome exists. Any handle of any process may record it while none exists and
+    /// before the claim's expiry (the effect stream's `Exact(1)` keeps it to one). The host must
+    /// then submit its `ActionApplied` with `occurred_at` equal to the returned status's
+    /// `observed_at`.
     pub fn record_activation_outcome(
         &self,
         action: &HostAction,
@@ -746,7 +746,7 @@ impl Engine {
     // Shared store steps
     // ------------------------------------------------------------------------------------------
 
-    /// The store side of a claim (reference engine-core §7.5 step 1, §7.6): called with the
+    /// The store side of a claim (spec/engine-store.md §6): called with the
     /// engine stream's lock held and `head` read under it.
     #[allow(clippy::too_many_arguments)]
     fn claim(
@@ -901,7 +901,7 @@ impl Engine {
         }
     }
 
-    /// The store side of an outcome (reference engine-core §7.5 step 3, §7.6): called with the
+    /// The store side of an outcome (spec/engine-store.md §6): called with the
     /// engine stream's lock held.
     #[allow(clippy::too_many_arguments)]
     #[allow(clippy::too_many_arguments)]
@@ -1126,7 +1126,7 @@ impl Engine {
         })
     }
 
-    /// The install lower bound of an activation claim (reference engine-core §7.6): exactly one
+    /// The install lower bound of an activation claim (spec/engine-store.md §6): exactly one
     /// install claim of this stream for the lineage's install action, with an applied outcome
     /// and an applied settlement by the lineage's receipt. Returns the install's observation
     /// time, before which the activation cannot be claimed.
@@ -1204,7 +1204,7 @@ fn outcome_kind_of(effect: GuardEffect) -> &'static str {
     }
 }
 
-/// The checks of reference engine-core §8.5 against the head state: the action is the exact
+/// The checks of spec/engine-store.md §6 against the head state: the action is the exact
 /// pending install of a schema-v3 capability that is absent, inactive and without material, under
 /// the committed plan and the expected catalog and policy.
 fn install_is_pending_authority(
@@ -1293,7 +1293,7 @@ fn install_is_pending_authority(
     exact_pending && capability_ok && plan_ok && policy_ok && action_ok
 }
 
-/// The checks of reference engine-core §8.6 against the head state. When the action is the
+/// The checks of spec/engine-store.md §6 against the head state. When the action is the
 /// exact pending activation, returns the installed material lineage of the capability, or
 /// `Some(None)` for material of origin `catalog`.
 fn activation_pending_lineage(

@@ -1,4 +1,4 @@
-//! The benefit audit (reference planner-and-install §3.9): one immutable entry per planning run,
+//! The benefit audit (spec/engine-store.md §5): one immutable entry per planning run,
 //! keyed by the result digest, holding the full benefit selection result. The journal keeps only
 //! the compact reference in the engine state; this projection keeps the full result.
 //!
@@ -48,7 +48,7 @@ pub fn benefit_event_id(result_digest: &str) -> String {
 
 /// Checks a result text and returns its `result_digest`: bounded, ASCII, valid JSON without
 /// duplicate keys, the result schema, byte-equal to its own canonical ASCII encoding, and a
-/// `result_digest` equal to H(CJA(the other fields)) (reference planner-and-install §3.8). The
+/// `result_digest` equal to H(CJA(the other fields)) (spec/planner.md §6). The
 /// semantic checks of the result (selections, assessments, policy) belong to the benefit model.
 pub fn validate_result_text(text: &str) -> Result<String, String> {
     if text.len() > BENEFIT_RESULT_MAX_BYTES {

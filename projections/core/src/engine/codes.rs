@@ -22,8 +22,8 @@ pub const BENEFIT_RESULT_INVALID: &str = "benefit-result-invalid";
 /// A benefit result digest is already bound to other bytes.
 pub const BENEFIT_DIGEST_COLLISION: &str = "benefit-digest-collision";
 
-/// Why the effects projection refused a claim, an outcome or a settling receipt (reference
-/// engine-core §7.5, §7.6, §7.8).
+/// Why the effects projection refused a claim, an outcome or a settling receipt
+/// (spec/engine-store.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EffectRefusal {

@@ -1,5 +1,5 @@
-//! Exactly-once effects: install and activation claims, outcomes and settlements (reference
-//! engine-core §7.5, §7.6; spec/engine-store.md §4).
+//! Exactly-once effects: install and activation claims, outcomes and settlements
+//! (spec/engine-store.md §6; spec/engine-store.md §4).
 //!
 //! Claims and outcomes are journal records on a per-action stream: revision 1 is the claim
 //! (appended with `NoStream`), revision 2 the outcome (appended with `Exact(1)`), so the journal
@@ -148,7 +148,7 @@ pub struct ClaimRecord {
     /// Canonical (ASCII) JSON of the execution binding, with its digest.
     pub execution_binding_json: String,
     pub execution_binding_digest: String,
-    /// H(CJ(the fields above)), reference engine-core §2.3.
+    /// H(CJ(the fields above)), spec/engine.md §1.
     pub claim_digest: String,
 }
 
@@ -183,7 +183,7 @@ fn check_time(name: &str, value: &str) -> Result<UtcMicros, EffectInvalid> {
 }
 
 impl ClaimRecord {
-    /// H(CJ(...)) of reference engine-core §2.3; the activation digest omits `action_kind`.
+    /// H(CJ(...)) of spec/engine.md §1; the activation digest omits `action_kind`.
     pub fn compute_digest(&self, effect: GuardEffect) -> String {
         let mut fields = vec![
             (
@@ -311,7 +311,7 @@ pub struct OutcomeRecord {
     pub verification_digest: String,
     /// Trusted time of the observation, canonical UTC; never before the claim.
     pub observed_at: String,
-    /// H(CJ(the fields above)), reference engine-core §2.3.
+    /// H(CJ(the fields above)), spec/engine.md §1.
     pub outcome_digest: String,
 }
 
@@ -419,7 +419,7 @@ pub struct SettlementEntry {
 }
 
 impl SettlementEntry {
-    /// H(CJ(...)) of reference engine-core §2.3: install binds the outcome, activation its digest.
+    /// H(CJ(...)) of spec/engine.md §1: install binds the outcome, activation its digest.
     /// An install settled from an indeterminate outcome also binds `from_indeterminate: true`; the
     /// key is absent otherwise, so every settlement of an observed outcome keeps the reference's
     /// digest.
@@ -789,7 +789,7 @@ impl EffectsProjection {
         let id = guard.action_id.as_str();
         let fail = |refusal: EffectRefusal, message: String| Err(refuse(effect, refusal, message));
         // The guard is not part of the reducer's output, so the projection itself checks that the
-        // record is this action's receipt (reference engine-core §7.5 step 5, "exact reducer
+        // record is this action's receipt (spec/engine-store.md §6, "exact reducer
         // receipt"): a guard on any other record settles nothing.
         let receipt = ReplayInput::from_canonical_text(&engine_record.replay_json)
             .ok()
@@ -884,8 +884,8 @@ impl EffectsProjection {
             return fail(EffectRefusal::OutcomeConflict, mismatch.into());
         }
         if effect == GuardEffect::Activation {
-            // The host reports the activation at the time the verifier observed it (reference
-            // engine-core §7.6), so the receipt pins the observation in the chain.
+            // The host reports the activation at the time the verifier observed it
+            // (spec/engine-store.md §6), so the receipt pins the observation in the chain.
             let observed = UtcMicros::parse(&outcome.observed_at).map_err(|_| {
                 refuse(
                     effect,

@@ -41,7 +41,7 @@ pub enum OpenEngineError {
     Attach(#[from] FrameworkError),
 }
 
-/// The part of a replay that diverged (reference engine-core §6.7).
+/// The part of a replay that diverged (spec/engine.md §10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AuditComponent {

@@ -1,7 +1,7 @@
 //! The engine: engine records in the journal, the engine projections (`engine.state`,
 //! `engine.effects`, `engine.benefit_audit`) and the [`Engine`] coordinator that processes
 //! events, answers snapshots and replay audits, and runs the exactly-once install and activation
-//! protocols (reference engine-core §7, §8; spec/engine-store.md).
+//! protocols (spec/engine-store.md §6; spec/engine-store.md).
 
 mod api;
 mod authority;

@@ -12,7 +12,7 @@ use crate::archive::{self, ArchiveError};
 use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
 /// The only [`EngineRecord::format_version`] of kind `ctx.engine.v1`.
 pub const ENGINE_RECORD_FORMAT_VERSION: u32 = 1;
-/// Longest replay JSON text (reference engine-core §6.2).
+/// Longest replay JSON text (spec/engine.md §10).
 pub const REPLAY_JSON_MAX_BYTES: usize = 64 * 1024;
 /// Longest transition JSON text. Five actions of a few KiB each fit many times over; the bound
 /// keeps one record well inside the journal's payload limit.
@@ -279,7 +279,7 @@ impl EngineRecord {
     }
 
     /// Decodes the replay input and the transition and checks that both agree with this record
-    /// and with its place in the journal (reference engine-core §6.5 "record binding", §7.3).
+    /// and with its place in the journal (spec/engine.md §10; spec/engine-store.md §2).
     pub fn open(&self, place: &RecordPlace<'_>) -> Result<(ReplayInput, Transition), RecordError> {
         let replay = ReplayInput::from_canonical_text(&self.replay_json)
             .map_err(|e| RecordError::Replay(e.to_string()))?;

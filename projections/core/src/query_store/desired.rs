@@ -1,4 +1,4 @@
-//! Desired sets of managed queries (reference managed-service §10.8–10.10, §10.12): the
+//! Desired sets of managed queries (spec/projections.md §7.6, §7.1): the
 //! reservation and commit records on the query's own stream, their validation, their fold into the
 //! `query.store` projection and the store's operations on them. Specified in
 //! `spec/projections.md`, section "query.store".
@@ -184,7 +184,7 @@ pub struct DesiredStreamEntry {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Validation (reference §10.8 input checks, §10.10 desired registration)
+// Validation (spec/projections.md §7.6 desired registration)
 // ------------------------------------------------------------------------------------------------
 
 /// What a desired set must agree with in its planned parent query, from the authenticated record
@@ -258,7 +258,7 @@ impl DesiredRegistration {
     }
 }
 
-/// Reference §10.8 input checks of the choice and the ids.
+/// spec/projections.md §7.6 of the choice and the ids.
 fn check_choice_and_ids(logical_choice_id: &str, ids: &[String]) -> Result<(), QueryStoreError> {
     check_digest("logical_choice_id", logical_choice_id).map_err(invalid)?;
     if ids.len() > DESIRED_CAPABILITIES_MAX {
@@ -289,8 +289,8 @@ const DESIRED_ROW_KEYS: [&str; 7] = [
     "source_digest",
 ];
 
-/// The desired event's payload (reference §10.10): exact fields, exact rows, and row ids equal to
-/// the choice's ids in order.
+/// The desired event's payload (spec/projections.md §7.6): exact fields, exact rows, and row ids
+/// equal to the choice's ids in order.
 fn check_desired_payload(event: &EngineEvent, ids: &[String]) -> Result<(), QueryStoreError> {
     const FIELDS: &str = "desired-set event payload fields are invalid";
     let Some(m) = event
@@ -355,7 +355,7 @@ fn check_desired_payload(event: &EngineEvent, ids: &[String]) -> Result<(), Quer
     Ok(())
 }
 
-/// The desired registration validation of reference §10.10, in its order, against a planned
+/// The desired registration validation of spec/projections.md §7.6, in its order, against a planned
 /// parent; builds the canonical registration (the reservation payload).
 fn validate_desired(
     parent: &DesiredParent,
@@ -462,7 +462,7 @@ struct StoredReservation {
     event: EngineEvent,
 }
 
-/// Decodes a stored reservation payload (reference §10.10 desired-row shape checks).
+/// Decodes a stored reservation payload (spec/projections.md §7.6 desired-row shape checks).
 fn decode_reservation(payload: &[u8]) -> Result<StoredReservation, &'static str> {
     if payload.is_empty() || payload.len() > RESERVATION_MAX_BYTES {
         return Err("desired-set persisted byte lengths are invalid");
@@ -549,7 +549,7 @@ const COMMIT_KEYS: [&str; 5] = [
     "transition_digest",
 ];
 
-/// Shape of a commit binding (reference §10.9 `mark_desired_set_committed` input checks).
+/// Shape of a commit binding (spec/projections.md §7.6 `mark_desired_set_committed` input checks).
 fn check_commit(c: &DesiredCommit) -> Result<(), String> {
     if c.journal_revision < 1 || c.journal_revision >= REVISION_BOUND {
         return Err("journal_revision must be a bounded positive integer".into());
@@ -698,7 +698,7 @@ struct Admission {
     count: u64,
 }
 
-/// Reference §10.8 steps 4–8 over the index: the choice is free for this query, the stream
+/// spec/projections.md §7.6 over the index: the choice is free for this query, the stream
 /// revision is free, no reservation is pending on the engine stream, the causation follows the
 /// query's chain, the revision is above the stream's committed ones, and there is room.
 fn admit<R: IndexRead>(
@@ -994,13 +994,13 @@ impl QueryStore {
         format!("{DESIRED_SET_REF_PREFIX}{}", hex(&digest))
     }
 
-    /// Reserves a desired set of a planned query (reference §10.8): input checks and the
-    /// desired registration validation (§10.10) before any write; the same content already
-    /// reserved is returned unchanged (committed or not); the same choice with other content is
-    /// Conflict "desired-set choice identity is already bound to different content"; otherwise the
-    /// stream rules (revision already reserved, pending reservation, causation, stale revision)
-    /// and the capacity are checked and the reservation is appended after the query stream's head.
-    /// The projection decides those rules again inside the append.
+    /// Reserves a desired set of a planned query (spec/projections.md §7.6): input checks and the
+    /// desired registration validation (spec/projections.md §7.6) before any write; the same
+    /// content already reserved is returned unchanged (committed or not); the same choice with
+    /// other content is Conflict "desired-set choice identity is already bound to different
+    /// content"; otherwise the stream rules (revision already reserved, pending reservation,
+    /// causation, stale revision) and the capacity are checked and the reservation is appended
+    /// after the query stream's head. The projection decides those rules again inside the append.
     pub fn reserve_desired_set(
         &self,
         query_ref: &str,
@@ -1146,11 +1146,11 @@ impl QueryStore {
         Ok((append, record))
     }
 
-    /// Records that the reserved event is committed in the engine journal (reference §10.9):
-    /// input checks (Invalid), the desired set (NotFound), revision = event expected revision + 1
-    /// (Conflict "desired-set journal revision does not match its exact event"); the same binding
-    /// already stored is returned unchanged, another is Conflict "desired-set commit is already
-    /// bound differently"; otherwise the commit record is appended.
+    /// Records that the reserved event is committed in the engine journal
+    /// (spec/projections.md §7.6): input checks (Invalid), the desired set (NotFound), revision =
+    /// event expected revision + 1 (Conflict "desired-set journal revision does not match its exact
+    /// event"); the same binding already stored is returned unchanged, another is Conflict
+    /// "desired-set commit is already bound differently"; otherwise the commit record is appended.
     pub fn mark_desired_set_committed(
         &self,
         desired_set_ref: &str,
@@ -1203,7 +1203,7 @@ impl QueryStore {
         }
     }
 
-    /// The authenticated desired set of `desired_set_ref` (reference §10.9).
+    /// The authenticated desired set of `desired_set_ref` (spec/projections.md §7.6).
     pub fn load_desired_set(
         &self,
         desired_set_ref: &str,

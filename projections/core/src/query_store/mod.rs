@@ -1,4 +1,4 @@
-//! The managed query store (reference managed-service §10) as a projection of the journal: no
+//! The managed query store (spec/projections.md §7) as a projection of the journal: no
 //! separate database. Specified in `spec/projections.md`, section "query.store".
 //!
 //! Each managed query has its own journal stream `StreamId::derive("ctx.query", logical_query_id)`:
@@ -56,7 +56,7 @@ use crate::streams::{
 pub const QUERY_REGISTRATION_SCHEMA: &str = "ctx.managed-query-registration-v1";
 /// Schema of the planned binding (the planned record's payload).
 pub const QUERY_PLANNED_SCHEMA: &str = "ctx.managed-query-planned-v1";
-/// Keyed-digest domain of `query_ref` (reference §10.3).
+/// Keyed-digest domain of `query_ref` (spec/projections.md §7.2).
 pub const QUERY_REF_DOMAIN: &[u8] = b"ctx.managed-query-ref-v1";
 /// Prefix of an opaque managed query reference; 64 lowercase hex characters follow.
 pub const QUERY_REF_PREFIX: &str = "mqr_";
@@ -66,7 +66,7 @@ pub const QUERY_PLANNED_EVENT_SUFFIX: &str = ":planned";
 pub const DESIRED_REGISTRATION_SCHEMA: &str = "ctx.managed-desired-set-registration-v1";
 /// Schema of the desired commit binding (the commit record's payload).
 pub const DESIRED_COMMITTED_SCHEMA: &str = "ctx.managed-desired-set-committed-v1";
-/// Keyed-digest domain of `desired_set_ref` (reference §10.3).
+/// Keyed-digest domain of `desired_set_ref` (spec/projections.md §7.2).
 pub const DESIRED_SET_REF_DOMAIN: &[u8] = b"ctx.managed-desired-set-ref-v1";
 /// Prefix of an opaque desired-set reference; 64 lowercase hex characters follow.
 pub const DESIRED_SET_REF_PREFIX: &str = "mds_";
@@ -102,19 +102,19 @@ pub const COUNT_DESIRED_SETS_KEY: &[u8] = b"desired_sets";
 /// Desired sets committed.
 pub const COUNT_DESIRED_COMMITTED_KEY: &[u8] = b"desired_sets_committed";
 
-/// Most managed queries one journal holds (reference §0.3).
+/// Most managed queries one journal holds (spec/projections.md §7.5).
 pub const MANAGED_QUERIES_MAX: u64 = 4_096;
-/// Most desired sets one journal holds (reference §0.3).
+/// Most desired sets one journal holds (spec/projections.md §7.5).
 pub const DESIRED_SETS_MAX: u64 = 16_384;
-/// Longest canonical JSON of one registration event (reference §0.3).
+/// Longest canonical JSON of one registration event (spec/projections.md §7.5).
 pub const QUERY_EVENT_JSON_MAX_BYTES: usize = 16 * 1024;
-/// Longest canonical registration (reference §0.3).
+/// Longest canonical registration (spec/projections.md §7.5).
 pub const QUERY_REGISTRATION_MAX_BYTES: usize = 36 * 1024;
-/// Most capability ids in one desired set (reference §0.3).
+/// Most capability ids in one desired set (spec/projections.md §7.5).
 pub const DESIRED_CAPABILITIES_MAX: usize = 5;
-/// Longest canonical JSON of one desired-set event (reference §0.3).
+/// Longest canonical JSON of one desired-set event (spec/projections.md §7.5).
 pub const DESIRED_EVENT_JSON_MAX_BYTES: usize = 24 * 1024;
-/// Longest JSON of one desired set's capability ids (reference §0.3).
+/// Longest JSON of one desired set's capability ids (spec/projections.md §7.5).
 pub const DESIRED_CAPABILITY_IDS_JSON_MAX_BYTES: usize = 1024;
 /// Largest revision the store accepts: below SQLite's and the journal's integer bound (2^63 − 1).
 const REVISION_BOUND: u64 = (1 << 63) - 1;
@@ -229,7 +229,7 @@ fn framework_error(e: FrameworkError) -> QueryStoreError {
 // Records
 // ------------------------------------------------------------------------------------------------
 
-/// A managed query as the store holds it (reference §10.12). Store-issued only: no public
+/// A managed query as the store holds it (spec/projections.md §7.1). Store-issued only: no public
 /// constructor, no `Clone`, no serialization; equal when every field is equal.
 #[derive(PartialEq)]
 pub struct QueryRecord {
@@ -305,9 +305,9 @@ impl QueryRecord {
     }
 }
 
-/// A desired-set record (reference §10.12): a reservation and, once committed, its commit binding.
-/// Store-issued only: no public constructor, no `Clone`, no serialization; equal when every field
-/// is equal.
+/// A desired-set record (spec/projections.md §7.1): a reservation and, once committed, its commit
+/// binding. Store-issued only: no public constructor, no `Clone`, no serialization; equal when
+/// every field is equal.
 #[derive(PartialEq)]
 pub struct DesiredSetRecord {
     query_ref: String,
@@ -437,7 +437,7 @@ pub fn scope_plan_key(scope: &ScopeRef, plan_id: &str) -> [u8; 32] {
 /// SHA-256("ctx.query.decision-envelope.v1\0" ‖ CJA({catalog_snapshot_digest, engine_version,
 /// host_descriptor_digest, planner_version, policy_version, privacy, random_seed,
 /// semantic_index_digest, semantic_model_digest, work_signature})): the replay envelope a
-/// desired-set event must copy from its parent's decision event (reference §10.10).
+/// desired-set event must copy from its parent's decision event (spec/projections.md §7.6).
 pub fn envelope_digest(event: &EngineEvent) -> [u8; 32] {
     let opt = |v: &Option<String>| Json::opt_str(v.as_deref());
     let envelope = Json::object([
@@ -477,13 +477,13 @@ pub fn is_query_ref(s: &str) -> bool {
 }
 
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    // Constant time in the contents (reference §10.3): references are compared without an early
-    // exit that would time how many leading bytes an attacker guessed.
+    // Constant time in the contents (spec/projections.md §7.2): references are compared without an
+    // early exit that would time how many leading bytes an attacker guessed.
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 // ------------------------------------------------------------------------------------------------
-// Registration validation (reference §10.4)
+// Registration validation (spec/projections.md §7.4)
 // ------------------------------------------------------------------------------------------------
 
 /// A validated registration and its canonical bytes.
@@ -576,7 +576,7 @@ fn check_event_tokens(label: &str, e: &EngineEvent) -> Result<(), String> {
     Ok(())
 }
 
-/// The reference's §10.4 rules, in order; `Err` is the reference's message.
+/// spec/projections.md §7.4 rules, in order; `Err` is the reference's message.
 fn validate_registration(
     logical_query_id: &str,
     session: &EngineEvent,
@@ -731,7 +731,7 @@ fn parse_canonical(payload: &[u8]) -> Result<JsonMap, &'static str> {
     }
 }
 
-/// Decodes and re-validates a stored registration payload (reference §10.10, query rows).
+/// Decodes and re-validates a stored registration payload (spec/projections.md §7.6, query rows).
 fn decode_registration(payload: &[u8]) -> Result<Registration, &'static str> {
     if payload.is_empty() || payload.len() > QUERY_REGISTRATION_MAX_BYTES {
         return Err("managed query registration size is invalid");
@@ -822,7 +822,7 @@ fn decode_planned(payload: &[u8]) -> Result<(String, PlannedBinding), &'static s
     Ok((query_ref, binding))
 }
 
-/// Shape of a completion binding (reference §10.6 input checks).
+/// Shape of a completion binding (spec/projections.md §7.6).
 fn check_binding(b: &PlannedBinding) -> Result<(), String> {
     if !is_token(&b.plan_id) {
         return Err("plan_id must be a bounded canonical token".into());
@@ -1098,8 +1098,8 @@ impl QueryStore {
         format!("{QUERY_REF_PREFIX}{}", hex(&digest))
     }
 
-    /// Registers a logical query (reference §10.5). Validation happens before any write. A new
-    /// logical id gets an unplanned record; an exact retry returns the stored record unchanged.
+    /// Registers a logical query (spec/projections.md §7.6). Validation happens before any write. A
+    /// new logical id gets an unplanned record; an exact retry returns the stored record unchanged.
     pub fn register(
         &self,
         logical_query_id: &str,
@@ -1238,8 +1238,8 @@ impl QueryStore {
         }
     }
 
-    /// Records the completion binding of a registered query (reference §10.6). Idempotent for the
-    /// same binding; a different binding is a conflict.
+    /// Records the completion binding of a registered query (spec/projections.md §7.6). Idempotent
+    /// for the same binding; a different binding is a conflict.
     pub fn mark_planned(
         &self,
         query_ref: &str,
@@ -1350,7 +1350,7 @@ impl QueryStore {
         }
     }
 
-    /// The authenticated record of `query_ref` (reference §10.7).
+    /// The authenticated record of `query_ref` (spec/projections.md §7.6).
     pub fn load(&self, query_ref: &str) -> Result<QueryRecord, QueryStoreError> {
         check_query_ref(query_ref)?;
         let reference = query_ref
@@ -1376,7 +1376,8 @@ impl QueryStore {
     }
 
     /// The planned record whose decision scope equals `scope` exactly and whose plan id is
-    /// `plan_id` (reference §10.7 `load_by_scope_and_plan`). Unplanned records are not found.
+    /// `plan_id` (spec/projections.md §7.6 `load_by_scope_and_plan`). Unplanned records are not
+    /// found.
     pub fn planned_for_scope_plan(
         &self,
         scope: &ScopeRef,

@@ -1,4 +1,4 @@
-//! Construction of the actions the reducer emits (reference engine-core §5.3, §5.4).
+//! Construction of the actions the reducer emits (spec/engine.md §1, §7).
 
 use super::{ReduceError, Step, invalid};
 use crate::contract::{
@@ -85,8 +85,8 @@ pub(crate) fn emit_material(
     Ok(())
 }
 
-/// Builds the consent for installing `cap` (§5.4): the install action is precomputed and kept
-/// in state; only the `RequestConsent` action is emitted.
+/// Builds the consent for installing `cap` (spec/engine.md §1, §7): the install action is
+/// precomputed and kept in state; only the `RequestConsent` action is emitted.
 pub(crate) fn request_consent(step: &mut Step<'_>, capability_id: &str) -> Result<(), ReduceError> {
     let Some(policy) = step.state.install_policy_snapshot_digest.clone() else {
         return invalid("install consent requires a committed policy snapshot");

@@ -1,4 +1,4 @@
-//! Event handling of the contract-3 family (reference engine-core §5.6–§5.9, §5.11).
+//! Event handling of the contract-3 family (spec/engine.md §3, §6, §7).
 
 use std::collections::BTreeSet;
 
@@ -74,7 +74,7 @@ pub(crate) fn handle(
     }
 }
 
-/// Re-offers consent on an otherwise actionless revision that retired one (§5.6).
+/// Re-offers consent on an otherwise actionless revision that retired one (spec/engine.md §3).
 fn refresh_stale_consent(step: &mut Step<'_>, had_consent: bool) -> Result<(), ReduceError> {
     if had_consent
         && step.state.session_status == SessionStatus::Active
@@ -213,7 +213,7 @@ const DESIRED_ROW_KEYS: [&str; 7] = [
     "source_digest",
 ];
 
-/// A desired set (§5.8): replaces this owner's leases with the listed ones.
+/// A desired set (spec/engine.md §6): replaces this owner's leases with the listed ones.
 fn desired_set(step: &mut Step<'_>) -> Result<(), ReduceError> {
     let Some(plan) = step.state.committed_plan.clone() else {
         return invalid_event("v3 reassessment requires a committed capability plan");
@@ -374,7 +374,7 @@ fn desired_set(step: &mut Step<'_>) -> Result<(), ReduceError> {
     Ok(())
 }
 
-/// `ReassessmentRequested` after the session ended: retry failed deactivations (§5.11).
+/// `ReassessmentRequested` after the session ended: retry failed deactivations (spec/engine.md §3).
 fn terminal_cleanup_retry(step: &mut Step<'_>) -> Result<(), ReduceError> {
     let payload = step.event.payload.as_obj().cloned().unwrap_or_default();
     if !has_exact_keys(&payload, &["retry_failed_deactivations"]) {
@@ -423,7 +423,7 @@ fn terminal_cleanup_retry(step: &mut Step<'_>) -> Result<(), ReduceError> {
     Ok(())
 }
 
-/// Receipts (§5.9): match the pending action exactly, then apply, fail or retire it.
+/// Receipts (spec/engine.md §7): match the pending action exactly, then apply, fail or retire it.
 fn receipt(step: &mut Step<'_>) -> Result<(), ReduceError> {
     let identity = ReceiptIdentity::from_payload(&step.event.payload)?;
     let Some(index) = step

@@ -1,4 +1,4 @@
-//! The engine reducer (reference engine-core §5), contract-3 family (`ctx-reducer-v3`).
+//! The engine reducer (spec/engine.md §3), contract-3 family (`ctx-reducer-v3`).
 //!
 //! `reduce` is pure: no clock, no I/O, no randomness. Time comes only from the reducer event's
 //! `occurred_at`, and every id it derives uses the reducer event's content digest, so replaying

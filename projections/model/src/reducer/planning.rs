@@ -1,4 +1,4 @@
-//! Committing a schema-v3 planning decision (reference engine-core §5.10).
+//! Committing a schema-v3 planning decision (spec/engine.md §5).
 
 use super::actions::present_bundle;
 use super::reconcile::reconcile;

@@ -1,4 +1,4 @@
-//! Reconciliation (reference engine-core §5.5): decides the next lifecycle actions from the
+//! Reconciliation (spec/engine.md §7): decides the next lifecycle actions from the
 //! desired leases, installations and activations. Each pass emits at most one consent, one
 //! deactivation or one rollback, or a bounded batch of activations, so replacement is
 //! sequential and a sixth activation never starts.

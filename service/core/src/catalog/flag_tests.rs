@@ -1,9 +1,9 @@
 //! The sample catalog's `permission_expansion` and `credential_requirement` flags, derived from
-//! each entry's material by the rule of spec/catalog.md §7 (from `../shared/notes/hosts.md` §4),
+//! each entry's material by the rule of spec/catalog.md §7 (from spec/catalog.md §7),
 //! without looking at the flags, and compared with them.
 //!
-//! Why derive: the flags route an install to an interactive human decision (reference
-//! planner-and-install §4, `permission-expansion-requires-consent`,
+//! Why derive: the flags route an install to an interactive human decision
+//! (spec/catalog.md §7, `permission-expansion-requires-consent`,
 //! `credentials-require-consent`) and keep the skill store from installing on its own
 //! (`skill_cas::installs`). A flag hand-written as `false` on material that pre-approves tools or
 //! needs a token would skip that decision, and nothing else would notice.
@@ -54,15 +54,16 @@ const CREDENTIAL_VARIABLE_SUFFIXES: &[&str] = &[
 ];
 
 /// Variables the host itself supplies to an MCP server; a `${…}` reference to one of them asks the
-/// user for nothing (hosts.md §1c: Claude sets `CLAUDE_PROJECT_DIR` for stdio servers).
+/// user for nothing (spec/activation.md §2, §7; spec/catalog.md §7: Claude sets
+/// `CLAUDE_PROJECT_DIR` for stdio servers).
 const HOST_PROVIDED_VARIABLES: &[&str] = &[
     "CLAUDE_PROJECT_DIR",
     "CLAUDE_PLUGIN_ROOT",
     "CLAUDE_PLUGIN_DATA",
 ];
 
-/// `permissionMode` values that let an agent act with fewer prompts than the session (hosts.md
-/// §1b); `default`, `plan` and `manual` do not.
+/// `permissionMode` values that let an agent act with fewer prompts than the session
+/// (spec/activation.md §2, §6; spec/catalog.md §7); `default`, `plan` and `manual` do not.
 const ESCALATING_PERMISSION_MODES: &[&str] =
     &["acceptEdits", "auto", "dontAsk", "bypassPermissions"];
 
@@ -545,7 +546,7 @@ fn the_derivation_recognizes_each_marker() {
     );
 }
 
-/// The flags of `../shared/notes/hosts.md` §A (the research table the sample was built from), for
+/// The flags of spec/catalog.md §7 (the research table the sample was built from), for
 /// the ids the sample ships. `None` = the sample ships the id without an install (manual), so it
 /// carries no flags.
 #[test]

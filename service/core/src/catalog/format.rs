@@ -28,9 +28,9 @@ pub const TAGS_MAX_PER_ENTRY: usize = 32;
 pub const RELATED_MAX_PER_ENTRY: usize = 32;
 /// Longest label, in UTF-8 bytes.
 pub const LABEL_MAX_BYTES: usize = 200;
-/// Largest body file (skill, agent or server material), in bytes (reference §4.11).
+/// Largest body file (skill, agent or server material), in bytes (spec/catalog.md §1.3).
 pub const BODY_MAX_BYTES: i64 = 6_000;
-/// Largest estimated token count of a loadable body, in tokens (reference §4.11).
+/// Largest estimated token count of a loadable body, in tokens (spec/catalog.md §1.3).
 pub const BODY_MAX_TOKENS: i64 = 1_500;
 /// Longest body path, in bytes.
 pub const BODY_PATH_MAX_BYTES: usize = 256;

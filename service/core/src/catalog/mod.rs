@@ -1,7 +1,7 @@
 //! The capability catalog: the `ctx.catalog-v1` JSON format (spec/catalog.md), its strict parser
 //! and body-verifying loader, the digests a planning environment pins, and retrieval of
-//! [`CapabilityCandidate`]s for a [`WorkObservation`] (reference planner-and-install §1.5–§1.8,
-//! §2.1–§2.3).
+//! [`CapabilityCandidate`]s for a [`WorkObservation`] (spec/catalog.md §5.2, §5.3, §4,
+//! spec/catalog.md §5.1, §5.3).
 //!
 //! The catalog is our own JSON document rather than the reference's SQLite graph: a reviewed
 //! text file with digests of every body it ships is simpler to audit, and the same digests are

@@ -1,5 +1,5 @@
 //! The work observation retrieval runs on, and the public-work normalizer that derives one from a
-//! host's description of the current work (reference planner-and-install §2.1, §2.2).
+//! host's description of the current work (spec/catalog.md §5.1).
 //!
 //! The normalizer keeps only specific tokens: generic words ("add", "test", "code") and language
 //! names would match most of a catalog and drown the signal, so languages travel in their own
@@ -161,7 +161,7 @@ pub struct PublicWork<'a> {
     pub repo_facts: &'a [&'a str],
 }
 
-/// Derives a [`WorkObservation`] from public work text (reference §2.1).
+/// Derives a [`WorkObservation`] from public work text (spec/catalog.md §5.1).
 ///
 /// Signals are collected in priority order — repository name, identifiers in backtick spans
 /// (query, then task), query text, task text, repository facts — first occurrence winning. Each

@@ -1,4 +1,4 @@
-//! Retrieval over a catalog (reference planner-and-install §1.5–§1.7, §2.3): the tag scorer,
+//! Retrieval over a catalog (spec/catalog.md §5.2, §5.3): the tag scorer,
 //! the row → [`CapabilityCandidate`] projection and ambiguity removal.
 //!
 //! Scores are integers in micro-points so that ordering never depends on floating-point
@@ -60,13 +60,13 @@ impl std::fmt::Display for Actionability {
     }
 }
 
-/// A retrieved capability as the planner sees it (reference §2.3).
+/// A retrieved capability as the planner sees it (spec/catalog.md §5.3).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CapabilityCandidate {
     pub capability_id: String,
     pub kind: CapabilityKind,
     pub name: String,
-    /// Catalog entry digest (reference §1.6 step 6).
+    /// Catalog entry digest (spec/catalog.md §5.3).
     pub source_digest: String,
     pub normalized_score_ppm: u32,
     /// Sorted work tokens that matched a tag or a name token.
@@ -173,7 +173,7 @@ fn ln_micro(x: f64) -> i64 {
     (x.ln() * 1e6).round() as i64
 }
 
-/// The tag scorer (reference §1.5 over this catalog): rows in score order, at most `limit`.
+/// The tag scorer (spec/catalog.md §5.2 over this catalog): rows in score order, at most `limit`.
 fn score<'a>(catalog: &'a Catalog, tags: &[String], limit: usize) -> Vec<Row<'a>> {
     let entries = catalog.entries();
     let n = entries.len();
@@ -259,7 +259,7 @@ fn normalized_ppm(score: i64, top: i64) -> u32 {
 }
 
 /// The explicit-entity boost, in micro-points: a capability named exactly as the work is named
-/// outranks one that merely shares tags (reference §1.5). The only alias is the name.
+/// outranks one that merely shares tags (spec/catalog.md §5.2). The only alias is the name.
 ///
 /// Deviation: the reference's phrase rules look at word order in the host's raw query; here the
 /// query is the sorted set of work tokens, where order means nothing, so "the name occurs as a
@@ -285,7 +285,7 @@ fn entity_boost(
     0
 }
 
-/// Projects a scored row into a candidate (reference §1.6); `None` drops the row.
+/// Projects a scored row into a candidate (spec/catalog.md §5.3); `None` drops the row.
 fn project(
     catalog: &Catalog,
     observation: &WorkObservation,
@@ -384,8 +384,8 @@ fn project(
 }
 
 /// Drops every id whose rows disagree on the source digest, keeps one row per remaining id, and
-/// sorts by (score descending, id, source digest) (reference §1.7). A catalog has unique ids, so
-/// this only matters when pools from several catalogs are merged.
+/// sorts by (score descending, id, source digest) (spec/catalog.md §5.3). A catalog has unique ids,
+/// so this only matters when pools from several catalogs are merged.
 pub fn remove_ambiguous(candidates: Vec<CapabilityCandidate>) -> Vec<CapabilityCandidate> {
     let mut groups: BTreeMap<String, Vec<CapabilityCandidate>> = BTreeMap::new();
     for c in candidates {

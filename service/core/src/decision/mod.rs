@@ -1,4 +1,4 @@
-//! Signed human decisions, the trusted side (reference consent-and-skill-cas §2.4–§2.5): the
+//! Signed human decisions, the trusted side (spec/decisions.md §6, §7): the
 //! verifier port, the process-bound registry that pins one verifier per exact
 //! (audience, authenticator, principal) triple, and two verifiers: HMAC-SHA256 (a shared test
 //! secret, as the seed's tests use) and Ed25519 (a person's device key). Specified in
@@ -6,7 +6,7 @@
 //!
 //! The assertion value and its wire codec live with the broker store
 //! (`ctx_projections::consent_store::SignedHumanDecisionAssertion`); the time checks, the
-//! challenge binding and nonce replay are the store's (§1.11.4, §2.6), not a verifier's.
+//! challenge binding and nonce replay are the store's (spec/projections.md §8.8), not a verifier's.
 
 mod ed25519;
 mod hmac_sha256;
@@ -28,7 +28,7 @@ pub use registry::{
     REGISTRATION_PROCESS_MISMATCH, REGISTRY_PROCESS_MISMATCH, TrustedHumanDecisionVerifierRegistry,
 };
 
-/// The verifier port (reference §2.4): checks an authenticator's proof over the exact signing
+/// The verifier port (spec/decisions.md §6): checks an authenticator's proof over the exact signing
 /// bytes. Only `true` accepts. An implementation also enforces its own authenticator-specific
 /// replay policy; the broker store separately refuses any nonce it has already recorded.
 ///
@@ -45,7 +45,7 @@ pub trait HumanDecisionVerifier: Send + Sync + fmt::Debug {
 }
 
 /// Why a registration, a registry lookup, a key or a verifier is refused. `Display` is the
-/// reference's sentence where it has one (§2.5).
+/// reference's sentence where it has one (spec/decisions.md §7).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecisionError {

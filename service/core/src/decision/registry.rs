@@ -1,4 +1,4 @@
-//! The trusted verifier registry (reference §2.5): one verifier per exact
+//! The trusted verifier registry (spec/decisions.md §7): one verifier per exact
 //! (audience, authenticator_id, principal_digest) triple, each pinned to its triple and to the
 //! process that built it. No fallback, no wildcard.
 
@@ -217,7 +217,7 @@ impl TrustedHumanDecisionVerifierRegistry {
     }
 }
 
-/// A registered verifier pinned to its triple and to the process (reference §2.5 "pinned
+/// A registered verifier pinned to its triple and to the process (spec/decisions.md §7 "pinned
 /// verifier"). Only the registry makes one. `Debug` is `<pinned-human-decision-verifier>`.
 pub struct PinnedVerifier {
     key: Triple,

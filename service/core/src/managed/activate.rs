@@ -1,11 +1,11 @@
-//! Activation and deactivation of a query's capabilities through a host's actuator (spec/service.md
-//! §12): the engine's pending `ActivateCapability` / `DeactivateCapability` actions of one query
-//! are carried out on the host's files and settled with their receipts.
+//! Activation and deactivation of a query's capabilities through a host's actuator
+//! (spec/service.md §12): the engine's pending `ActivateCapability` / `DeactivateCapability`
+//! actions of one query are carried out on the host's files and settled with their receipts.
 //!
-//! An activation follows the engine's exactly-once protocol (engine-core §7.6): a durable claim
-//! bound to the actuator, the physical step (only with a claim this call made, or to recover one
-//! whose outcome is missing), the observed outcome, and the `ActionApplied` receipt carrying the
-//! outcome's observation time. An activation the actuator cannot verify records nothing: its
+//! An activation follows the engine's exactly-once protocol (spec/engine-store.md §6): a durable
+//! claim bound to the actuator, the physical step (only with a claim this call made, or to recover
+//! one whose outcome is missing), the observed outcome, and the `ActionApplied` receipt carrying
+//! the outcome's observation time. An activation the actuator cannot verify records nothing: its
 //! claim lapses at the action's expiry and the engine retires it. A deactivation has no claim: its
 //! receipt is the record, `ActionApplied` when the host no longer reads the capability,
 //! `ActionFailed` when the actuator refused (a person's edit is never destroyed).

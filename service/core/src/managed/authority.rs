@@ -1,7 +1,7 @@
-//! The journal authority of one published consent challenge (reference managed-service §6.3,
-//! §6.4, §6.5, §6.10–§6.12, §7.1): who owns it, the historical consent head it was issued at,
-//! the exact install action and request, and the events the service builds from durable facts
-//! only — so that recovery rebuilds them byte for byte and never mints a decision.
+//! The journal authority of one published consent challenge (spec/service.md §10): who owns it, the
+//! historical consent head it was issued at, the exact install action and request, and the events
+//! the service builds from durable facts only — so that recovery rebuilds them byte for byte and
+//! never mints a decision.
 
 use ctx_projections::check::cja_digest;
 use ctx_projections::consent_store::{
@@ -19,7 +19,7 @@ use super::resolution::{ManagedConsentResolutionResult, ResolvedChallenge, outco
 use super::result::ManagedConsentChallengeProjection;
 use crate::policy::{InstallConsentPolicy, route_install_consent_request};
 
-/// Reference §6.3: the planned query and the committed desired choice that own a challenge.
+/// spec/service.md §10: the planned query and the committed desired choice that own a challenge.
 pub(crate) fn consent_owner(
     store: &QueryStore,
     challenge: &InstallConsentChallenge,
@@ -51,7 +51,7 @@ pub(crate) fn consent_owner(
     Ok((parent, desired))
 }
 
-/// The authority of one challenge at the current head (reference §6.4).
+/// The authority of one challenge at the current head (spec/service.md §10).
 #[derive(Debug)]
 pub(crate) struct ConsentAuthority {
     pub desired: DesiredSetRecord,
@@ -97,9 +97,9 @@ pub(crate) struct AuthorityChecks<'a> {
     pub actuators: Option<&'a InstallActuators>,
 }
 
-/// Reference §6.4: rebuilds the challenge's authority from the journal and checks that it still
-/// binds the parent's plan, the desired subset, the historical consent head and (when asked) the
-/// current policy and physical target.
+/// spec/service.md §10: rebuilds the challenge's authority from the journal and checks that it
+/// still binds the parent's plan, the desired subset, the historical consent head and (when asked)
+/// the current policy and physical target.
 pub(crate) fn consent_authority(
     engine: &Engine,
     challenge: &InstallConsentChallenge,
@@ -244,7 +244,7 @@ pub(crate) fn consent_authority(
     Ok(authority)
 }
 
-/// Reference §6.4 step 10: the challenge names exactly the historical authority.
+/// spec/service.md §10: the challenge names exactly the historical authority.
 fn check_historical_challenge(
     challenge: &InstallConsentChallenge,
     install_action: &HostAction,
@@ -321,7 +321,7 @@ fn consent_request(
     }
 }
 
-/// Reference §6.8.
+/// spec/service.md §10.
 pub(crate) fn require_pending_consent_head(a: &ConsentAuthority) -> Result<(), ServiceError> {
     let ok = a.current.state().is_some_and(|s| {
         s.pending_consents.len() == 1 && s.pending_consents[0].install_action == a.install_action
@@ -366,7 +366,7 @@ pub(crate) fn interactive_payload(
     ])
 }
 
-/// The durable decision identity a broker record carries (reference §6.5 preconditions).
+/// The durable decision identity a broker record carries (spec/service.md §10).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DecisionIdentity {
     pub decision: String,
@@ -407,7 +407,7 @@ pub(crate) fn envelope_event(
     event
 }
 
-/// The `ctx-interactive-install:` decision event (reference §6.5), built from durable facts
+/// The `ctx-interactive-install:` decision event (spec/service.md §10), built from durable facts
 /// only: recovery rebuilds it byte for byte.
 pub(crate) fn interactive_decision_event(
     challenge: &InstallConsentChallenge,
@@ -497,7 +497,7 @@ pub(crate) fn interactive_decision_event(
     Ok(event)
 }
 
-/// A consent resolution result built from the current head (reference §1.12, §4.9).
+/// A consent resolution result built from the current head (spec/service.md §1, §6).
 pub(crate) fn resolution(
     engine: &Engine,
     challenge: &InstallConsentChallenge,
@@ -526,7 +526,7 @@ pub(crate) fn resolution(
     )
 }
 
-/// Reference §6.12: where a settled grant's capability stands.
+/// spec/service.md §10: where a settled grant's capability stands.
 pub(crate) fn classify_settled_install(
     engine: &Engine,
     challenge: &InstallConsentChallenge,

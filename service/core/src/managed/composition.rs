@@ -1,4 +1,4 @@
-//! The engine composition (managed-service §12): one engine on a data directory's journal, with
+//! The engine composition (spec/service.md §4): one engine on a data directory's journal, with
 //! the artifact's observation normalizer and the replay decision planner over the host's ports,
 //! whose benefit results land in the same journal.
 
@@ -96,12 +96,13 @@ pub fn open_engine_composition(
         return invalid("data_dir must be an absolute Path");
     }
     // Everything that can be refused without the journal is checked first, so an invalid
-    // configuration leaves no authoritative state (reference §12.2).
+    // configuration leaves no authoritative state (spec/service.md §4).
     let planner = build_planner(artifact, ports, policy, planner_version)?;
     EngineComposition::assemble(open_journal(data_dir)?, artifact, planner, clock)
 }
 
-/// The captured-authority check of reference §3.2 rule 3 over `ports` and `policy`.
+/// The captured-authority check of spec/service.md §3; spec/registry.md §6 over `ports` and
+/// `policy`.
 pub(crate) fn check_captured(
     artifact: &ArtifactHandle,
     ports: &AdapterPorts,
@@ -225,7 +226,7 @@ impl EngineComposition {
     }
 
     /// Commits the session start and the planning event (each an idempotent replay when already
-    /// committed) and projects the head (reference §12.4).
+    /// committed) and projects the head (spec/service.md §4).
     pub fn advance_managed_query(
         &self,
         session_started: &EngineEvent,
@@ -236,7 +237,7 @@ impl EngineComposition {
             .map_err(|e| ServiceError::Internal(e.to_string()))
     }
 
-    /// The checks of reference §12.4 that precede any write of an advance.
+    /// The checks of spec/service.md §4 that precede any write of an advance.
     pub(crate) fn check_managed_events(
         &self,
         session_started: &EngineEvent,
@@ -357,7 +358,7 @@ impl EngineComposition {
         Ok(Ok((prepared, transition)))
     }
 
-    /// The event checks of reference §12.4, before anything is processed.
+    /// The event checks of spec/service.md §4, before anything is processed.
     fn check_advance(
         &self,
         started: &EngineEvent,

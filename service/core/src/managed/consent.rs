@@ -1,4 +1,4 @@
-//! Consent challenge publication (reference managed-service §5): the one pending consent at the
+//! Consent challenge publication (spec/service.md §7): the one pending consent at the
 //! head, routed through the current install policy, published as a durable broker challenge
 //! when a human must decide, with the head re-checked around every durable step.
 
@@ -23,7 +23,7 @@ pub(crate) struct ConsentContext<'a> {
     pub consent_store: Option<&'a ConsentStore>,
 }
 
-/// Reference §5.2: the `RequestConsent` action of the head transition that asks for
+/// spec/service.md §7: the `RequestConsent` action of the head transition that asks for
 /// `install_action`. A pending consent is publishable (or decidable) only while the head is the
 /// event that issued it.
 pub(crate) fn consent_request_at_head(
@@ -49,7 +49,7 @@ pub(crate) fn consent_request_at_head(
     }
 }
 
-/// Reference §5.1: the projection of the current pending consent's challenge, or `None` when
+/// spec/service.md §7: the projection of the current pending consent's challenge, or `None` when
 /// nothing awaits a human (no pending consent, an automatic route, or a non-pending broker
 /// record).
 pub(crate) fn publish_current_consent(
@@ -117,7 +117,7 @@ pub(crate) fn publish_current_consent(
     }
 }
 
-/// Reference §5.3.
+/// spec/service.md §7.
 fn prepare_challenge(
     ctx: &ConsentContext<'_>,
     snapshot: &Snapshot,

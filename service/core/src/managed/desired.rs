@@ -1,5 +1,5 @@
-//! The desired-set request and result (managed-service §1.5, §1.11) and the status rules of
-//! §4.11.
+//! The desired-set request and result (spec/service.md §1) and the status rules of
+//! spec/service.md §6.1.
 
 use ctx_projections::Json;
 use ctx_projections::check::is_sha;
@@ -26,7 +26,7 @@ pub fn is_request_capability_id(s: &str) -> bool {
         })
 }
 
-/// Which capabilities of a planned query the host wants (reference §1.5). Immutable, not
+/// Which capabilities of a planned query the host wants (spec/service.md §1). Immutable, not
 /// `Clone`, not serializable. The order of `capability_ids` is not significant: the service
 /// stores them in committed-plan order.
 pub struct ManagedDesiredSetRequest {
@@ -156,7 +156,7 @@ pub mod status {
     ];
 }
 
-/// The reason codes of deferred desired-set results (reference §4.11).
+/// The reason codes of deferred desired-set results (spec/service.md §6.1).
 pub mod reason {
     pub const AUTOMATIC_INSTALL_INDETERMINATE: &str = "automatic-install-indeterminate";
     pub const POLICY_CHANGED: &str = "install-policy-changed-after-desired-commit";
@@ -165,7 +165,7 @@ pub mod reason {
     pub const LIFECYCLE_AUTHORITY_MISSING: &str = "install-lifecycle-authority-missing";
 }
 
-/// What `set_desired` returns (reference §1.11): the durable choice and where it stands. No
+/// What `set_desired` returns (spec/service.md §1): the durable choice and where it stands. No
 /// paths, payloads, execution bindings or transitions; not `Clone`, not serializable.
 #[derive(Debug)]
 pub struct ManagedDesiredSetResult {
@@ -216,7 +216,7 @@ fn is_canonical_subset(ids: &[String], record_ids: &[String]) -> bool {
 }
 
 impl ManagedDesiredSetResult {
-    /// The invariants of every desired-set result (reference §1.11 creation checks 1–9). The
+    /// The invariants of every desired-set result (spec/service.md §1). The
     /// service builds results only through [`ManagedDesiredSetResult::new`], which runs them;
     /// this function lets hosts and tests check a candidate without building one.
     pub fn validate_parts(

@@ -1,6 +1,6 @@
-//! The service's typed errors. `Display` is the reference's sentence (managed-service §1–§3), so
-//! hosts and the seed ports can match on it; store and registry errors pass through unchanged
-//! because the reference lets them propagate with their own types (§1.2).
+//! The service's typed errors. `Display` is the reference's sentence (spec/service.md §1, §2, §3),
+//! so hosts and the seed ports can match on it; store and registry errors pass through unchanged
+//! because the reference lets them propagate with their own types (spec/service.md §1).
 
 use ctx_journal::OpenError;
 use ctx_projections::consent_store::{AssertionCodecError, ConsentStoreError};
@@ -96,7 +96,8 @@ pub enum ServiceError {
     #[cfg(feature = "failpoints")]
     #[error("fail point {name} fired: {detail}")]
     FailPoint { name: &'static str, detail: String },
-    /// A planning authority now reports a snapshot other than the artifact's (§3.2 rule 3).
+    /// A planning authority now reports a snapshot other than the artifact's (spec/service.md §3;
+    /// spec/registry.md §6).
     #[error("managed planning authority snapshot does not match its artifact")]
     AuthorityDrift { field: &'static str },
     /// Durable identity could not be preserved: the store, the journal or the composition

@@ -1,6 +1,6 @@
-//! Install execution (reference consent-and-skill-cas §6.1–§6.3): the one-shot path from a
+//! Install execution (spec/skill-cas.md §9; spec/service.md §7): the one-shot path from a
 //! pending schema-v3 install to its settled receipt — claim → physical effect → observation →
-//! outcome → receipt — over the engine's exactly-once protocol (engine-core §7.5).
+//! outcome → receipt — over the engine's exactly-once protocol (spec/engine-store.md §6).
 //!
 //! The physical actuators are configured once per service ([`InstallActuators`]); today the
 //! skill content-addressed store is the only one. Execution is serialized by the data
@@ -75,9 +75,9 @@ impl InstallActuators {
         }
     }
 
-    /// The execution binding of the actuator that installs `action` (reference managed-service
-    /// §12.5 `resolve_install_execution_binding`): resolved twice, from the configuration and
-    /// from a fresh capture of the target, which must agree. Never runs a driver.
+    /// The execution binding of the actuator that installs `action`
+    /// (spec/service.md §7 `resolve_install_execution_binding`): resolved twice, from the
+    /// configuration and from a fresh capture of the target, which must agree. Never runs a driver.
     pub fn resolve_binding(
         &self,
         action: &HostAction,
@@ -173,7 +173,7 @@ fn execution(message: &str) -> ExecuteError {
     ExecuteError::Service(ServiceError::Execution(message.to_owned()))
 }
 
-/// Executes one install (reference consent-and-skill-cas §6.3).
+/// Executes one install (spec/service.md §7).
 ///
 /// The driver's `apply_once` runs only when this call made the claim; after a crash between
 /// claim and outcome a later call only reconciles (observes) the target, so the physical effect
@@ -347,7 +347,7 @@ fn settled_report(
     })
 }
 
-/// The receipt (reference §6.3 step 10): up to [`RECEIPT_ATTEMPTS_MAX`] attempts against a
+/// The receipt (spec/service.md §7): up to [`RECEIPT_ATTEMPTS_MAX`] attempts against a
 /// moving head; the receipt's event id derives from the outcome digest, so a receipt committed
 /// by another process is this one's idempotent replay.
 fn settle(
@@ -396,7 +396,7 @@ fn settle(
     Err(execution("install receipt settlement remained contended"))
 }
 
-/// The install receipt event (reference §6.3 "Install receipt event").
+/// The install receipt event (spec/service.md §7).
 pub fn install_receipt(
     action: &HostAction,
     guard: &InstallGuard,

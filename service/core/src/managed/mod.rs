@@ -1,4 +1,4 @@
-//! The managed query service (reference managed-service §1–§3, §12; specified in
+//! The managed query service (spec/service.md §1, §2, §3, §4; specified in
 //! `spec/service.md`): given an opaque reference to the current work, plan a bounded set of
 //! capabilities once, durably, and hand back an opaque `query_ref` that every retry, reopen and
 //! equivalent host alias converges on.

@@ -1,4 +1,4 @@
-//! `set_desired` (reference managed-service §4): durably select a subset of a committed plan as
+//! `set_desired` (spec/service.md §6): durably select a subset of a committed plan as
 //! one `ReassessmentRequested` event, drive pre-approved installs exactly once, publish at most
 //! one consent challenge and report where the choice stands.
 //!
@@ -75,7 +75,7 @@ fn optional<T>(r: Result<T, QueryStoreError>) -> Result<Option<T>, ServiceError>
 
 impl ManagedQueryService {
     /// Records which capabilities of a planned query the host wants and reconciles them
-    /// (reference §4.1). An exact retry of the latest choice is its recovery path: it never
+    /// (spec/service.md §6). An exact retry of the latest choice is its recovery path: it never
     /// mints a new event, and resumes installs and publication from the durable state.
     pub fn set_desired(
         &self,
@@ -266,7 +266,7 @@ impl ManagedQueryService {
         }
     }
 
-    /// The `ReassessmentRequested` event of a new choice (reference §4.4).
+    /// The `ReassessmentRequested` event of a new choice (spec/service.md §6).
     #[allow(clippy::too_many_arguments)]
     fn desired_event(
         &self,
@@ -368,7 +368,7 @@ impl ManagedQueryService {
 }
 
 /// `"ctx-desired:" + H(CJA({schema, stream}))`: one owner per engine stream, whatever the query,
-/// host or exposure (reference §4.4 step 2).
+/// host or exposure (spec/service.md §6).
 pub fn owner_id(scope: &ctx_projections::ScopeRef) -> String {
     format!(
         "ctx-desired:{}",
@@ -380,7 +380,7 @@ pub fn owner_id(scope: &ctx_projections::ScopeRef) -> String {
 }
 
 /// `"ctx-lease:" + H(CJA({capability_id, kind, owner_id, schema, source_digest}))`: a capability
-/// keeps its lease across choices while its kind and source are unchanged (reference §4.4).
+/// keeps its lease across choices while its kind and source are unchanged (spec/service.md §6).
 pub fn lease_id(capability_id: &str, kind: &str, owner_id: &str, source_digest: &str) -> String {
     format!(
         "ctx-lease:{}",
@@ -394,7 +394,7 @@ pub fn lease_id(capability_id: &str, kind: &str, owner_id: &str, source_digest: 
     )
 }
 
-/// Reference §4.2.
+/// spec/service.md §6.
 fn check_retry_predecessor(
     store: &QueryStore,
     parent: &QueryRecord,
@@ -431,7 +431,7 @@ fn check_retry_predecessor(
     Ok(())
 }
 
-/// Reference §4.7: the head's committed plan must still be the parent's.
+/// spec/service.md §6: the head's committed plan must still be the parent's.
 pub(crate) fn exact_parent_plan<'s>(
     snapshot: &'s Snapshot,
     parent: &QueryRecord,
@@ -451,7 +451,7 @@ pub(crate) fn exact_parent_plan<'s>(
     }
 }
 
-/// Reference §4.3: the requested ids in committed-plan order.
+/// spec/service.md §6: the requested ids in committed-plan order.
 fn canonical_subset(
     committed: &CommittedPlan,
     requested: &[String],
@@ -473,7 +473,7 @@ fn canonical_subset(
         .collect())
 }
 
-/// Reference §4.8: does the one pending consent name another policy than the current one?
+/// spec/service.md §6: does the one pending consent name another policy than the current one?
 pub(crate) fn pending_policy_drift(
     state: &EngineState,
     current_policy_digest: &str,
@@ -491,7 +491,7 @@ pub(crate) fn pending_policy_drift(
     }
 }
 
-/// Reserves a new choice; a concurrent identical winner is adopted (reference §4.4 step 6).
+/// Reserves a new choice; a concurrent identical winner is adopted (spec/service.md §6).
 fn reserve(
     store: &QueryStore,
     parent: &QueryRecord,
@@ -525,7 +525,7 @@ fn reserve(
     }
 }
 
-/// The desired event's transition must be exactly its own (reference §4.5).
+/// The desired event's transition must be exactly its own (spec/service.md §6).
 fn check_desired_transition(t: &Transition, event: &EngineEvent) -> Result<(), ServiceError> {
     if t.event_id != event.event_id
         || t.scope != event.scope
@@ -552,7 +552,7 @@ fn check_desired_record(rec: &JournaledEvent, event: &EngineEvent) -> Result<(),
     Ok(())
 }
 
-/// Reference §4.5 and §4.1 step 11: commits the reserved event and its mark in one append, or
+/// spec/service.md §6: commits the reserved event and its mark in one append, or
 /// recognises the event committed (after a crash) and marks it.
 fn commit_desired(
     ctx: &Ctx<'_>,
@@ -636,7 +636,7 @@ fn commit_desired(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Heads and summaries (reference §4.9)
+// Heads and summaries (spec/service.md §6)
 // ------------------------------------------------------------------------------------------------
 
 /// The journal record at the snapshot's head, checked against the snapshot.
@@ -681,14 +681,14 @@ pub(crate) fn head_action_summaries(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Automatic installs (reference §4.6)
+// Automatic installs (spec/service.md §6)
 // ------------------------------------------------------------------------------------------------
 
 fn is_install_authority(row: &Json) -> bool {
     row.get("authority").and_then(|a| a.get_str("type")) == Some("install")
 }
 
-/// Reference §4.6.2: the install must be an exact member of the desired plan.
+/// spec/service.md §6: the install must be an exact member of the desired plan.
 fn desired_install_selection(
     state: &EngineState,
     desired: &DesiredSetRecord,
@@ -719,7 +719,7 @@ fn desired_install_selection(
     Ok(capability.selection.clone())
 }
 
-/// Reference §4.6.3.
+/// spec/service.md §6.
 fn check_binding(
     binding: &InstallExecutionBinding,
     row: &Json,
@@ -737,7 +737,7 @@ fn check_binding(
     Ok(())
 }
 
-/// Reference §5.4: the consent head must not have moved.
+/// spec/service.md §7: the consent head must not have moved.
 pub(crate) fn require_consent_head_unchanged(
     engine: &Engine,
     expected: &Snapshot,
@@ -769,7 +769,7 @@ pub(crate) fn require_consent_head_unchanged(
     Ok(())
 }
 
-/// The `ctx-auto-install:` decision event (reference §4.6.1).
+/// The `ctx-auto-install:` decision event (spec/service.md §6).
 fn automatic_decision_event(
     desired: &DesiredSetRecord,
     head: &JournaledEvent,
@@ -836,7 +836,7 @@ fn automatic_decision_event(
     Ok(event)
 }
 
-/// Reference §4.6.5: the committed grant must be exactly reproducible with the current
+/// spec/service.md §6: the committed grant must be exactly reproducible with the current
 /// actuator binding ("captured actuator").
 fn check_committed_automatic_binding(
     engine: &Engine,
@@ -898,7 +898,7 @@ fn check_committed_automatic_binding(
     Ok(())
 }
 
-/// Reference §4.6.4: retires an expired, never-claimed automatic install exactly once. `None`
+/// spec/service.md §6: retires an expired, never-claimed automatic install exactly once. `None`
 /// when it is claimed or not expired.
 fn retire_expired_install(
     ctx: &Ctx<'_>,
@@ -1024,8 +1024,8 @@ fn check_expiry_transition(
     Ok(())
 }
 
-/// Reference §4.6: drives pre-approved installs of the committed choice, at most one install per
-/// desired capability per call. Returns the current snapshot and the ids whose install is
+/// spec/service.md §6: drives pre-approved installs of the committed choice, at most one install
+/// per desired capability per call. Returns the current snapshot and the ids whose install is
 /// indeterminate.
 fn advance_automatic_installs(
     ctx: &Ctx<'_>,
@@ -1227,7 +1227,7 @@ fn advance_automatic_installs(
     Ok((current, Vec::new()))
 }
 
-/// Reference §4.6.6, the checks that read the state (receipt anchoring is the engine's).
+/// spec/service.md §6, the checks that read the state (receipt anchoring is the engine's).
 pub(crate) fn check_install_result(
     current: &Snapshot,
     action: &HostAction,
@@ -1291,7 +1291,7 @@ pub(crate) fn check_install_result(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Status (reference §4.10, §4.11)
+// Status (spec/service.md §6.1)
 // ------------------------------------------------------------------------------------------------
 
 fn row_blocked(state: &EngineState, row: &Json) -> bool {
@@ -1303,7 +1303,7 @@ fn row_blocked(state: &EngineState, row: &Json) -> bool {
     })
 }
 
-/// Reference §4.10.
+/// spec/service.md §6.1.
 fn failed_desired_install_ids(
     current: &Snapshot,
     committed: &CommittedPlan,
@@ -1328,7 +1328,7 @@ fn failed_desired_install_ids(
         .collect()
 }
 
-/// Reference §4.11: the first matching rule wins.
+/// spec/service.md §6.1: the first matching rule wins.
 #[allow(clippy::too_many_arguments)]
 fn desired_status(
     current: &Snapshot,

@@ -1,5 +1,4 @@
-//! The public request, the trusted intake value and the input authority (managed-service §1.3,
-//! §1.4, §1.6).
+//! The public request, the trusted intake value and the input authority (spec/service.md §1).
 
 use ctx_projections::EngineEvent;
 use ctx_projections::check::{is_sha, is_token};
@@ -57,7 +56,7 @@ impl ManagedQueryInput {
 }
 
 /// An untrusted public request: a logical query id and an opaque work reference. Immutable;
-/// copying is allowed (reference §0.4 exception).
+/// copying is allowed (spec/service.md §1 exception).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ManagedQueryRequest {
     logical_query_id: String,
@@ -65,7 +64,7 @@ pub struct ManagedQueryRequest {
 }
 
 impl std::fmt::Debug for ManagedQueryRequest {
-    // The work reference stays out of logs (reference §1.4 text form).
+    // The work reference stays out of logs (spec/service.md §1 text form).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManagedQueryRequest")
             .field("logical_query_id", &self.logical_query_id)

@@ -1,4 +1,4 @@
-//! The consent resolution result (reference managed-service §1.12): what resolving or recovering
+//! The consent resolution result (spec/service.md §1): what resolving or recovering
 //! a consent challenge reports. The operations that produce it (`resolve_consent`,
 //! `recover_consent`) arrive with the signed-decision slice; the value and its invariants are
 //! part of the public contract now.
@@ -58,7 +58,7 @@ pub struct ManagedConsentResolutionResult {
 }
 
 impl ManagedConsentResolutionResult {
-    /// Builds a result under the creation checks of reference §1.12 (1–7).
+    /// Builds a result under the creation checks of spec/service.md §1.
     pub(crate) fn new(
         resolved: &ResolvedChallenge<'_>,
         outcome: &'static str,

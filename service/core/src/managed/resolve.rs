@@ -1,4 +1,4 @@
-//! `recover_consent` and `resolve_consent` (reference managed-service §6, §7): reconcile a
+//! `recover_consent` and `resolve_consent` (spec/service.md §10): reconcile a
 //! published consent challenge without a human, or commit a fresh signed human decision.
 
 use ctx_journal::StreamAppend;
@@ -29,7 +29,7 @@ fn broker_missing() -> ServiceError {
 }
 
 impl ManagedQueryService {
-    /// Reconciles a published consent challenge without a human (reference §7): a pending
+    /// Reconciles a published consent challenge without a human (spec/service.md §10): a pending
     /// challenge still needs a fresh decision; an expired one is retired durably; a decided one
     /// is reconciled against the journal and finished. Never mints a decision the human did not
     /// sign.
@@ -108,7 +108,7 @@ impl ManagedQueryService {
         }
     }
 
-    /// Reference §7 steps 5–9: reconciles a recorded decision with the journal (rebuilding the
+    /// spec/service.md §10: reconciles a recorded decision with the journal (rebuilding the
     /// decision event from durable facts only) and finishes a settled one.
     #[allow(clippy::too_many_arguments)]
     fn recover_decided(
@@ -169,7 +169,7 @@ impl ManagedQueryService {
                                 .any(|e| e.action == *install_action)
                         });
                 if authority.binding.is_none() && granted {
-                    // Reference §7 step 9: an expired, never-claimed grant is retired (or found
+                    // spec/service.md §10: an expired, never-claimed grant is retired (or found
                     // retired) first, whether or not its install is still pending.
                     if let Some(retired) =
                         retire_interactive_grant(engine, challenge, &authority, self)?
@@ -229,7 +229,7 @@ impl ManagedQueryService {
     }
 }
 
-/// Reference §7.1: retires a pending consent whose challenge expired before any decision, with
+/// spec/service.md §10: retires a pending consent whose challenge expired before any decision, with
 /// the deterministic `ctx-install-consent-expired:` event.
 fn consent_expiry(
     engine: &Engine,
@@ -397,15 +397,15 @@ fn check_expiry_transition(
 }
 
 // ------------------------------------------------------------------------------------------------
-// resolve_consent (reference §6.1, §6.2)
+// resolve_consent (spec/service.md §10)
 // ------------------------------------------------------------------------------------------------
 
 impl ManagedQueryService {
-    /// Commits a fresh, correctly signed human decision on a published challenge (reference
-    /// §6): decodes and pins the verifier before any lock, authenticates the assertion against the
-    /// broker record (a durable decision-ready record), commits the `ctx-interactive-install:`
-    /// decision with the broker's settlement in one journal append, and finishes the install. A
-    /// drifted policy or target refuses before the assertion is consumed.
+    /// Commits a fresh, correctly signed human decision on a published challenge
+    /// (spec/service.md §10): decodes and pins the verifier before any lock, authenticates the
+    /// assertion against the broker record (a durable decision-ready record), commits the
+    /// `ctx-interactive-install:` decision with the broker's settlement in one journal append, and
+    /// finishes the install. A drifted policy or target refuses before the assertion is consumed.
     pub fn resolve_consent(
         &self,
         assertion_payload: &[u8],
@@ -550,7 +550,7 @@ impl ManagedQueryService {
         self.finish_settled_consent(engine, &challenge, &parent, &authority, &settled, &event)
     }
 
-    /// Reference §6.7: after the decision is committed and settled, executes a granted install
+    /// spec/service.md §10: after the decision is committed and settled, executes a granted install
     /// (once) and classifies where the capability stands.
     pub(crate) fn finish_settled_consent(
         &self,
@@ -689,7 +689,7 @@ impl ManagedQueryService {
     }
 }
 
-/// The decision identity a broker record carries (reference §6.5 preconditions).
+/// The decision identity a broker record carries (spec/service.md §10).
 fn decision_identity(record: &ChallengeRecord) -> Result<DecisionIdentity, ServiceError> {
     let lacks = || {
         ServiceError::Identity(
@@ -710,7 +710,7 @@ fn decision_identity(record: &ChallengeRecord) -> Result<DecisionIdentity, Servi
     })
 }
 
-/// Reference §6.10: the reservation of the decision event.
+/// spec/service.md §10: the reservation of the decision event.
 fn reservation_of(
     challenge: &InstallConsentChallenge,
     authority: &ConsentAuthority,
@@ -744,11 +744,11 @@ fn reservation_of(
     })
 }
 
-/// Reference §6.2 step 19, except for a denial: a granted decision's transition holds exactly the
+/// spec/service.md §10, except for a denial: a granted decision's transition holds exactly the
 /// install action; a denied one never holds it, but the reducer reconciles after a denial, so its
 /// transition holds whatever comes next (another desired capability's consent request, an
 /// activation) — the reference's "empty" would refuse every denial of one of several desired
-/// installs, forever (the install-expiry rule of §4.6.7 is the same "must not appear").
+/// installs, forever (the install-expiry rule of spec/service.md §6 is the same "must not appear").
 fn check_decision_transition(
     t: &Transition,
     event: &EngineEvent,
@@ -773,7 +773,7 @@ fn check_decision_transition(
     Ok(())
 }
 
-/// What the journal says about a rebuilt decision event (the evidence of reference §6.10).
+/// What the journal says about a rebuilt decision event (the evidence of spec/service.md §10).
 fn decision_evidence(
     engine: &Engine,
     authority: &ConsentAuthority,
@@ -807,7 +807,7 @@ fn decision_evidence(
     })
 }
 
-/// Reference §6.11: retires an expired, never-claimed interactive grant exactly once.
+/// spec/service.md §10: retires an expired, never-claimed interactive grant exactly once.
 fn retire_interactive_grant(
     engine: &Engine,
     challenge: &InstallConsentChallenge,

@@ -1,6 +1,6 @@
-//! Authority-free result values (managed-service §1.7–§1.10) and the projection of a committed
+//! Authority-free result values (spec/service.md §1) and the projection of a committed
 //! plan at a journal head. Every value is service-issued: private fields, no public constructor,
-//! no `Clone`, no serialization (reference §0.4), so a host cannot forge or persist one.
+//! no `Clone`, no serialization (spec/service.md §1), so a host cannot forge or persist one.
 
 use ctx_projections::check::{is_capability_identity, is_sha, is_token};
 use ctx_projections::engine::Snapshot;
@@ -159,7 +159,7 @@ impl ManagedActionSummary {
 }
 
 /// The authority-free identity of one pending human decision, copied from the broker's challenge
-/// (reference §1.8). Equal when all five fields are equal.
+/// (spec/service.md §1). Equal when all five fields are equal.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ManagedConsentChallengeProjection {
     audience: String,
@@ -249,7 +249,7 @@ impl ManagedQueryServiceResult {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Projection (reference §1.10 "Snapshot projection rules")
+// Projection (spec/service.md §1)
 // ------------------------------------------------------------------------------------------------
 
 /// Projects the committed plan of `snapshot` (the snapshot of `scope`).

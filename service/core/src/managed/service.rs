@@ -1,4 +1,4 @@
-//! `ManagedQueryService` (managed-service §2, §3): prepare and reopen over the query store and
+//! `ManagedQueryService` (spec/service.md §2, §3): prepare and reopen over the query store and
 //! the engine of one data directory.
 
 use std::collections::BTreeMap;
@@ -53,7 +53,7 @@ pub struct ManagedQueryServiceConfig {
     pub verifier_registry: Option<Arc<TrustedHumanDecisionVerifierRegistry>>,
 }
 
-/// The identity a consent broker binds its challenges to (reference consent-and-skill-cas §3.1).
+/// The identity a consent broker binds its challenges to (spec/service.md §1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsentBrokerConfig {
     /// The audience signed assertions must target (a token).
@@ -97,7 +97,7 @@ pub struct ManagedQueryService {
 }
 
 /// One lifecycle lock per data directory in this process: every service handle on the same
-/// directory runs its operations one at a time (reference §2.3 step 5, the lifecycle file lock;
+/// directory runs its operations one at a time (spec/service.md §6, the lifecycle file lock;
 /// other processes are excluded by the journal's process lock).
 fn lifecycle_lock(data_dir: &std::path::Path) -> Arc<Mutex<()>> {
     static LOCKS: Mutex<BTreeMap<PathBuf, Arc<Mutex<()>>>> = Mutex::new(BTreeMap::new());
@@ -239,7 +239,7 @@ impl ManagedQueryService {
     }
 
     /// Plans the request's current work once, durably, and returns its opaque reference
-    /// (reference §3.1). A retry with the same request returns the same reference and plan
+    /// (spec/service.md §3). A retry with the same request returns the same reference and plan
     /// without planning again.
     pub fn prepare(
         &self,
@@ -255,7 +255,7 @@ impl ManagedQueryService {
         let decision = supplied.decision_event();
         let runtime = self.runtime(&mut state)?;
         // A pending desired choice on this stream (any query, any host alias) must be recovered
-        // before a replacement plan may register (reference §3.1 step 3).
+        // before a replacement plan may register (spec/service.md §3).
         match runtime.store.load_pending_desired_set(&decision.scope) {
             Ok(_) => {
                 return Err(ServiceError::Busy(
@@ -307,8 +307,8 @@ impl ManagedQueryService {
         self.advance(runtime, &composition, &record, &supplied)
     }
 
-    /// Converges on the stored query `query_ref` (reference §3.3): re-authenticates its artifact
-    /// and replays its committed events; plans only if planning never committed.
+    /// Converges on the stored query `query_ref` (spec/service.md §3): re-authenticates its
+    /// artifact and replays its committed events; plans only if planning never committed.
     pub fn reopen(&self, query_ref: &str) -> Result<ManagedQueryServiceResult, ServiceError> {
         let mut state = self.begin()?;
         let _lifecycle = self.lifecycle();
@@ -353,7 +353,7 @@ impl ManagedQueryService {
             .ok_or_else(|| ServiceError::Internal("managed query runtime is unavailable".into()))
     }
 
-    /// Input validation shared by prepare and reopen (reference §3.2). Runs before anything is
+    /// Input validation shared by prepare and reopen (spec/service.md §3). Runs before anything is
     /// opened or written.
     pub(crate) fn validate_input(&self, input: &ManagedQueryInput) -> Result<(), ServiceError> {
         let artifact = input.artifact();
@@ -429,7 +429,7 @@ impl ManagedQueryService {
         )
     }
 
-    /// The shared tail of prepare and reopen (reference §3.4). An unplanned query's planning
+    /// The shared tail of prepare and reopen (spec/service.md §3). An unplanned query's planning
     /// event, its benefit result and its completion binding (the planned mark) commit in one
     /// journal append: the mark names the engine record's revision and journal digest, which
     /// the engine knows before its append.
@@ -481,7 +481,7 @@ impl ManagedQueryService {
             (Err(refusal), None) => return Err(ServiceError::Internal(refusal.to_string())),
         };
         check_advance(record, decision, &prepared, &transition)?;
-        // The current consent challenge is published before the mark (reference §3.4 step 5).
+        // The current consent challenge is published before the mark (spec/service.md §3).
         let snapshot = composition.engine().snapshot(&decision.scope)?;
         let challenge = publish_current_consent(
             &ConsentContext {
@@ -543,7 +543,7 @@ impl ManagedQueryService {
     }
 }
 
-/// The stored registration must be exactly the supplied input (reference §3.1 step 7).
+/// The stored registration must be exactly the supplied input (spec/service.md §3).
 fn check_record(record: &QueryRecord, input: &ManagedQueryInput) -> Result<(), ServiceError> {
     if record.session_started() != input.session_started()
         || record.decision_event() != input.decision_event()
@@ -557,7 +557,7 @@ fn check_record(record: &QueryRecord, input: &ManagedQueryInput) -> Result<(), S
     Ok(())
 }
 
-/// Advance validation (reference §3.5).
+/// Advance validation (spec/service.md §3).
 fn check_advance(
     record: &QueryRecord,
     decision: &EngineEvent,

@@ -458,9 +458,9 @@ fn fresh_prepares_between_markers() {
     }
 }
 
-/// Reference §8 crash points with two commits per prepare: a crash after the first append
-/// (registration and session start) leaves a registered, started, unplanned query that a reopen
-/// plans and an exact retry then returns without planning again.
+/// spec/projections.md §8.10 crash points with two commits per prepare: a crash after the first
+/// append (registration and session start) leaves a registered, started, unplanned query that a
+/// reopen plans and an exact retry then returns without planning again.
 #[test]
 fn a_crash_after_the_registration_append_is_completed_by_reopen_and_retry() {
     let s = Setup::new();

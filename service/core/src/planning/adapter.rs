@@ -1,4 +1,4 @@
-//! The runtime replay adapter (reference planner-and-install §2.8,
+//! The runtime replay adapter (spec/planner.md §10,
 //! `AuthenticatedReplayDecisionPlannerV3`): turns a current-work observation surrogate into a
 //! `ctx.decision.capability-plan` v3 decision surrogate, reading presentations, benefit facts and
 //! authorities only through pinned host ports.
@@ -328,8 +328,8 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
         &self.planner
     }
 
-    /// The decision call of §2.8 with a typed error: context checks, observation decoding, the
-    /// pinned decision, and the decision surrogate.
+    /// The decision call of spec/planner.md §10 with a typed error: context checks, observation
+    /// decoding, the pinned decision, and the decision surrogate.
     pub fn plan_surrogate(
         &self,
         observation: Option<&Surrogate>,
@@ -348,7 +348,7 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
         Ok(self.decide(&observation)?.decision_surrogate()?)
     }
 
-    /// Plans `observation` under the pins (§2.8 step 3).
+    /// Plans `observation` under the pins (spec/planner.md §10).
     pub fn decide(&self, observation: &WorkObservation) -> Result<CapabilityPlanV3, AdapterError> {
         let mut memo = self.lock();
         self.assert_pins()?;
@@ -731,8 +731,8 @@ pub fn decode_observation(
         .map_err(invalid)
 }
 
-/// `normalize_candidate_pool` (§2.8): bound the pool, drop baseline and rejected ids, omit any
-/// id whose rows differ in any field, and sort canonically.
+/// `normalize_candidate_pool` (spec/planner.md §10): bound the pool, drop baseline and rejected
+/// ids, omit any id whose rows differ in any field, and sort canonically.
 pub fn normalize_candidate_pool(
     rows: Vec<CapabilityCandidate>,
     observation: &WorkObservation,

@@ -1,4 +1,4 @@
-//! The net-benefit model (reference planner-and-install §3): integer-only individual assessment
+//! The net-benefit model (spec/planner.md §1–§6): integer-only individual assessment
 //! of authenticated candidates and the bounded, deterministic subset search that chooses at most
 //! five of them.
 //!
@@ -427,7 +427,7 @@ pub struct BenefitCandidate {
 }
 
 impl BenefitCandidate {
-    /// Checks every field rule of reference §3.4 in its table order.
+    /// Checks every field rule of spec/planner.md §3 in its table order.
     pub fn validate(&self) -> Result<(), BenefitError> {
         check_capability_id("capability_id", &self.capability_id)?;
         check_digest("source_digest", &self.source_digest)?;
@@ -478,7 +478,7 @@ impl BenefitCandidate {
         Ok(())
     }
 
-    /// The candidate object `C` of the result digest (reference §3.8).
+    /// The candidate object `C` of the result digest (spec/planner.md §6).
     pub fn to_json(&self) -> Json {
         Json::object([
             ("availability", Json::str(self.availability.as_str())),
@@ -750,7 +750,7 @@ impl NetBenefitPolicy {
         cja_digest(&self.to_json())
     }
 
-    /// Individual assessment of one candidate (reference §3.6).
+    /// Individual assessment of one candidate (spec/planner.md §4).
     pub fn assess(
         &self,
         candidate: &BenefitCandidate,
@@ -884,7 +884,7 @@ impl NetBenefitPolicy {
         Ok(saturate(total))
     }
 
-    /// Chooses at most `requested_limit` (0…5) candidates (reference §3.7).
+    /// Chooses at most `requested_limit` (0…5) candidates (spec/planner.md §5).
     pub fn select(
         &self,
         candidates: &[BenefitCandidate],
@@ -1216,7 +1216,7 @@ impl BenefitSelectionResult {
         Ok(text)
     }
 
-    /// The structural rules of reference §3.8, in its order.
+    /// The structural rules of spec/planner.md §6, in its order.
     pub fn validate(&self) -> Result<(), BenefitError> {
         if self.selections.len() > SELECTED_MAX_ITEMS {
             return invalid("selection cannot contain more than five capabilities");

@@ -1,4 +1,4 @@
-//! The bounded net-benefit planner (reference planner-and-install §2.7, §2.9, §3): the integer
+//! The bounded net-benefit planner (spec/planner.md §7, §1–§6): the integer
 //! net-benefit model and the schema-v3 planning values it produces. Specified in
 //! `spec/planner.md`.
 

@@ -1,4 +1,4 @@
-//! Schema-v3 planning values (reference planner-and-install §2.7, §2.9): planning authorities,
+//! Schema-v3 planning values (spec/planner.md §7): planning authorities,
 //! the identity/authority consistency rule, the 13-key plan row, the benefit audit reference,
 //! the plan with its ready / abstained / degraded rules, the `ctx.decision.capability-plan`
 //! version 3 decision surrogate, and the [`AuthenticatedNetBenefitPlanner`].
@@ -78,14 +78,14 @@ pub enum SinkError {
     Failed(String),
 }
 
-/// Durable storage of full benefit results, keyed by result digest (reference §3.9).
+/// Durable storage of full benefit results, keyed by result digest (spec/engine-store.md §5).
 pub trait BenefitAuditSink {
     /// Stores the result object (with its `result_digest`) and returns the acknowledged digest.
     fn store(&self, result_json: &Json) -> Result<String, SinkError>;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Presentation (the retrieval candidate of §2.3)
+// Presentation (the retrieval candidate of spec/catalog.md §5.3)
 
 /// How a capability is presented to the planner: the v2 selection fields plus an optional
 /// equivalence key (which is never persisted).
@@ -953,7 +953,7 @@ impl<S: BenefitAuditSink> AuthenticatedNetBenefitPlanner<S> {
 }
 
 /// The availability a presentation's actionability requires in the authenticated-facts runtime
-/// (§2.10): advisory for manual, executable otherwise.
+/// (spec/planner.md §10): advisory for manual, executable otherwise.
 pub fn required_availability(actionability: &str) -> Availability {
     if actionability == "manual" {
         Availability::Advisory

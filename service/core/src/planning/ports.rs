@@ -1,6 +1,6 @@
-//! The host-implemented ports of the runtime replay adapter (reference planner-and-install §2.8,
-//! §2.10, §4.4): where retrieval presentations, authenticated benefit facts, catalog load bundles
-//! and install bundles come from, and the default implementations over one [`Catalog`].
+//! The host-implemented ports of the runtime replay adapter (spec/planner.md §10): where retrieval
+//! presentations, authenticated benefit facts, catalog load bundles and install bundles come from,
+//! and the default implementations over one [`Catalog`].
 //!
 //! Every port pins a snapshot digest. The adapter re-reads those digests around every port call
 //! and remembers every output, so a port may be backed by anything (a file, a database, a
@@ -205,7 +205,8 @@ pub struct InstallAuthorityBinding {
     pub installation_snapshot_digest: String,
 }
 
-/// `InstallPlanningBundle {descriptor, result_material}` (§4.4), optionally authority-bound.
+/// `InstallPlanningBundle {descriptor, result_material}` (spec/planner.md §10), optionally
+/// authority-bound.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstallPlanningBundle {
     descriptor: Json,
@@ -342,9 +343,9 @@ impl CandidateSourcePort for CatalogCandidateSource {
     }
 }
 
-/// Benefit facts from catalog metadata (§2.10): availability `advisory` for manual presentations
-/// and `executable` otherwise; relevance = min(record maximum, presentation score); fixed
-/// expected benefit ([`CATALOG_EXPECTED_BENEFIT_PPM`]), trust ([`CATALOG_TRUST_PPM`]), zero
+/// Benefit facts from catalog metadata (spec/planner.md §10): availability `advisory` for manual
+/// presentations and `executable` otherwise; relevance = min(record maximum, presentation score);
+/// fixed expected benefit ([`CATALOG_EXPECTED_BENEFIT_PPM`]), trust ([`CATALOG_TRUST_PPM`]), zero
 /// costs (the catalog measures none) and an empty evidence window.
 #[derive(Debug, Clone)]
 pub struct CatalogBenefitFacts {
@@ -392,7 +393,8 @@ impl BenefitFactsPort for CatalogBenefitFacts {
         if self.catalog.entry(&presentation.capability_id).is_none() {
             return port_invalid("benefit facts port does not know the presented capability");
         }
-        // Facts exist only for a presentation the observation could have produced (§2.10).
+        // Facts exist only for a presentation the observation could have produced
+        // (spec/planner.md §10).
         let work = observation.work_tokens();
         if observation
             .rejected_capability_ids()

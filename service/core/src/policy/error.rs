@@ -1,5 +1,5 @@
 //! The typed errors of the install consent policy, its store and consent routing. `Display` is
-//! the reference's sentence (planner-and-install §4.1, §4.2, §4.8) wherever the reference has
+//! the reference's sentence (spec/policy.md §2, §3–§5, §6, §7) wherever the reference has
 //! one, so hosts can match on it; the few sentences the reference leaves unspecified (the lock,
 //! the root shape, I/O) are listed in `spec/policy.md` §7.
 
@@ -146,7 +146,7 @@ pub enum RoutingError {
     /// only.
     #[error("consent routing requires typed request, selection, plan, and policy")]
     Untyped { detail: String },
-    /// One of the binding rules of reference §4.8 failed.
+    /// One of the binding rules of spec/policy.md §6, §7 failed.
     #[error("consent request does not match current policy and install identity")]
     Mismatch,
     #[error("decision must be granted or denied")]

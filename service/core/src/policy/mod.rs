@@ -1,4 +1,4 @@
-//! The install consent policy (reference planner-and-install §4.1, §4.2, §4.8; specified in
+//! The install consent policy (spec/policy.md §2, §3–§5, §6, §7; specified in
 //! `spec/policy.md`): one consent mode per installable kind, its hardened on-disk store, and the
 //! routing that decides whether an install needs a person or is granted by the policy.
 //!

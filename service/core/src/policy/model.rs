@@ -1,5 +1,5 @@
-//! The install consent policy value (reference §4.1) and install authorization routing (§4.8,
-//! `route_install_authorization`).
+//! The install consent policy value (spec/policy.md §2) and install authorization routing
+//! (spec/policy.md §6, §7, `route_install_authorization`).
 
 use ctx_projections::Json;
 use ctx_projections::check::{cja_digest, is_sha};

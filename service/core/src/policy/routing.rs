@@ -1,4 +1,4 @@
-//! Consent routing (reference §4.8, `route_install_consent_request`): bind one engine
+//! Consent routing (spec/policy.md §6, §7, `route_install_consent_request`): bind one engine
 //! `RequestConsent` action to its schema-v3 plan row, its install plan descriptor and the
 //! still-current policy, and say whether a person must be asked.
 
@@ -219,7 +219,7 @@ impl InstallConsentDirective {
 
 /// Routes one engine consent request. The selection must be a valid schema-v3 plan row, the
 /// descriptor a valid install plan descriptor and the request a valid host action (else
-/// [`RoutingError::Untyped`]); then every binding rule of reference §4.8 must hold (else
+/// [`RoutingError::Untyped`]); then every binding rule of spec/policy.md §6, §7 must hold (else
 /// [`RoutingError::Mismatch`]): install authority; a `RequestConsent` with consent id, catalog
 /// snapshot id and plan id; entity id and source digest of the row; `install` actionability; the
 /// row's descriptor and plan digests, id and kind equal the descriptor's; the descriptor equals

@@ -1,4 +1,4 @@
-//! The hardened on-disk policy store (reference §4.2; specified in `spec/policy.md`).
+//! The hardened on-disk policy store (spec/policy.md §3–§5; specified in `spec/policy.md`).
 //!
 //! Layout under an absolute root (default `~/.ctx/install-policy`):
 //!

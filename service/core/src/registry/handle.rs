@@ -118,7 +118,7 @@ impl ArtifactHandle {
     }
 
     /// Checks the snapshots the planning authorities report now against the ones the artifact
-    /// binds (reference managed-service §3.2 rule 3): planning over drifted facts, policy,
+    /// binds (spec/service.md §3; spec/registry.md §6): planning over drifted facts, policy,
     /// materials or install bundles would not replay to the plan the artifact promises.
     pub fn check_captured_authority(
         &self,

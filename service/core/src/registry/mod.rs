@@ -1,4 +1,4 @@
-//! The managed artifact registry (reference managed-service §11, specified in
+//! The managed artifact registry (spec/registry.md, specified in
 //! `spec/registry.md`): an owner-private, content-addressed store of immutable catalog artifacts
 //! and the manifests binding each artifact to the snapshot digests and observation surrogate that
 //! planning replays against.

@@ -1,4 +1,4 @@
-//! Screening of the observation surrogate an artifact binds (reference managed-service §11.4).
+//! Screening of the observation surrogate an artifact binds (spec/registry.md §3).
 //!
 //! The surrogate is persisted in the manifest and replayed into the journal, so it must be the
 //! exact current-work schema, carry facts the catalog's [`WorkObservation`] accepts, and contain

@@ -1,4 +1,4 @@
-//! The skill CAS's typed errors. `Display` is the reference's sentence (consent-and-skill-cas §5),
+//! The skill CAS's typed errors. `Display` is the reference's sentence (spec/skill-cas.md),
 //! so callers and tests can match on it; the variant is the reference's exception class.
 //!
 //! | Variant | Reference class |

@@ -1,5 +1,5 @@
-//! Descriptor-relative filesystem primitives of the skill CAS (reference §5.7): inspection of a
-//! child as exact UTF-8 material, exclusive stage creation, exclusive hard-link publication,
+//! Descriptor-relative filesystem primitives of the skill CAS (spec/skill-cas.md §7): inspection of
+//! a child as exact UTF-8 material, exclusive stage creation, exclusive hard-link publication,
 //! identity-checked unlink, stage enumeration, directory fsync and the per-content lock.
 //!
 //! Every call names a child of the pinned root through the root's descriptor (`openat`,
@@ -189,7 +189,7 @@ fn check_child_name(name: &str) -> Result<(), SkillCasError> {
     Ok(())
 }
 
-/// Inspects `name` as exact UTF-8 material (reference §5.7 "Inspect"); `durable` fsyncs the file.
+/// Inspects `name` as exact UTF-8 material (spec/skill-cas.md §7); `durable` fsyncs the file.
 /// Whether an inspection makes the file's content durable.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Durability<'a> {
@@ -286,8 +286,8 @@ fn read_bounded(file: &mut File, expected: u64) -> Result<Vec<u8>, SkillCasError
     Ok(content)
 }
 
-/// Creates the stage `name` exclusively with `body`, fsyncs it and authenticates it (reference
-/// §5.7 "Create stage"). The directory is not fsynced here: recovery does that before publishing.
+/// Creates the stage `name` exclusively with `body`, fsyncs it and authenticates it
+/// (spec/skill-cas.md §7). The directory is not fsynced here: recovery does that before publishing.
 pub(crate) fn create_stage(
     dir: &PinnedDir,
     name: &str,
@@ -353,7 +353,7 @@ pub(crate) enum Published {
     NotCreated,
 }
 
-/// Hard-links `source` to `destination` without ever replacing it (reference §5.7 "Publish").
+/// Hard-links `source` to `destination` without ever replacing it (spec/skill-cas.md §7).
 pub(crate) fn publish(
     dir: &PinnedDir,
     source: &str,
@@ -410,7 +410,7 @@ pub(crate) fn publish(
 }
 
 /// Unlinks `name` only if it is still the file `expected` (safe regular, link count in `links`)
-/// (reference §5.7 "Unlink if identity"). The directory is not fsynced here: a lost unlink of a
+/// (spec/skill-cas.md §7). The directory is not fsynced here: a lost unlink of a
 /// stage leaves a stage alias or a removable stage, which the next recovery removes again;
 /// [`verify_absent`](super::recovery) syncs the directory when a pass removed anything.
 pub(crate) fn unlink_if_identity(
@@ -435,7 +435,7 @@ pub(crate) fn unlink_if_identity(
 }
 
 /// The names `prefix` + 64 lowercase hex + `suffix` in the directory, sorted. More than `limit`
-/// is a conflict (reference §5.4: "skill store has too many recovery stages").
+/// is a conflict (spec/skill-cas.md §2: "skill store has too many recovery stages").
 pub(crate) fn list_stages(
     dir: &PinnedDir,
     prefix: &str,

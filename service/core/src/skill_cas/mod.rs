@@ -1,5 +1,5 @@
 //! The skill content-addressed store (skill CAS): the install actuator of `skill` capabilities.
-//! Specified in `spec/skill-cas.md`; reference consent-and-skill-cas §5 and §6.1.
+//! Specified in `spec/skill-cas.md`; spec/skill-cas.md §9; spec/service.md §7.
 //!
 //! A skill body is published as the file `<root>/<content_sha256>` (mode 0600, one link) inside
 //! an owner-private root. The runtime configuration pins the root's identity (canonical path,
@@ -51,8 +51,8 @@ const ROOT_UNAVAILABLE: &str = "skill CAS root is unavailable or unsupported";
 const ROOT_CHANGED: &str = "skill CAS root changed after runtime configuration";
 const NOT_ELIGIBLE: &str = "install authority is not eligible for the skill CAS";
 
-/// The part of the eligibility gate (reference §5.3) that depends only on what is installed: the
-/// skill CAS installs a `skill` whose install neither expands permissions nor requires
+/// The part of the eligibility gate (spec/skill-cas.md §4) that depends only on what is installed:
+/// the skill CAS installs a `skill` whose install neither expands permissions nor requires
 /// credentials. A host can ask this before choosing a capability; `connect` asks it again of the
 /// descriptor (a missing flag counts as set).
 pub fn installs(kind: &str, permission_expansion: bool, credential_requirement: bool) -> bool {
@@ -114,7 +114,7 @@ pub trait SkillBodySource: Send + Sync + fmt::Debug {
 }
 
 /// The immutable runtime configuration of the skill CAS: the pinned root, the body source, the
-/// installer id and the host identity (reference §5.1).
+/// installer id and the host identity (spec/skill-cas.md §4).
 pub struct SkillCasRuntimeConfig {
     root: RootIdentity,
     target_identity_digest: String,
@@ -184,7 +184,7 @@ impl SkillCasRuntimeConfig {
         &self.host_identity_digest
     }
 
-    /// The captured root identity digest (reference §5.2).
+    /// The captured root identity digest (spec/skill-cas.md §3).
     pub fn target_identity_digest(&self) -> &str {
         &self.target_identity_digest
     }
@@ -212,7 +212,7 @@ impl SkillCasRuntimeConfig {
         .map_err(|e| invalid(e.to_string()))
     }
 
-    /// The eligibility gate (reference §5.3), run after the durable claim exists: the root is
+    /// The eligibility gate (spec/skill-cas.md §4), run after the durable claim exists: the root is
     /// still the captured one and the binding names it; the descriptor is a valid schema-v2
     /// `skill` descriptor without permission expansion or credential requirement; the action is
     /// an install of a `skill` whose typed result material the descriptor names.
@@ -304,7 +304,7 @@ impl SkillCasRuntimeConfig {
     }
 }
 
-/// The root identity digest of `root` (reference §5.1 `skill_cas_target_identity_digest`), or
+/// The root identity digest of `root` (spec/skill-cas.md §4 `skill_cas_target_identity_digest`), or
 /// `Error("skill CAS root is unavailable or unsupported")`.
 pub fn skill_cas_target_identity_digest(root: &Path) -> Result<String, SkillCasError> {
     capture_with_digest(root)
@@ -318,7 +318,7 @@ fn capture_with_digest(root: &Path) -> Result<(RootIdentity, String), SkillCasEr
     Ok((identity, digest))
 }
 
-/// The state an install driver observed (reference §6.1).
+/// The state an install driver observed (spec/skill-cas.md §9; spec/service.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ObservationState {
     /// The final name holds exactly the material.
@@ -410,7 +410,7 @@ impl InstallDriverObservation {
     }
 }
 
-/// `H(CJA({binding_digest, material_identity_digest, schema, state}))` (reference §5.8).
+/// `H(CJA({binding_digest, material_identity_digest, schema, state}))` (spec/skill-cas.md §9).
 pub fn observation_verification_digest(
     binding_digest: &str,
     material_identity_digest: &str,
@@ -427,8 +427,8 @@ pub fn observation_verification_digest(
     ]))
 }
 
-/// One connected install of one skill material (reference §5.3–§5.8). Not `Clone`: it is the
-/// process-local handle of one claimed install.
+/// One connected install of one skill material (spec/skill-cas.md §4, §2, §5, §6, §7, §9). Not
+/// `Clone`: it is the process-local handle of one claimed install.
 pub struct SkillCasDriver {
     root: RootIdentity,
     address: ContentAddress,
@@ -456,8 +456,8 @@ impl fmt::Debug for SkillCasDriver {
 }
 
 impl SkillCasDriver {
-    /// The single physical effect attempt (reference §5.5). Under the content lock in the pinned
-    /// root: recover; if the address is already exact, return without loading or writing
+    /// The single physical effect attempt (spec/skill-cas.md §5). Under the content lock in the
+    /// pinned root: recover; if the address is already exact, return without loading or writing
     /// anything; if it is not absent, `Conflict("skill CAS address is not safely writable")`.
     /// Otherwise load the body, authenticate it, stage it exclusively and recover again, which
     /// publishes it; the result must be exact (`Conflict("skill CAS publication could not be
@@ -504,9 +504,9 @@ impl SkillCasDriver {
         result
     }
 
-    /// Observes the content address (reference §5.8). After a failed `apply_once` this returns
-    /// `indeterminate` without touching the filesystem; otherwise it runs recovery under the
-    /// content lock — which may publish a leftover exact stage or remove leftover stages — and
+    /// Observes the content address (spec/skill-cas.md §9). After a failed `apply_once` this
+    /// returns `indeterminate` without touching the filesystem; otherwise it runs recovery under
+    /// the content lock — which may publish a leftover exact stage or remove leftover stages — and
     /// maps conflicts to `conflict` and every other error to `indeterminate`.
     pub fn reconcile(&mut self) -> InstallDriverObservation {
         let state = if self.apply_failed {

@@ -1,7 +1,7 @@
-//! The recovery algorithm (reference §5.6), shared by `apply_once` and `reconcile`. It runs under
-//! the content lock on the pinned directory and brings one content address to a verified state:
-//! `exact` (the final name holds the material, no stages remain), `absent` (nothing there, no
-//! stages remain) or `conflict` (something the store will not touch).
+//! The recovery algorithm (spec/skill-cas.md §6), shared by `apply_once` and `reconcile`. It runs
+//! under the content lock on the pinned directory and brings one content address to a verified
+//! state: `exact` (the final name holds the material, no stages remain), `absent` (nothing there,
+//! no stages remain) or `conflict` (something the store will not touch).
 //!
 //! Publication is: stage file → hard-link stage to the final name (never replacing) → unlink the
 //! stage. Each step is identity-checked, and every durable step is followed by a directory fsync,
@@ -29,7 +29,7 @@ pub(crate) enum CasState {
     Conflict,
 }
 
-/// The names of one content address (reference §5.4).
+/// The names of one content address (spec/skill-cas.md §2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ContentAddress {
     content_sha256: String,

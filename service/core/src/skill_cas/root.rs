@@ -1,5 +1,5 @@
-//! Root identity (reference §5.2): capture of the owner-private store root, ancestry protection,
-//! the target identity digest, and the pinned directory every operation works through.
+//! Root identity (spec/skill-cas.md §3): capture of the owner-private store root, ancestry
+//! protection, the target identity digest, and the pinned directory every operation works through.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ impl RootIdentity {
     }
 }
 
-/// Captures the root identity of `root` (reference §5.2 "Capture"). Errors are the filesystem
+/// Captures the root identity of `root` (spec/skill-cas.md §3). Errors are the filesystem
 /// classes; callers wrap them in their own sentence.
 pub(crate) fn capture(root: &Path) -> Result<RootIdentity, SkillCasError> {
     let canonical = std::fs::canonicalize(root).map_err(|e| fs_error(ROOT_UNAUTHENTICATED, e))?;
@@ -174,7 +174,7 @@ impl PinnedDir {
     }
 }
 
-/// Opens the pinned directory (reference §5.2 "Opening the pinned directory"): owner-private,
+/// Opens the pinned directory (spec/skill-cas.md §3): owner-private,
 /// the expected device and inode, protected ancestry.
 fn open_pinned(expected: &RootIdentity) -> Result<PinnedDir, SkillCasError> {
     let fd = open_directory(&expected.canonical_root).map_err(os(DIRECTORY_OPERATION_FAILED))?;

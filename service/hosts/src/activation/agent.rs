@@ -1,5 +1,6 @@
 //! Agents: the Claude Code subagent Markdown as the catalog ships it, its Codex custom-agent
-//! translation, and the duplicate-name checks of both hosts' agent trees (notes §1b, §2).
+//! translation, and the duplicate-name checks of both hosts' agent trees
+//! (spec/activation.md §2, §6, §7; spec/catalog.md §7; spec/cli.md §7.2).
 
 use std::fs;
 use std::path::{Path, PathBuf};

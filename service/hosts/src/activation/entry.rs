@@ -1,4 +1,5 @@
-//! Directory-entry targets: a skill's symbolic link and an agent's file (notes §B steps 4a–4b).
+//! Directory-entry targets: a skill's symbolic link and an agent's file
+//! (spec/activation.md §3, §5).
 //!
 //! Both are created under a staging name in a ctx staging directory on the same filesystem but
 //! outside any directory the host watches, then renamed onto the final name in one step:

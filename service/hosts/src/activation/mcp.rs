@@ -1,7 +1,8 @@
 //! MCP servers: the catalog's `.mcp.json`-shaped material, the secret check, the member of a
 //! project's `.mcp.json` (Claude Code) and the `[mcp_servers.<name>]` table of
 //! `$CODEX_HOME/config.toml` (Codex), both edited through [`crate::host_files::update_locked`] so
-//! every byte ctx does not own stays as it was (notes §1c, §2, §4, §B step 4c).
+//! every byte ctx does not own stays as it was (spec/activation.md §2, §7, §6; spec/catalog.md §7;
+//! spec/cli.md §7.2).
 
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 //! Activation actuators: make a consented, installed capability visible to an agent host on
 //! disk, and take it away again, without ever destroying what a person wrote
-//! (`spec/activation.md`; notes hosts.md §B).
+//! (`spec/activation.md`; spec/activation.md §5; spec/cli.md §7.2).
 //!
 //! | host | skill | agent | MCP server |
 //! |---|---|---|---|

@@ -1,4 +1,4 @@
-//! Name rules of the three kinds, checked before anything touches the disk (notes §1a–§1c).
+//! Name rules of the three kinds, checked before anything touches the disk (spec/activation.md §2).
 //!
 //! The name becomes a directory entry (`skills/<name>`, `agents/ctx/<name>.md`) or a config key
 //! (`mcpServers.<name>`, `[mcp_servers.<name>]`), so the rules also keep it free of path

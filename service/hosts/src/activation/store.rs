@@ -1,6 +1,6 @@
 //! The activation store: every skill body ctx activates, written once into
 //! `<store_root>/<sha256 of SKILL.md>/SKILL.md`, so host entries only point at content that can
-//! never change under them (notes §B step 1).
+//! never change under them (spec/activation.md §3, §5).
 //!
 //! A store directory is created under a unique staging name, filled, fsynced and renamed into
 //! place without replacing anything (`RENAME_NOREPLACE`), then the root is fsynced: a reader sees
