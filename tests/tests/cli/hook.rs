@@ -58,8 +58,8 @@ fn hook_input(host: &str, host_event: &str, session: &str, cwd: &Path) -> Json {
     Json::object(fields)
 }
 
-/// The hosts' registrations, written out from the notes (not from ctx's table): host, host event,
-/// ctx's event word, whether the event answers with context.
+/// The hosts' registrations, written out from spec/cli.md §7.2 (not from ctx's table): host, host
+/// event, ctx's event word, whether the event answers with context.
 const REGISTRATIONS: [(&str, &str, &str, bool); 13] = [
     ("claude", "SessionStart", "session-start", true),
     ("claude", "UserPromptSubmit", "user-prompt-submit", true),

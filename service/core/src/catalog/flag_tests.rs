@@ -567,7 +567,7 @@ fn flags_agree_with_the_research_notes_table() {
         ("agent:type-design-analyzer", Some((false, false))),
         ("agent:code-simplifier", Some((false, false))),
         ("agent:debugger", Some((false, false))),
-        // The notes give (false, true): the sample ships it manual.
+        // The hosts' research table gives (false, true): the sample ships it manual (spec/catalog.md §7).
         ("agent:data-scientist", None),
         ("agent:db-reader", Some((true, true))),
         ("mcp-server:filesystem", Some((true, false))),
@@ -581,7 +581,8 @@ fn flags_agree_with_the_research_notes_table() {
         ("mcp-server:context7", Some((true, false))),
         ("mcp-server:sentry", Some((true, true))),
         ("mcp-server:dbhub", Some((true, true))),
-        // The notes give (true, true), OAuth: the sample ships it manual.
+        // The hosts' research table gives (true, true), OAuth: the sample ships it manual
+        // (spec/catalog.md §7).
         ("mcp-server:notion", None),
     ];
     let loaded = sample();
