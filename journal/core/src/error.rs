@@ -1,7 +1,10 @@
+//! Why the journal's operations fail. Builds on `types` (the values an error names); `codec` and
+//! everything above build on it.
+
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::types::{ExpectedRevision, StreamId};
+use crate::types::{ExpectedRevision, InputError, StreamId};
 
 /// A failure of the storage underneath the journal: redb and the file system, or another
 /// backend (spec/scale-out.md) and its connection.
@@ -19,44 +22,6 @@ impl StorageError {
     pub fn message(message: impl Into<String>) -> StorageError {
         StorageError(message.into().into())
     }
-}
-
-/// A caller value that the journal refuses before touching storage.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InputError {
-    #[error("namespace \"{namespace}\" is not a token of 1 to 64 printable ASCII bytes")]
-    Namespace { namespace: String },
-    #[error("stream key is {len} bytes long; the limit is {max} bytes")]
-    StreamKeyTooLong { len: usize, max: usize },
-    #[error("event id \"{event_id}\" is not a token of 1 to 128 printable ASCII bytes")]
-    EventId { event_id: String },
-    #[error(
-        "record kind \"{kind}\" of event {event_id} is not a token of 1 to 64 printable ASCII bytes"
-    )]
-    Kind { event_id: String, kind: String },
-    #[error("payload of event {event_id} is {len} bytes; the limit is {max} bytes")]
-    PayloadTooLarge {
-        event_id: String,
-        len: usize,
-        max: usize,
-    },
-    #[error("the append holds {count} records; the limit is {max} records")]
-    TooManyRecords { count: usize, max: usize },
-    #[error("the append holds {bytes} payload bytes; the limit is {max} bytes")]
-    BatchTooLarge { bytes: usize, max: usize },
-    #[error("the append names {count} streams; the limit is {max} streams")]
-    TooManyStreams { count: usize, max: usize },
-    #[error("the append holds no records")]
-    Empty,
-    #[error("stream {stream} is given no records")]
-    EmptyStream { stream: StreamId },
-    #[error("stream {stream} appears twice in one atomic append")]
-    DuplicateStream { stream: StreamId },
-    #[error("event id {event_id} appears twice in one append")]
-    DuplicateEventId { event_id: String },
-    #[error("expected revision 0 of stream {stream} is not a revision; use NoStream")]
-    ExactZero { stream: StreamId },
 }
 
 /// Why opening a journal failed.
