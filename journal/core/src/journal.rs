@@ -109,6 +109,13 @@ impl WeakJournal {
     }
 }
 
+#[cfg(test)]
+impl crate::redb::testing::HasBackend for Journal {
+    fn backend(&self) -> &dyn Backend {
+        &*self.shared.backend
+    }
+}
+
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
