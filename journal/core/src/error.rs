@@ -1,7 +1,7 @@
 //! Why the journal's operations fail. Builds on `types` (the values an error names); `codec` and
 //! everything above build on it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::types::{ExpectedRevision, InputError, StreamId};
@@ -63,6 +63,62 @@ pub enum OpenError {
     ForkedProcess { path: PathBuf },
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// The ctx-fs errors an open meets. Each has an `Io` variant (the operating system's error and the
+/// path ctx-fs was working on); its other variants are broken file rules.
+pub(crate) trait FsError: std::error::Error + Send + Sync + Sized + 'static {
+    /// The `Io` variant's path and error, or the error itself when it is another variant.
+    fn into_io(self) -> Result<(PathBuf, std::io::Error), Self>;
+}
+
+macro_rules! fs_error {
+    ($($t:ty),*) => {$(
+        impl FsError for $t {
+            fn into_io(self) -> Result<(PathBuf, std::io::Error), Self> {
+                match self {
+                    Self::Io { path, source, .. } => Ok((path, source)),
+                    other => Err(other),
+                }
+            }
+        }
+    )*};
+}
+fs_error!(
+    ctx_fs::LockError,
+    ctx_fs::PrivateError,
+    ctx_fs::ReadError,
+    ctx_fs::SyncError,
+    ctx_fs::WriteError
+);
+
+impl OpenError {
+    /// A ctx-fs failure while preparing `path`, as [`OpenError::Io`] on `path`: the operating
+    /// system's error when it is one, the ctx-fs error itself otherwise. The one conversion from
+    /// ctx-fs into `OpenError`; a caller matches the variants it reports otherwise (a held lock, a
+    /// key file that breaks its rules) before handing over the rest.
+    pub(crate) fn fs(path: &Path, error: impl FsError) -> OpenError {
+        let source = match error.into_io() {
+            Ok((_, source)) => source,
+            Err(other) => std::io::Error::other(other),
+        };
+        OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// As [`OpenError::fs`], but an I/O failure is reported on the path ctx-fs names (a temporary
+    /// file, the directory synced) rather than on `path`.
+    pub(crate) fn fs_named(path: &Path, error: impl FsError) -> OpenError {
+        match error.into_io() {
+            Ok((named, source)) => OpenError::Io {
+                path: named,
+                source,
+            },
+            Err(other) => OpenError::fs(path, other),
+        }
+    }
 }
 
 /// Why reading from a journal failed.
