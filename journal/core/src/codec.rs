@@ -8,7 +8,7 @@ use sha2::{Digest as _, Sha256};
 use crate::limits::{
     EVENT_ID_MAX_BYTES, KIND_MAX_BYTES, PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS,
 };
-use crate::types::{Digest, NewRecord, Record, StreamId, Timestamp};
+use crate::types::{Digest, NewRecord, Record, StreamId, Timestamp, record_digest};
 
 /// Format version written to the meta table and to every record value.
 pub(crate) const FORMAT_VERSION: u32 = 1;
@@ -18,7 +18,6 @@ pub(crate) const RECORD_PREFIX_BYTES: usize = 12;
 /// A header holds fixed fields plus an event id and a kind; anything longer is corrupt.
 const HEADER_MAX_BYTES: usize = 512;
 
-const RECORD_DIGEST_DOMAIN: &[u8] = b"ctx.journal.record.v1\0";
 /// Short on purpose: domain ‖ position ‖ digest (12 + 8 + 32 bytes) fits one SHA-256 block with
 /// its padding, so the inner hash of the HMAC is a single compression.
 const RECORD_MAC_DOMAIN: &[u8] = b"ctx.jmac.v1\0";
@@ -69,32 +68,6 @@ impl RecordView<'_> {
             digest: self.digest,
         }
     }
-}
-
-/// The record digest: SHA-256 over the domain prefix and the canonical encoding of the record's
-/// content and its predecessor's digest (spec/journal.md, formula D).
-pub(crate) fn record_digest(
-    stream: &StreamId,
-    revision: u64,
-    event_id: &str,
-    kind: &str,
-    occurred_at: Timestamp,
-    previous: &Digest,
-    payload: &[u8],
-) -> Digest {
-    let mut h = Sha256::new();
-    h.update(RECORD_DIGEST_DOMAIN);
-    h.update(stream.as_bytes());
-    h.update(revision.to_le_bytes());
-    h.update((event_id.len() as u32).to_le_bytes());
-    h.update(event_id.as_bytes());
-    h.update((kind.len() as u32).to_le_bytes());
-    h.update(kind.as_bytes());
-    h.update(occurred_at.0.to_le_bytes());
-    h.update(previous.as_bytes());
-    h.update((payload.len() as u64).to_le_bytes());
-    h.update(payload);
-    Digest::from_bytes(h.finalize().into())
 }
 
 const EVENT_KEY_DOMAIN: &[u8] = b"ctx.journal.event-id.v1\0";

@@ -9,15 +9,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rkyv::util::AlignedVec;
 
 use crate::backend::{CommitError, Finish, PutRecord, WriteTxn};
-use crate::codec::{self, RecordView, record_digest};
-use crate::error::{AppendError, InputError, ReadError, StorageError};
+use crate::codec::{self, RecordView};
+use crate::error::{AppendError, ReadError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
 use crate::limits::{
     BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, GROUP_RECORDS_MAX, POSITION_MAX,
 };
 use crate::shared::{Pending, Reply, Shared};
 use crate::sync::lock;
-use crate::types::{AppendOutcome, AppendedRecord, Digest, ExpectedRevision, Record, StreamAppend};
+use crate::types::{
+    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, InputError, Record, StreamAppend,
+    record_digest,
+};
 use crate::verified::verified_at;
 
 /// Most scheduler turns a new leader gives returning callers before it drains the queue.

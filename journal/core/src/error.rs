@@ -1,7 +1,10 @@
-use std::path::PathBuf;
+//! Why the journal's operations fail. Builds on `types` (the values an error names); `codec` and
+//! everything above build on it.
+
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::types::{ExpectedRevision, StreamId};
+use crate::types::{ExpectedRevision, InputError, StreamId};
 
 /// A failure of the storage underneath the journal: redb and the file system, or another
 /// backend (spec/scale-out.md) and its connection.
@@ -19,44 +22,6 @@ impl StorageError {
     pub fn message(message: impl Into<String>) -> StorageError {
         StorageError(message.into().into())
     }
-}
-
-/// A caller value that the journal refuses before touching storage.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InputError {
-    #[error("namespace \"{namespace}\" is not a token of 1 to 64 printable ASCII bytes")]
-    Namespace { namespace: String },
-    #[error("stream key is {len} bytes long; the limit is {max} bytes")]
-    StreamKeyTooLong { len: usize, max: usize },
-    #[error("event id \"{event_id}\" is not a token of 1 to 128 printable ASCII bytes")]
-    EventId { event_id: String },
-    #[error(
-        "record kind \"{kind}\" of event {event_id} is not a token of 1 to 64 printable ASCII bytes"
-    )]
-    Kind { event_id: String, kind: String },
-    #[error("payload of event {event_id} is {len} bytes; the limit is {max} bytes")]
-    PayloadTooLarge {
-        event_id: String,
-        len: usize,
-        max: usize,
-    },
-    #[error("the append holds {count} records; the limit is {max} records")]
-    TooManyRecords { count: usize, max: usize },
-    #[error("the append holds {bytes} payload bytes; the limit is {max} bytes")]
-    BatchTooLarge { bytes: usize, max: usize },
-    #[error("the append names {count} streams; the limit is {max} streams")]
-    TooManyStreams { count: usize, max: usize },
-    #[error("the append holds no records")]
-    Empty,
-    #[error("stream {stream} is given no records")]
-    EmptyStream { stream: StreamId },
-    #[error("stream {stream} appears twice in one atomic append")]
-    DuplicateStream { stream: StreamId },
-    #[error("event id {event_id} appears twice in one append")]
-    DuplicateEventId { event_id: String },
-    #[error("expected revision 0 of stream {stream} is not a revision; use NoStream")]
-    ExactZero { stream: StreamId },
 }
 
 /// Why opening a journal failed.
@@ -98,6 +63,62 @@ pub enum OpenError {
     ForkedProcess { path: PathBuf },
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// The ctx-fs errors an open meets. Each has an `Io` variant (the operating system's error and the
+/// path ctx-fs was working on); its other variants are broken file rules.
+pub(crate) trait FsError: std::error::Error + Send + Sync + Sized + 'static {
+    /// The `Io` variant's path and error, or the error itself when it is another variant.
+    fn into_io(self) -> Result<(PathBuf, std::io::Error), Self>;
+}
+
+macro_rules! fs_error {
+    ($($t:ty),*) => {$(
+        impl FsError for $t {
+            fn into_io(self) -> Result<(PathBuf, std::io::Error), Self> {
+                match self {
+                    Self::Io { path, source, .. } => Ok((path, source)),
+                    other => Err(other),
+                }
+            }
+        }
+    )*};
+}
+fs_error!(
+    ctx_fs::LockError,
+    ctx_fs::PrivateError,
+    ctx_fs::ReadError,
+    ctx_fs::SyncError,
+    ctx_fs::WriteError
+);
+
+impl OpenError {
+    /// A ctx-fs failure while preparing `path`, as [`OpenError::Io`] on `path`: the operating
+    /// system's error when it is one, the ctx-fs error itself otherwise. The one conversion from
+    /// ctx-fs into `OpenError`; a caller matches the variants it reports otherwise (a held lock, a
+    /// key file that breaks its rules) before handing over the rest.
+    pub(crate) fn fs(path: &Path, error: impl FsError) -> OpenError {
+        let source = match error.into_io() {
+            Ok((_, source)) => source,
+            Err(other) => std::io::Error::other(other),
+        };
+        OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// As [`OpenError::fs`], but an I/O failure is reported on the path ctx-fs names (a temporary
+    /// file, the directory synced) rather than on `path`.
+    pub(crate) fn fs_named(path: &Path, error: impl FsError) -> OpenError {
+        match error.into_io() {
+            Ok((named, source)) => OpenError::Io {
+                path: named,
+                source,
+            },
+            Err(other) => OpenError::fs(path, other),
+        }
+    }
 }
 
 /// Why reading from a journal failed.

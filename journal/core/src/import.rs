@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use crate::backend::{CommitError, Finish, PutRecord};
-use crate::codec::{MacKey, RecordView, encode_record, record_digest};
-use crate::error::{InputError, StorageError};
+use crate::codec::{MacKey, RecordView, encode_record};
+use crate::error::StorageError;
 use crate::hook::{HookTxn, ProjectionHook};
 use crate::journal::Journal;
 use crate::limits::POSITION_MAX;
 use crate::sync::lock;
-use crate::types::{AppendedRecord, Digest, NewRecord, StreamId};
+use crate::types::{AppendedRecord, Digest, InputError, NewRecord, StreamId, record_digest};
 
 /// One exported record, as [`Importer::push`] takes it: its place in the exporting journal and
 /// its content, previous digest and digest. The digest is the installation-independent D

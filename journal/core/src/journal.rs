@@ -109,6 +109,13 @@ impl WeakJournal {
     }
 }
 
+#[cfg(test)]
+impl crate::redb::testing::HasBackend for Journal {
+    fn backend(&self) -> &dyn Backend {
+        &*self.shared.backend
+    }
+}
+
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
@@ -535,9 +542,6 @@ fn prepare_dir(dir: &Path) -> Result<PathBuf, OpenError> {
         source,
     };
     // New directories get mode 0700; an existing one is left as it is (spec/fs.md rule 4).
-    ctx_fs::create_private_dir_all(dir).map_err(|e| match e {
-        ctx_fs::PrivateError::Io { source, .. } => io(source),
-        other => io(std::io::Error::other(other)),
-    })?;
+    ctx_fs::create_private_dir_all(dir).map_err(|e| OpenError::fs(dir, e))?;
     dir.canonicalize().map_err(io)
 }

@@ -100,15 +100,7 @@ pub(crate) fn load_or_create(
             let bytes = match ctx_fs::read_bounded_file(&mut file, &path, KEY_FILE_BYTES as u64) {
                 Ok(bytes) => bytes,
                 Err(ctx_fs::ReadError::TooLarge { .. }) => return Err(not_32()),
-                Err(ctx_fs::ReadError::Io { source, .. }) => {
-                    return Err(OpenError::Io { path, source });
-                }
-                Err(other) => {
-                    return Err(OpenError::Io {
-                        path,
-                        source: std::io::Error::other(other),
-                    });
-                }
+                Err(other) => return Err(OpenError::fs(&path, other)),
             };
             let key: [u8; 32] = bytes.as_slice().try_into().map_err(|_| not_32())?;
             Ok(InstallationKey(key))
@@ -120,13 +112,8 @@ pub(crate) fn load_or_create(
                 });
             }
             let key = source().map_err(|reason| OpenError::KeyGeneration { reason })?;
-            ctx_fs::write_durable(&path, &key, ctx_fs::FILE_MODE_PRIVATE).map_err(|e| match e {
-                ctx_fs::WriteError::Io { path, source, .. } => OpenError::Io { path, source },
-                other => OpenError::Io {
-                    path: path.clone(),
-                    source: std::io::Error::other(other),
-                },
-            })?;
+            ctx_fs::write_durable(&path, &key, ctx_fs::FILE_MODE_PRIVATE)
+                .map_err(|e| OpenError::fs_named(&path, e))?;
             Ok(InstallationKey(key))
         }
         Err(source) => Err(OpenError::Io { path, source }),
@@ -147,14 +134,7 @@ fn check_private(file: &File, path: &Path) -> Result<(), OpenError> {
         ),
         Err(PrivateError::Owner { .. }) => Err(invalid("it is owned by another user")),
         Err(PrivateError::NotRegularFile { .. }) => Err(invalid("it is not a regular file")),
-        Err(PrivateError::Io { source, .. }) => Err(OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
-        Err(other) => Err(OpenError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(other),
-        }),
+        Err(other) => Err(OpenError::fs(path, other)),
     }
 }
 

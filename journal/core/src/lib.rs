@@ -42,8 +42,7 @@ pub use backend::{
 };
 pub use codec::{RecordView, decode_record_value};
 pub use error::{
-    AppendError, DecodeError, InputError, OpenError, ProjectionError, ReadError, StorageError,
-    VerifyError,
+    AppendError, DecodeError, OpenError, ProjectionError, ReadError, StorageError, VerifyError,
 };
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
 pub use import::{ImportError, ImportRecord, Importer};
@@ -56,8 +55,8 @@ pub use limits::{
 };
 pub use maintain::{MaintenanceTxn, ProjectionRead};
 pub use types::{
-    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, NewRecord, Record, StreamAppend,
-    StreamHead, StreamId, Timestamp,
+    AppendOutcome, AppendedRecord, Digest, ExpectedRevision, InputError, NewRecord, Record,
+    StreamAppend, StreamHead, StreamId, Timestamp,
 };
 pub use verify::{FailureKind, VerifyFailure, VerifyReport};
 

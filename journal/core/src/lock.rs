@@ -31,10 +31,6 @@ pub(crate) fn acquire(dir: &Path, wait: Duration) -> Result<ProcessLock, OpenErr
             holder,
             waited,
         }),
-        Err(LockError::Io { source, .. }) => Err(OpenError::Io { path, source }),
-        Err(other) => Err(OpenError::Io {
-            path,
-            source: std::io::Error::other(other),
-        }),
+        Err(other) => Err(OpenError::fs(&path, other)),
     }
 }

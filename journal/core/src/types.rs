@@ -1,14 +1,19 @@
+//! The values callers hand the journal and get back (stream ids, digests, records, outcomes), the
+//! record digest (formula D) and the refusals of caller values ([`InputError`]). The bottom of
+//! the vocabulary: it uses only `limits`; `error` and `codec` build on it, never the other way
+//! round.
+
 use std::fmt;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::error::InputError;
 use crate::limits::{
     EVENT_ID_MAX_BYTES, KIND_MAX_BYTES, NAMESPACE_MAX_BYTES, PAYLOAD_MAX_BYTES,
     STREAM_KEY_MAX_BYTES,
 };
 
 const STREAM_ID_DOMAIN: &[u8] = b"ctx.journal.stream-id.v1\0";
+const RECORD_DIGEST_DOMAIN: &[u8] = b"ctx.journal.record.v1\0";
 
 /// A 32-byte stream identifier derived from a namespace and a key.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -142,7 +147,7 @@ impl NewRecord {
     /// neither the position nor the installation key, so a caller can name a record in another
     /// record of the same atomic batch before the journal assigns it.
     pub fn digest_at(&self, stream: &StreamId, revision: u64, previous: &Digest) -> Digest {
-        crate::codec::record_digest(
+        record_digest(
             stream,
             revision,
             &self.event_id,
@@ -269,6 +274,70 @@ impl Record {
             && self.occurred_at == new.occurred_at
             && self.payload == new.payload
     }
+}
+
+/// The record digest: SHA-256 over the domain prefix and the canonical encoding of the record's
+/// content and its predecessor's digest (spec/journal.md, formula D).
+pub(crate) fn record_digest(
+    stream: &StreamId,
+    revision: u64,
+    event_id: &str,
+    kind: &str,
+    occurred_at: Timestamp,
+    previous: &Digest,
+    payload: &[u8],
+) -> Digest {
+    let mut h = Sha256::new();
+    h.update(RECORD_DIGEST_DOMAIN);
+    h.update(stream.as_bytes());
+    h.update(revision.to_le_bytes());
+    h.update((event_id.len() as u32).to_le_bytes());
+    h.update(event_id.as_bytes());
+    h.update((kind.len() as u32).to_le_bytes());
+    h.update(kind.as_bytes());
+    h.update(occurred_at.0.to_le_bytes());
+    h.update(previous.as_bytes());
+    h.update((payload.len() as u64).to_le_bytes());
+    h.update(payload);
+    Digest::from_bytes(h.finalize().into())
+}
+
+/// A caller value that the journal refuses before touching storage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    #[error("namespace \"{namespace}\" is not a token of 1 to 64 printable ASCII bytes")]
+    Namespace { namespace: String },
+    #[error("stream key is {len} bytes long; the limit is {max} bytes")]
+    StreamKeyTooLong { len: usize, max: usize },
+    #[error("event id \"{event_id}\" is not a token of 1 to 128 printable ASCII bytes")]
+    EventId { event_id: String },
+    #[error(
+        "record kind \"{kind}\" of event {event_id} is not a token of 1 to 64 printable ASCII bytes"
+    )]
+    Kind { event_id: String, kind: String },
+    #[error("payload of event {event_id} is {len} bytes; the limit is {max} bytes")]
+    PayloadTooLarge {
+        event_id: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("the append holds {count} records; the limit is {max} records")]
+    TooManyRecords { count: usize, max: usize },
+    #[error("the append holds {bytes} payload bytes; the limit is {max} bytes")]
+    BatchTooLarge { bytes: usize, max: usize },
+    #[error("the append names {count} streams; the limit is {max} streams")]
+    TooManyStreams { count: usize, max: usize },
+    #[error("the append holds no records")]
+    Empty,
+    #[error("stream {stream} is given no records")]
+    EmptyStream { stream: StreamId },
+    #[error("stream {stream} appears twice in one atomic append")]
+    DuplicateStream { stream: StreamId },
+    #[error("event id {event_id} appears twice in one append")]
+    DuplicateEventId { event_id: String },
+    #[error("expected revision 0 of stream {stream} is not a revision; use NoStream")]
+    ExactZero { stream: StreamId },
 }
 
 pub(crate) fn validate_event_id(event_id: &str) -> Result<(), InputError> {

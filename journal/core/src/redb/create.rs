@@ -84,13 +84,7 @@ fn create_database(
         .and_then(|f| f.sync_all())
         .map_err(io(&creating))?;
     std::fs::rename(&creating, db_path).map_err(io(db_path))?;
-    ctx_fs::fsync_dir(dir).map_err(|e| match e {
-        ctx_fs::SyncError::Io { path, source, .. } => OpenError::Io { path, source },
-        other => OpenError::Io {
-            path: dir.to_path_buf(),
-            source: std::io::Error::other(other),
-        },
-    })
+    ctx_fs::fsync_dir(dir).map_err(|e| OpenError::fs_named(dir, e))
 }
 
 /// Creates the tables of a new journal or checks the format of an existing one, and rebuilds the

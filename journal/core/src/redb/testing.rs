@@ -12,17 +12,17 @@ use redb::{Database, ReadableDatabase};
 use super::tables::{EVENT_IDS, RECORDS};
 use super::{RedbBackend, Writer};
 use crate::backend::Backend;
-use crate::journal::Journal;
+
+/// What holds a backend: the journal handle. The helpers below take it through this trait, so
+/// that `redb/` does not name the handle (the handle uses the backend, never the other way round).
+pub(crate) trait HasBackend {
+    fn backend(&self) -> &dyn Backend;
+}
 
 impl RedbBackend {
     /// The redb backend behind `journal`, for this crate's tests that reach into its file.
-    pub(crate) fn of(journal: &Journal) -> &RedbBackend {
-        match journal
-            .shared
-            .backend
-            .as_any()
-            .downcast_ref::<RedbBackend>()
-        {
+    pub(crate) fn of(journal: &impl HasBackend) -> &RedbBackend {
+        match journal.backend().as_any().downcast_ref::<RedbBackend>() {
             Some(backend) => backend,
             None => panic!("the journal's backend is not redb"),
         }
@@ -30,14 +30,14 @@ impl RedbBackend {
 }
 
 /// The stored value of the record at `position`.
-pub(crate) fn record_value(journal: &Journal, position: u64) -> Vec<u8> {
+pub(crate) fn record_value(journal: &impl HasBackend, position: u64) -> Vec<u8> {
     let txn = RedbBackend::of(journal).db.begin_read().unwrap();
     let records = txn.open_table(RECORDS).unwrap();
     records.get(position).unwrap().unwrap().value().to_vec()
 }
 
 /// Stores `value` as the record at `position`, bypassing every check.
-pub(crate) fn put_record_value(journal: &Journal, position: u64, value: &[u8]) {
+pub(crate) fn put_record_value(journal: &impl HasBackend, position: u64, value: &[u8]) {
     let txn = RedbBackend::of(journal).db.begin_write().unwrap();
     txn.open_table(RECORDS)
         .unwrap()
@@ -47,7 +47,7 @@ pub(crate) fn put_record_value(journal: &Journal, position: u64, value: &[u8]) {
 }
 
 /// Adds the entry `(key, position)` to the merged part of the event-id index.
-pub(crate) fn insert_event_index(journal: &Journal, key: u64, position: u64) {
+pub(crate) fn insert_event_index(journal: &impl HasBackend, key: u64, position: u64) {
     let txn = RedbBackend::of(journal).db.begin_write().unwrap();
     txn.open_table(EVENT_IDS)
         .unwrap()
