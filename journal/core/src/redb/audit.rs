@@ -27,11 +27,11 @@ pub enum StorageIntegrity {
 ///
 /// redb needs exclusive access for this, so the check runs under the journal's process lock
 /// (waiting up to `lock_wait` for another process to release it) on a database handle of its own.
-/// **Rule:** call it while this process has no [`Journal`] of `dir` open. The process lock is an
+/// **Rule:** call it while this process has no [`Journal`](crate::Journal) of `dir` open. The process lock is an
 /// `flock`, which belongs to the open file, so an open handle in this process holds the lock
 /// against this call too: the call then waits its grace period and fails with
 /// [`OpenError::Locked`] instead of checking a file another handle is writing. Conversely, a
-/// [`Journal::open`] of `dir` in this process waits while the check runs.
+/// [`Journal::open`](crate::Journal::open) of `dir` in this process waits while the check runs.
 ///
 /// Returns [`OpenError::Corrupt`] when `dir` holds no journal database (the check never creates
 /// one).
