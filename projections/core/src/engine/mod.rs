@@ -40,6 +40,7 @@ pub use error::{
     AuditComponent, AuditError, AuthorizeError, BenefitAuditError, Divergence, OpenEngineError,
     OutcomeError, ProcessError, SnapshotError, StatusError, StoreError,
 };
+pub use record::{GuardError, TransitionTextError};
 pub use heads::{ENGINE_STATE_PROJECTION, EVENTS_TABLE, EngineHead, EventEntry, HEADS_TABLE};
 pub use record::{
     ACTION_ID_MAX_BYTES, DecodedRecord, ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect,
