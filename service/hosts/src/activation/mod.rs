@@ -41,6 +41,7 @@ pub use crate::profile::{CLAUDE_AGENTS_SUBDIR, CLAUDE_BUNDLED_SKILLS, CLAUDE_PRO
 
 pub use agent::{AGENT_TREE_DEPTH_MAX, AGENT_TREE_ENTRIES_MAX, CODEX_AGENT_HEADER};
 pub use entry::STAGING_DIR_NAME;
+pub use error::LedgerRecordError;
 pub use error::{ActivationError, ConflictReason, LedgerError};
 pub use ledger::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
