@@ -719,7 +719,7 @@ impl Actuator {
                 agent::check_codex_toml(&material, &toml).map_err(|reason| {
                     ActivationError::InvalidMaterial {
                         name: name.to_owned(),
-                        reason,
+                        reason: reason.to_string(),
                     }
                 })?;
                 if toml.len() > TARGET_READ_MAX_BYTES {
@@ -942,7 +942,10 @@ fn check_skill(name: &str, body: &[u8]) -> Result<(), ActivationError> {
         reason,
     };
     let fm = frontmatter::parse_named(name, body)?;
-    let description = fm.scalar("description").map_err(invalid)?.unwrap_or("");
+    let description = fm
+        .scalar("description")
+        .map_err(|e| invalid(e.to_string()))?
+        .unwrap_or("");
     let chars = description.chars().count();
     if description.trim().is_empty() || chars > SKILL_DESCRIPTION_MAX_CHARS {
         return Err(invalid(format!(
