@@ -584,14 +584,26 @@ fn counter(value: i64) -> Option<u64> {
     u64::try_from(value).ok().filter(|v| *v >= 1)
 }
 
-fn decode_head(revision: i64, position: i64, digest: &[u8]) -> Result<StreamHead, String> {
-    let revision =
-        counter(revision).ok_or_else(|| format!("revision {revision} is not a revision"))?;
-    let position =
-        counter(position).ok_or_else(|| format!("position {position} is not a position"))?;
+/// Why a stored stream head (revision, position, digest) does not decode.
+#[derive(Debug, thiserror::Error)]
+enum HeadError {
+    #[error("revision {0} is not a revision")]
+    Revision(i64),
+    #[error("position {0} is not a position")]
+    Position(i64),
+    #[error("the digest is {0} bytes long, not 32")]
+    DigestLength(usize),
+    /// A head column does not read.
+    #[error("{0}")]
+    Column(#[from] postgres::Error),
+}
+
+fn decode_head(revision: i64, position: i64, digest: &[u8]) -> Result<StreamHead, HeadError> {
+    let revision = counter(revision).ok_or(HeadError::Revision(revision))?;
+    let position = counter(position).ok_or(HeadError::Position(position))?;
     let digest: [u8; 32] = digest
         .try_into()
-        .map_err(|_| format!("the digest is {} bytes long, not 32", digest.len()))?;
+        .map_err(|_| HeadError::DigestLength(digest.len()))?;
     Ok(StreamHead {
         revision,
         position,
@@ -599,10 +611,10 @@ fn decode_head(revision: i64, position: i64, digest: &[u8]) -> Result<StreamHead
     })
 }
 
-fn head_of_row(row: &Row, offset: usize) -> Result<StreamHead, String> {
-    let revision: i64 = row.try_get(offset).map_err(|e| e.to_string())?;
-    let position: i64 = row.try_get(offset + 1).map_err(|e| e.to_string())?;
-    let digest: &[u8] = row.try_get(offset + 2).map_err(|e| e.to_string())?;
+fn head_of_row(row: &Row, offset: usize) -> Result<StreamHead, HeadError> {
+    let revision: i64 = row.try_get(offset)?;
+    let position: i64 = row.try_get(offset + 1)?;
+    let digest: &[u8] = row.try_get(offset + 2)?;
     decode_head(revision, position, digest)
 }
 
@@ -764,7 +776,7 @@ impl ReadTxn for Txn<'_> {
             };
             for row in &rows {
                 let key: &[u8] = column(row, 0, "a stream head row")?;
-                f(key, head_of_row(row, 1));
+                f(key, head_of_row(row, 1).map_err(|e| e.to_string()));
             }
             after = Some(column::<&[u8]>(last, 0, "a stream head row")?.to_vec());
         }

@@ -8,6 +8,8 @@
 //! messages naming `capabilities[i]`, failing with replay error classes). Both accept exactly the
 //! same rows built by the planner.
 
+use std::borrow::Cow;
+
 use crate::identity::{
     INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
     validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
@@ -123,32 +125,50 @@ pub fn canonical_row_order_key(row: &Json) -> (u8, &str, &str) {
 // ---------------------------------------------------------------------------------------------
 // The state decoder's row validation
 
+/// What makes a schema-v3 row's identity, benefit or authority invalid: the detail the state
+/// decoder puts after "schema-v3 plan capability identity, benefit, or authority is invalid: ".
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct RowFault(Cow<'static, str>);
+
+impl From<&'static str> for RowFault {
+    fn from(sentence: &'static str) -> RowFault {
+        RowFault(Cow::Borrowed(sentence))
+    }
+}
+
+impl From<String> for RowFault {
+    fn from(sentence: String) -> RowFault {
+        RowFault(Cow::Owned(sentence))
+    }
+}
+
 /// A canonical token list: a tuple of at most `max` safe tokens, unique, sorted.
-fn canonical_tokens(value: &[Json], name: &str, max: usize) -> Result<usize, String> {
+fn canonical_tokens(value: &[Json], name: &str, max: usize) -> Result<usize, RowFault> {
     if value.len() > max {
-        return Err(format!("{name} exceeds its bounded item limit"));
+        return Err(format!("{name} exceeds its bounded item limit").into());
     }
     let mut tokens = Vec::with_capacity(value.len());
     for item in value {
         match item.as_str() {
             Some(s) if is_safe_token(s) => tokens.push(s),
-            _ => return Err(format!("{name} item must be a canonical safe token")),
+            _ => return Err(format!("{name} item must be a canonical safe token").into()),
         }
     }
     let mut sorted = tokens.clone();
     sorted.sort_unstable();
     sorted.dedup();
     if sorted.len() != tokens.len() {
-        return Err(format!("{name} contains duplicate values"));
+        return Err(format!("{name} contains duplicate values").into());
     }
     if sorted != tokens {
-        return Err(format!("{name} must use canonical sorted order"));
+        return Err(format!("{name} must use canonical sorted order").into());
     }
     Ok(tokens.len())
 }
 
 /// The presentation part of a row, validated as a retrieval candidate (spec/catalog.md §5.3).
-fn validate_presentation(m: &JsonMap, signals: &[Json], reasons: &[Json]) -> Result<(), String> {
+fn validate_presentation(m: &JsonMap, signals: &[Json], reasons: &[Json]) -> Result<(), RowFault> {
     let Some(id) = text(m, "capability_id").filter(|s| is_safe_token(s)) else {
         return Err("capability_id must be a canonical safe token".into());
     };
@@ -172,7 +192,8 @@ fn validate_presentation(m: &JsonMap, signals: &[Json], reasons: &[Json]) -> Res
     {
         return Err(format!(
             "normalized_score_ppm must be an integer from 0 through {SCORE_MAX_PPM}"
-        ));
+        )
+        .into());
     }
     canonical_tokens(signals, "matching_signals", MATCHING_SIGNALS_MAX_ITEMS)?;
     if canonical_tokens(reasons, "reason_codes", REASON_CODES_MAX_ITEMS)? == 0 {
@@ -192,7 +213,7 @@ fn validate_presentation(m: &JsonMap, signals: &[Json], reasons: &[Json]) -> Res
             (install_digests.1, "install_plan_digest"),
         ] {
             if !value.as_str().is_some_and(is_sha) {
-                return Err(format!("{key} must be a lowercase SHA-256 digest"));
+                return Err(format!("{key} must be a lowercase SHA-256 digest").into());
             }
         }
     } else if !install_digests.0.is_null() || !install_digests.1.is_null() {
@@ -209,7 +230,7 @@ fn validate_identity_and_authority(
     catalog: &Json,
     tier: &str,
     authority: &Json,
-) -> Result<(), String> {
+) -> Result<(), RowFault> {
     let id = text(m, "capability_id").unwrap_or_default();
     let kind = text(m, "kind").unwrap_or_default();
     if (Some(id), Some(kind)) != (catalog.get_str("capability_id"), catalog.get_str("kind")) {
@@ -291,8 +312,8 @@ fn validate_row_content(
     authority: &Json,
     signals: &[Json],
     reasons: &[Json],
-) -> Result<(), String> {
-    let detail = |e: ProtocolError| e.message().to_owned();
+) -> Result<(), RowFault> {
+    let detail = |e: ProtocolError| RowFault::from(e.message().to_owned());
     validate_presentation(m, signals, reasons)?;
     let catalog = field(m, "catalog_identity");
     validate_catalog_identity(catalog).map_err(detail)?;

@@ -91,7 +91,7 @@ fn host_report(host: AgentHost, home: &HostHome, registration: &Registration<'_>
             let events = classify(&JsonNode::Object(Vec::new()), registration).unwrap_or_default();
             (FileState::Absent, events)
         }
-        Err(message) => (FileState::Invalid(message), Vec::new()),
+        Err(e) => (FileState::Invalid(e.to_string()), Vec::new()),
     };
     let trust = host
         .profile()
@@ -115,15 +115,30 @@ fn host_report(host: AgentHost, home: &HostHome, registration: &Registration<'_>
     }
 }
 
+/// Why a hooks file cannot be classified: unreadable, or not JSON a host could use.
+#[derive(Debug, thiserror::Error)]
+enum HooksFileError {
+    #[error(transparent)]
+    Read(#[from] ctx_hosts::HostFileError),
+    #[error("{}: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        source: ctx_hosts::JsonEditError,
+    },
+}
+
 /// The events of the hooks file at `path`; `None` when it does not exist.
 fn read_hooks(
     path: &Path,
     registration: &Registration<'_>,
-) -> Result<Option<Vec<EventState>>, String> {
-    let Some(bytes) = read_host_file(path).map_err(|e| e.to_string())? else {
+) -> Result<Option<Vec<EventState>>, HooksFileError> {
+    let Some(bytes) = read_host_file(path)? else {
         return Ok(None);
     };
-    let invalid = |e: ctx_hosts::JsonEditError| format!("{}: {e}", path.display());
+    let invalid = |source: ctx_hosts::JsonEditError| HooksFileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    };
     let text = json_text(&bytes).map_err(invalid)?;
     let root = parse_json(text).map_err(invalid)?;
     Ok(Some(classify(&root, registration).map_err(invalid)?))

@@ -12,6 +12,7 @@ use std::path::Path;
 use ctx_journal::{
     Digest, ImportRecord, NewRecord, PAYLOAD_MAX_BYTES, RecordView, StreamId, Timestamp,
 };
+use ctx_projections::JsonError;
 use ctx_projections::{Json, JsonMap, Projections, domain_projections};
 
 use crate::audit::{existing_journal, hex, open_journal};
@@ -103,22 +104,50 @@ fn record_line(v: &Line<'_>) -> String {
     .to_cja()
 }
 
+/// Why an import line is not a well-formed export line; the sentence (which follows "import line
+/// N: ") names the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LineError {
+    #[error("is not JSON ({0})")]
+    NotJson(JsonError),
+    #[error("is not a JSON object")]
+    NotObject,
+    #[error("has the unknown field {field:?}")]
+    UnknownField { field: String },
+    #[error("lacks the field {field:?}")]
+    MissingField { field: &'static str },
+    #[error("field {key:?} is not an integer")]
+    NotInteger { key: &'static str },
+    #[error("field {key:?} is {n}; it must be at least {min}")]
+    TooSmall { key: &'static str, n: i64, min: u64 },
+    #[error("field {key:?} is not a string")]
+    NotString { key: &'static str },
+    /// `value` is shortened to 80 characters.
+    #[error("field {key:?} is {value:?}; it must be 64 lowercase hex characters")]
+    NotDigest { key: &'static str, value: String },
+    #[error("is not an export header: its format is {format:?}, not {EXPORT_FORMAT:?}")]
+    Format { format: String },
+    #[error("is an export of version {version}; this ctx reads version {EXPORT_VERSION}")]
+    Version { version: i64 },
+    #[error("field \"payload\" is not an even number of lowercase hex characters")]
+    PayloadHex,
+}
+
 /// The object of one line, with exactly the `expected` fields.
 fn object<'a>(
     line: &str,
     json: &'a mut Option<Json>,
-    expected: &[&str],
-) -> Result<&'a JsonMap, String> {
-    let parsed = Json::parse(line).map_err(|e| format!("is not JSON ({e})"))?;
-    let map = json
-        .insert(parsed)
-        .as_obj()
-        .ok_or_else(|| "is not a JSON object".to_owned())?;
+    expected: &[&'static str],
+) -> Result<&'a JsonMap, LineError> {
+    let parsed = Json::parse(line).map_err(LineError::NotJson)?;
+    let map = json.insert(parsed).as_obj().ok_or(LineError::NotObject)?;
     if let Some(unknown) = map.keys().find(|k| !expected.contains(&k.as_str())) {
-        return Err(format!("has the unknown field {unknown:?}"));
+        return Err(LineError::UnknownField {
+            field: unknown.clone(),
+        });
     }
     if let Some(missing) = expected.iter().find(|k| !map.contains_key(**k)) {
-        return Err(format!("lacks the field {missing:?}"));
+        return Err(LineError::MissingField { field: missing });
     }
     Ok(map)
 }
@@ -128,25 +157,23 @@ fn field<'a>(map: &'a JsonMap, key: &str) -> &'a Json {
     map.get(key).unwrap_or(&Json::Null)
 }
 
-fn int(map: &JsonMap, key: &str) -> Result<i64, String> {
+fn int(map: &JsonMap, key: &'static str) -> Result<i64, LineError> {
     field(map, key)
         .as_i64()
-        .ok_or_else(|| format!("field {key:?} is not an integer"))
+        .ok_or(LineError::NotInteger { key })
 }
 
 /// A count or place: a non-negative integer, at least `min`.
-fn uint(map: &JsonMap, key: &str, min: u64) -> Result<u64, String> {
+fn uint(map: &JsonMap, key: &'static str, min: u64) -> Result<u64, LineError> {
     let n = int(map, key)?;
     u64::try_from(n)
         .ok()
         .filter(|n| *n >= min)
-        .ok_or_else(|| format!("field {key:?} is {n}; it must be at least {min}"))
+        .ok_or(LineError::TooSmall { key, n, min })
 }
 
-fn text<'a>(map: &'a JsonMap, key: &str) -> Result<&'a str, String> {
-    field(map, key)
-        .as_str()
-        .ok_or_else(|| format!("field {key:?} is not a string"))
+fn text<'a>(map: &'a JsonMap, key: &'static str) -> Result<&'a str, LineError> {
+    field(map, key).as_str().ok_or(LineError::NotString { key })
 }
 
 /// Lowercase hex to bytes; anything else is refused rather than guessed at.
@@ -165,15 +192,13 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn bytes32(map: &JsonMap, key: &str) -> Result<[u8; 32], String> {
+fn bytes32(map: &JsonMap, key: &'static str) -> Result<[u8; 32], LineError> {
     let s = text(map, key)?;
     unhex(s)
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| {
-            format!(
-                "field {key:?} is {:?}; it must be 64 lowercase hex characters",
-                shorten(s)
-            )
+        .ok_or_else(|| LineError::NotDigest {
+            key,
+            value: shorten(s),
         })
 }
 
@@ -186,21 +211,18 @@ fn shorten(s: &str) -> String {
     }
 }
 
-fn parse_header(line: &str) -> Result<Header, String> {
+fn parse_header(line: &str) -> Result<Header, LineError> {
     let mut json = None;
     let map = object(line, &mut json, &HEADER_FIELDS)?;
     let format = text(map, "format")?;
     if format != EXPORT_FORMAT {
-        return Err(format!(
-            "is not an export header: its format is {:?}, not {EXPORT_FORMAT:?}",
-            shorten(format)
-        ));
+        return Err(LineError::Format {
+            format: shorten(format),
+        });
     }
     let version = int(map, "version")?;
     if version != EXPORT_VERSION {
-        return Err(format!(
-            "is an export of version {version}; this ctx reads version {EXPORT_VERSION}"
-        ));
+        return Err(LineError::Version { version });
     }
     Ok(Header {
         records: uint(map, "records", 0)?,
@@ -209,13 +231,11 @@ fn parse_header(line: &str) -> Result<Header, String> {
     })
 }
 
-fn parse_record(line: &str) -> Result<ImportRecord, String> {
+fn parse_record(line: &str) -> Result<ImportRecord, LineError> {
     let mut json = None;
     let map = object(line, &mut json, &RECORD_FIELDS)?;
     let payload_hex = text(map, "payload")?;
-    let payload = unhex(payload_hex).ok_or_else(|| {
-        "field \"payload\" is not an even number of lowercase hex characters".to_owned()
-    })?;
+    let payload = unhex(payload_hex).ok_or(LineError::PayloadHex)?;
     Ok(ImportRecord {
         stream: StreamId::from_bytes(bytes32(map, "stream")?),
         revision: uint(map, "revision", 1)?,
@@ -429,7 +449,10 @@ pub(crate) fn import(
         detail: "is missing: the input is empty, and an export starts with its header line"
             .to_owned(),
     })?;
-    let header = parse_header(&first).map_err(|detail| CliError::ImportLine { line: 1, detail })?;
+    let header = parse_header(&first).map_err(|e| CliError::ImportLine {
+        line: 1,
+        detail: e.to_string(),
+    })?;
     let dir = layout.journal();
     let journal = open_journal(&dir)?;
     // Checked before attaching: attaching to someone's journal would fold it.
@@ -446,8 +469,10 @@ pub(crate) fn import(
     let (records, streams) = journal.import(|importer| -> Result<(u64, u64), CliError> {
         while let Some(text) = lines.next()? {
             let line = lines.line;
-            let record =
-                parse_record(&text).map_err(|detail| CliError::ImportLine { line, detail })?;
+            let record = parse_record(&text).map_err(|e| CliError::ImportLine {
+                line,
+                detail: e.to_string(),
+            })?;
             importer
                 .push(&record)
                 .map_err(|source| CliError::ImportRecord {
@@ -566,15 +591,16 @@ mod tests {
             ("{".to_owned(), "not JSON"),
         ];
         for (line, expected) in cases {
-            let err = parse_record(&line).unwrap_err();
+            let err = parse_record(&line).unwrap_err().to_string();
             assert!(err.contains(expected), "{line}: {err}");
         }
         let err = parse_header(
             "{\"format\":\"other\",\"head_position\":0,\"records\":0,\"streams\":0,\"version\":1}",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("not an export header"), "{err}");
-        let err = parse_header("{\"format\":\"ctx.journal-export\",\"head_position\":0,\"records\":0,\"streams\":0,\"version\":2}").unwrap_err();
+        let err = parse_header("{\"format\":\"ctx.journal-export\",\"head_position\":0,\"records\":0,\"streams\":0,\"version\":2}").unwrap_err().to_string();
         assert!(err.contains("version 2"), "{err}");
     }
 

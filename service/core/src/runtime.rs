@@ -233,6 +233,27 @@ struct StoredWork {
     planning_environment_digest: String,
 }
 
+/// Why a stored work file is refused; the sentence names the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum WorkFileError {
+    #[error("field {field} is missing or not a string")]
+    NotString { field: &'static str },
+    #[error("field {field} holds a non-string")]
+    NonString { field: &'static str },
+    #[error("field {field} is missing or not an array")]
+    NotArray { field: &'static str },
+    #[error("schema is not {WORK_SCHEMA}")]
+    Schema,
+    #[error("requested_limit is out of range")]
+    LimitRange,
+    #[error("requested_limit is missing")]
+    LimitMissing,
+    #[error("observed_at is not an RFC 3339 UTC time")]
+    ObservedAt,
+    #[error("session_id or workspace_digest is malformed")]
+    Identity,
+}
+
 impl StoredWork {
     fn to_json(&self) -> Json {
         let strs = |v: &[String]| Json::Arr(v.iter().map(Json::str).collect());
@@ -255,42 +276,40 @@ impl StoredWork {
         ])
     }
 
-    fn from_json(value: &Json) -> Result<StoredWork, String> {
-        let text = |k: &str| {
+    fn from_json(value: &Json) -> Result<StoredWork, WorkFileError> {
+        let text = |k: &'static str| {
             value
                 .get_str(k)
                 .map(str::to_owned)
-                .ok_or_else(|| format!("field {k} is missing or not a string"))
+                .ok_or(WorkFileError::NotString { field: k })
         };
-        let list = |k: &str| -> Result<Vec<String>, String> {
+        let list = |k: &'static str| -> Result<Vec<String>, WorkFileError> {
             match value.get(k) {
                 Some(Json::Arr(items)) => items
                     .iter()
                     .map(|i| {
                         i.as_str()
                             .map(str::to_owned)
-                            .ok_or_else(|| format!("field {k} holds a non-string"))
+                            .ok_or(WorkFileError::NonString { field: k })
                     })
                     .collect(),
-                _ => Err(format!("field {k} is missing or not an array")),
+                _ => Err(WorkFileError::NotArray { field: k }),
             }
         };
         if value.get_str("schema") != Some(WORK_SCHEMA) {
-            return Err(format!("schema is not {WORK_SCHEMA}"));
+            return Err(WorkFileError::Schema);
         }
         let limit = match value.get("requested_limit") {
-            Some(Json::Int(n)) => {
-                u8::try_from(*n).map_err(|_| "requested_limit is out of range")?
-            }
-            _ => return Err("requested_limit is missing".to_owned()),
+            Some(Json::Int(n)) => u8::try_from(*n).map_err(|_| WorkFileError::LimitRange)?,
+            _ => return Err(WorkFileError::LimitMissing),
         };
-        let observed_at = UtcMicros::parse(&text("observed_at")?)
-            .map_err(|_| "observed_at is not an RFC 3339 UTC time".to_owned())?;
+        let observed_at =
+            UtcMicros::parse(&text("observed_at")?).map_err(|_| WorkFileError::ObservedAt)?;
         let session_id = text("session_id")?;
         let workspace_digest = text("workspace_digest")?;
         // Validated again after reading: the scope slices the digest and the engine checks tokens.
         if !is_token(&session_id) || !ctx_projections::check::is_sha(&workspace_digest) {
-            return Err("session_id or workspace_digest is malformed".to_owned());
+            return Err(WorkFileError::Identity);
         }
         Ok(StoredWork {
             session_id,

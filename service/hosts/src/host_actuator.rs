@@ -14,6 +14,8 @@ use std::sync::Arc;
 use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
 };
+use ctx_journal::{InputError, ReadError};
+use ctx_projections::ProtocolError;
 use ctx_projections::check::{sha256_hex, sha256_hex_bytes};
 use ctx_projections::identity::InstallExecutionBinding;
 use ctx_projections::{HostAction, Json};
@@ -76,16 +78,21 @@ impl<'a> HostActivationDriver<'a> {
 
     /// The action's target: kind and name from its capability id.
     /// The action's capability: kind and name from its capability id.
-    fn capability(&self, action: &HostAction) -> Result<(CapabilityKind, String, String), String> {
+    fn capability(
+        &self,
+        action: &HostAction,
+    ) -> Result<(CapabilityKind, String, String), DriverError> {
         let id = action
             .entity_id
             .as_deref()
-            .ok_or("the action names no capability")?;
+            .ok_or(DriverError::NoCapability)?;
         let (kind, name) = id
             .split_once(':')
-            .ok_or_else(|| format!("capability id {id:?} has no kind"))?;
-        let kind = CapabilityKind::parse(kind)
-            .ok_or_else(|| format!("{id}: ctx activates no {kind} on an agent host"))?;
+            .ok_or_else(|| DriverError::NoKind { id: id.to_owned() })?;
+        let kind = CapabilityKind::parse(kind).ok_or_else(|| DriverError::Kind {
+            id: id.to_owned(),
+            kind: kind.to_owned(),
+        })?;
         Ok((kind, name.to_owned(), id.to_owned()))
     }
 
@@ -98,13 +105,13 @@ impl<'a> HostActivationDriver<'a> {
     }
 
     /// The catalog bytes whose SHA-256 is the action's material identity.
-    fn body(&self, action: &HostAction, id: &str) -> Result<Vec<u8>, String> {
+    fn body(&self, action: &HostAction, id: &str) -> Result<Vec<u8>, DriverError> {
         let Some(sha) = action
             .payload
             .get("material_identity")
             .and_then(|m| m.get_str("content_sha256"))
         else {
-            return Err(format!("the {id} action names no material content digest"));
+            return Err(DriverError::NoDigest { id: id.to_owned() });
         };
         [
             self.loaded.material_text(id),
@@ -114,16 +121,17 @@ impl<'a> HostActivationDriver<'a> {
         .flatten()
         .find(|text| sha256_hex_bytes(text.as_bytes()) == sha)
         .map(|text| text.as_bytes().to_vec())
-        .ok_or_else(|| {
-            format!("the catalog holds no material of {id} with SHA-256 {sha}; ingest it again")
+        .ok_or_else(|| DriverError::NoMaterial {
+            id: id.to_owned(),
+            sha: sha.to_owned(),
         })
     }
 
     /// The holder stream of a capability on this host (whatever the project: a record names
     /// its project, so a deactivation finds where its activation went).
-    fn holders_stream(&self, kind: CapabilityKind, name: &str) -> Result<StreamId, String> {
+    fn holders_stream(&self, kind: CapabilityKind, name: &str) -> Result<StreamId, DriverError> {
         let key = format!("{}\n{kind}\n{name}", self.host);
-        StreamId::derive(HOLDERS_NAMESPACE, key.as_bytes()).map_err(|e| e.to_string())
+        Ok(StreamId::derive(HOLDERS_NAMESPACE, key.as_bytes())?)
     }
 
     /// Records that the engine session of `action` holds (or released) the capability's entry
@@ -136,7 +144,7 @@ impl<'a> HostActivationDriver<'a> {
         project: Option<&Path>,
         action: &HostAction,
         hold: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), DriverError> {
         let stream = self.holders_stream(kind, name)?;
         let holder = holder_of(action);
         let operation = if hold { "hold" } else { "release" };
@@ -163,23 +171,23 @@ impl<'a> HostActivationDriver<'a> {
         );
         match self.journal.append(append) {
             Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),
-            Err(e) => Err(format!("could not record the holder: {e}")),
+            Err(e) => Err(DriverError::Hold(e)),
         }
     }
 
     /// The engine sessions that hold the capability's entries now, with the project of each.
-    fn holders(&self, kind: CapabilityKind, name: &str) -> Result<Vec<Holder>, String> {
+    fn holders(&self, kind: CapabilityKind, name: &str) -> Result<Vec<Holder>, DriverError> {
         let stream = self.holders_stream(kind, name)?;
         let records = self
             .journal
             .read_stream(&stream, 1, HOLDER_RECORDS_MAX)
-            .map_err(|e| format!("could not read the holders: {e}"))?;
+            .map_err(DriverError::ReadHolders)?;
         let mut holders: Vec<Holder> = Vec::new();
         for record in records {
             let value = std::str::from_utf8(&record.payload)
                 .ok()
                 .and_then(|t| Json::parse(t).ok())
-                .ok_or("a holder record is not JSON")?;
+                .ok_or(DriverError::HolderNotJson)?;
             let holder = Holder {
                 holder: value.get_str("holder").unwrap_or_default().to_owned(),
                 project: value.get_str("project").map(PathBuf::from),
@@ -191,6 +199,31 @@ impl<'a> HostActivationDriver<'a> {
         }
         Ok(holders)
     }
+}
+
+/// Why the host activation driver cannot act on an action or keep its holder records; the
+/// sentence names the action, capability or record at fault and becomes the observation's reason.
+#[derive(Debug, thiserror::Error)]
+enum DriverError {
+    #[error("the action names no capability")]
+    NoCapability,
+    #[error("capability id {id:?} has no kind")]
+    NoKind { id: String },
+    #[error("{id}: ctx activates no {kind} on an agent host")]
+    Kind { id: String, kind: String },
+    #[error("the {id} action names no material content digest")]
+    NoDigest { id: String },
+    #[error("the catalog holds no material of {id} with SHA-256 {sha}; ingest it again")]
+    NoMaterial { id: String, sha: String },
+    /// The holder stream's id cannot be derived.
+    #[error("{0}")]
+    Stream(#[from] InputError),
+    #[error("could not record the holder: {0}")]
+    Hold(AppendError),
+    #[error("could not read the holders: {0}")]
+    ReadHolders(ReadError),
+    #[error("a holder record is not JSON")]
+    HolderNotJson,
 }
 
 /// An engine session holding a host entry, and the project the entry was placed in.
@@ -206,7 +239,7 @@ fn holder_of(action: &HostAction) -> String {
 }
 
 impl ActivationDriver for HostActivationDriver<'_> {
-    fn binding(&self) -> Result<InstallExecutionBinding, String> {
+    fn binding(&self) -> Result<InstallExecutionBinding, ProtocolError> {
         let home = self.home.home().display().to_string();
         let project = self
             .project
@@ -219,14 +252,17 @@ impl ActivationDriver for HostActivationDriver<'_> {
             &sha256_hex(&format!("ctx-host:{}:{home}", self.host)),
             &sha256_hex(&format!("ctx-target:{}:{home}:{project}", self.host)),
         )
-        .map_err(|e| e.to_string())
     }
 
     fn activate(&self, action: &HostAction, apply: bool) -> ActuatorObservation {
         let indeterminate = |reason: String| ActuatorObservation::Indeterminate { reason };
         let (kind, name, id) = match self.capability(action) {
             Ok(c) => c,
-            Err(reason) => return ActuatorObservation::Refused { reason },
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
         };
         let target = match ActivationTarget::new(self.host, kind, &name, self.project.as_deref()) {
             Ok(t) => t,
@@ -239,7 +275,11 @@ impl ActivationDriver for HostActivationDriver<'_> {
         let placement = self.placement(kind);
         let body = match self.body(action, &id) {
             Ok(b) => b,
-            Err(reason) => return ActuatorObservation::Refused { reason },
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
         };
         if !apply {
             // A claim made earlier: settle what a crash left first, then the activation below
@@ -259,7 +299,7 @@ impl ActivationDriver for HostActivationDriver<'_> {
         // The holder first: a crash after the step leaves a holder whose entry is active, never
         // an active entry nobody holds.
         if let Err(e) = self.hold(kind, &name, placement.as_deref(), action, true) {
-            return indeterminate(e);
+            return indeterminate(e.to_string());
         }
         match self.actuator.activate(&request) {
             Ok(report) => {
@@ -292,11 +332,19 @@ impl ActivationDriver for HostActivationDriver<'_> {
     fn deactivate(&self, action: &HostAction) -> ActuatorObservation {
         let (kind, name, _) = match self.capability(action) {
             Ok(c) => c,
-            Err(reason) => return ActuatorObservation::Refused { reason },
+            Err(e) => {
+                return ActuatorObservation::Refused {
+                    reason: e.to_string(),
+                };
+            }
         };
         let holders = match self.holders(kind, &name) {
             Ok(h) => h,
-            Err(reason) => return ActuatorObservation::Indeterminate { reason },
+            Err(e) => {
+                return ActuatorObservation::Indeterminate {
+                    reason: e.to_string(),
+                };
+            }
         };
         // Where this session's activation put the entry (the session may end in another
         // directory than the one it activated from).
@@ -306,7 +354,9 @@ impl ActivationDriver for HostActivationDriver<'_> {
             .find(|h| h.holder == me)
             .map_or_else(|| self.placement(kind), |h| h.project.clone());
         if let Err(e) = self.hold(kind, &name, placement.as_deref(), action, false) {
-            return ActuatorObservation::Indeterminate { reason: e };
+            return ActuatorObservation::Indeterminate {
+                reason: e.to_string(),
+            };
         }
         let released = |why: &str| ActuatorObservation::Applied {
             verification_digest: sha256_hex(&format!(

@@ -122,18 +122,21 @@ pub struct InstallConsentChallenge {
     expires: UtcMicros,
 }
 
-fn digest_message(name: &str) -> String {
-    format!("{name} must be a lowercase SHA-256 digest")
+fn digest_message(name: &str) -> ConsentStoreError {
+    invalid(format!("{name} must be a lowercase SHA-256 digest"))
 }
 
-fn token_message(name: &str) -> String {
-    format!("{name} must be a bounded canonical token")
+fn token_message(name: &str) -> ConsentStoreError {
+    invalid(format!("{name} must be a bounded canonical token"))
 }
 
 /// The construction checks of spec/projections.md §8.2, in its order. `bool_fault` names a boolean
 /// field whose decoded value was not a boolean (rule 10); the size rule (13) is checked by the
 /// caller, which has the canonical bytes.
-fn check_fields(f: &ChallengeFields, bool_fault: Option<&str>) -> Result<UtcMicros, String> {
+fn check_fields(
+    f: &ChallengeFields,
+    bool_fault: Option<&str>,
+) -> Result<UtcMicros, ConsentStoreError> {
     if !is_token(&f.challenge_id) {
         return Err(token_message("challenge_id"));
     }
@@ -163,13 +166,15 @@ fn check_fields(f: &ChallengeFields, bool_fault: Option<&str>) -> Result<UtcMicr
         return Err(token_message("scope.parent_exposure_id"));
     }
     if !is_capability_identity(&f.kind, &f.capability_id) {
-        return Err("kind and capability_id must form one canonical identity".into());
+        return Err(invalid(
+            "kind and capability_id must form one canonical identity",
+        ));
     }
     if !CapabilityKind::parse(&f.kind).is_some_and(CapabilityKind::is_installable) {
-        return Err("kind is not an installable capability kind".into());
+        return Err(invalid("kind is not an installable capability kind"));
     }
     if f.capability_id.len() > CAPABILITY_ID_MAX_BYTES {
-        return Err("capability_id exceeds its bounded size".into());
+        return Err(invalid("capability_id exceeds its bounded size"));
     }
     for (name, value) in [
         ("source_digest", &f.source_digest),
@@ -200,29 +205,33 @@ fn check_fields(f: &ChallengeFields, bool_fault: Option<&str>) -> Result<UtcMicr
     }
     let kind = &f.requested_action_kind;
     if kind.is_empty() || kind.len() > REQUESTED_ACTION_KIND_MAX_BYTES {
-        return Err(format!(
+        return Err(invalid(format!(
             "requested_action_kind must be non-empty text of at most {REQUESTED_ACTION_KIND_MAX_BYTES} bytes"
-        ));
+        )));
     }
     if kind.chars().any(|c| c < ' ' || c == '\u{7f}') {
-        return Err("requested_action_kind must not contain control characters".into());
+        return Err(invalid(
+            "requested_action_kind must not contain control characters",
+        ));
     }
     // The only action kind a challenge may request (spec/projections.md "consent.store").
     if kind != ActionKind::InstallCapability.as_str() {
-        return Err("requested_action_kind must be InstallCapability".into());
+        return Err(invalid("requested_action_kind must be InstallCapability"));
     }
     // Stored as a JSON integer (i64): a revision above 2^63 - 1 has no canonical form.
     if f.requested_action_precondition_revision < 1
         || i64::try_from(f.requested_action_precondition_revision).is_err()
     {
-        return Err("requested_action_precondition_revision must be positive".into());
+        return Err(invalid(
+            "requested_action_precondition_revision must be positive",
+        ));
     }
     if let Some(name) = bool_fault {
-        return Err(format!("{name} must be a boolean"));
+        return Err(invalid(format!("{name} must be a boolean")));
     }
     match UtcMicros::parse(&f.expires_at) {
         Ok(t) if is_canonical_timestamp(&f.expires_at) => Ok(t),
-        _ => Err("expires_at must be a canonical UTC timestamp".into()),
+        _ => Err(invalid("expires_at must be a canonical UTC timestamp")),
     }
 }
 
@@ -279,13 +288,13 @@ impl InstallConsentChallenge {
     /// Validates `fields` (spec/projections.md §8.2, in order) and computes the digest.
     /// Errors are `Invalid` with the reference's sentence.
     pub fn new(fields: ChallengeFields) -> Result<InstallConsentChallenge, ConsentStoreError> {
-        InstallConsentChallenge::build(fields, None).map_err(invalid)
+        InstallConsentChallenge::build(fields, None)
     }
 
     fn build(
         fields: ChallengeFields,
         bool_fault: Option<&str>,
-    ) -> Result<InstallConsentChallenge, String> {
+    ) -> Result<InstallConsentChallenge, ConsentStoreError> {
         let expires = check_fields(&fields, bool_fault)?;
         let challenge_digest = cja_digest(&Json::Obj(digest_mapping(&fields)));
         let challenge = InstallConsentChallenge {
@@ -294,7 +303,9 @@ impl InstallConsentChallenge {
             expires,
         };
         if challenge.to_json_text().len() > CHALLENGE_JSON_MAX_BYTES {
-            return Err("install consent challenge exceeds its bounded size".into());
+            return Err(invalid(
+                "install consent challenge exceeds its bounded size",
+            ));
         }
         Ok(challenge)
     }
@@ -316,7 +327,7 @@ impl InstallConsentChallenge {
     /// exact key set, the schema, a scope mapping of exactly the seven scope keys, the field
     /// rules, and the supplied digest equal to the recomputed one.
     pub fn from_json(value: &Json) -> Result<InstallConsentChallenge, ConsentStoreError> {
-        decode_map(value).map_err(invalid)
+        decode_map(value)
     }
 
     /// Decodes the canonical JSON text of a challenge: at most [`CHALLENGE_JSON_MAX_BYTES`],
@@ -445,18 +456,18 @@ fn decode_scope(value: &Json) -> Option<ScopeRef> {
     })
 }
 
-fn decode_map(value: &Json) -> Result<InstallConsentChallenge, String> {
+fn decode_map(value: &Json) -> Result<InstallConsentChallenge, ConsentStoreError> {
     let Some(m) = value
         .as_obj()
         .filter(|m| has_exact_keys(m, &CHALLENGE_KEYS))
     else {
-        return Err("install consent challenge fields are not exact".into());
+        return Err(invalid("install consent challenge fields are not exact"));
     };
     if m.get("schema").and_then(Json::as_str) != Some(CHALLENGE_SCHEMA) {
-        return Err("install consent challenge schema is unsupported".into());
+        return Err(invalid("install consent challenge schema is unsupported"));
     }
     let Some(scope) = m.get("scope").and_then(decode_scope) else {
-        return Err("install consent challenge scope is invalid".into());
+        return Err(invalid("install consent challenge scope is invalid"));
     };
     // A value of the wrong type becomes a value its rule refuses, so the first failing rule in
     // the reference's order names it: "" fails every text rule, 0 the revision rule.
@@ -505,7 +516,9 @@ fn decode_map(value: &Json) -> Result<InstallConsentChallenge, String> {
     };
     let challenge = InstallConsentChallenge::build(fields, bool_fault)?;
     if m.get("challenge_digest").and_then(Json::as_str) != Some(challenge.challenge_digest()) {
-        return Err("install consent challenge digest does not match its fields".into());
+        return Err(invalid(
+            "install consent challenge digest does not match its fields",
+        ));
     }
     Ok(challenge)
 }
@@ -583,7 +596,7 @@ pub fn derive_install_consent_challenge(
         ("release_root_digest", inputs.release_root_digest),
     ] {
         if !is_sha(value) {
-            return Err(invalid(digest_message(name)));
+            return Err(digest_message(name));
         }
     }
     let row = inputs.selection_row;

@@ -1164,7 +1164,8 @@ impl Engine {
     /// digest; storing identical bytes again is a no-op (spec/engine-store.md §5).
     pub fn store_benefit_result(&self, result_json: &Json) -> Result<String, BenefitAuditError> {
         let text = result_json.to_cja();
-        let digest = validate_result_text(&text).map_err(BenefitAuditError::Invalid)?;
+        let digest =
+            validate_result_text(&text).map_err(|e| BenefitAuditError::Invalid(e.to_string()))?;
         let stream =
             benefit_stream(&digest).map_err(|e| BenefitAuditError::Invalid(e.to_string()))?;
         if let Some(entry) = self.benefit_entry(&digest)? {
@@ -1238,7 +1239,7 @@ impl Engine {
             return Err(corrupt("its content digest is invalid"));
         }
         let text = std::str::from_utf8(&entry.bytes).map_err(|_| corrupt("it is not UTF-8"))?;
-        let digest = validate_result_text(text).map_err(|e| corrupt(&e))?;
+        let digest = validate_result_text(text).map_err(|e| corrupt(&e.to_string()))?;
         if digest != result_digest {
             return Err(corrupt("it is bound to the wrong digest"));
         }

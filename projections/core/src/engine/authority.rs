@@ -213,10 +213,10 @@ impl Engine {
             .map_err(StoreError::from)?
     }
 
-    fn now_for_claim(&self) -> Result<UtcMicros, String> {
+    fn now_for_claim(&self) -> Result<UtcMicros, AuthorizeError> {
         self.clock
             .now()
-            .map_err(|e| format!("trusted UTC clock failed: {e}"))
+            .map_err(|e| AuthorizeError::Clock(format!("trusted UTC clock failed: {e}")))
     }
 
     // ------------------------------------------------------------------------------------------
@@ -814,7 +814,7 @@ impl Engine {
                 }
             }));
         }
-        let now = self.now_for_claim().map_err(AuthorizeError::Clock)?;
+        let now = self.now_for_claim()?;
         if not_before.is_some_and(|t| now < t) {
             return Err(AuthorizeError::Clock(
                 "trusted UTC clock moved before installation".into(),

@@ -50,37 +50,58 @@ pub fn benefit_event_id(result_digest: &str) -> String {
 /// duplicate keys, the result schema, byte-equal to its own canonical ASCII encoding, and a
 /// `result_digest` equal to H(CJA(the other fields)) (spec/planner.md §6). The
 /// semantic checks of the result (selections, assessments, policy) belong to the benefit model.
-pub fn validate_result_text(text: &str) -> Result<String, String> {
+pub fn validate_result_text(text: &str) -> Result<String, BenefitResultError> {
     if text.len() > BENEFIT_RESULT_MAX_BYTES {
-        return Err(format!(
-            "benefit result JSON is {} bytes; the limit is {BENEFIT_RESULT_MAX_BYTES} bytes",
-            text.len()
-        ));
+        return Err(BenefitResultError::TooLarge { len: text.len() });
     }
     if !text.is_ascii() {
-        return Err("benefit result JSON must use canonical ASCII encoding".into());
+        return Err(BenefitResultError::NotAscii);
     }
     let value = Json::parse(text).map_err(|e| match e {
-        JsonError::DuplicateKey { .. } => "benefit result JSON contains a duplicate field".into(),
-        _ => "benefit result must be valid JSON".to_owned(),
+        JsonError::DuplicateKey { .. } => BenefitResultError::DuplicateField,
+        _ => BenefitResultError::NotJson,
     })?;
     let Json::Obj(mut fields) = value else {
-        return Err("benefit result must be a JSON object".into());
+        return Err(BenefitResultError::NotObject);
     };
     if fields.get("schema").and_then(Json::as_str) != Some(BENEFIT_RESULT_SCHEMA_ID) {
-        return Err("benefit result schema is unsupported".into());
+        return Err(BenefitResultError::Schema);
     }
     if Json::Obj(fields.clone()).to_cja() != text {
-        return Err("benefit result JSON must use canonical encoding".into());
+        return Err(BenefitResultError::NotCanonical);
     }
     let digest = match fields.remove("result_digest") {
         Some(Json::Str(d)) if is_sha(&d) => d,
-        _ => return Err("result_digest must be a lowercase SHA-256 digest".into()),
+        _ => return Err(BenefitResultError::DigestShape),
     };
     if cja_digest(&Json::Obj(fields)) != digest {
-        return Err("result_digest does not match canonical result fields".into());
+        return Err(BenefitResultError::DigestMismatch);
     }
     Ok(digest)
+}
+
+/// Why a benefit result text is refused by [`validate_result_text`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenefitResultError {
+    #[error("benefit result JSON is {len} bytes; the limit is {max} bytes", max = BENEFIT_RESULT_MAX_BYTES)]
+    TooLarge { len: usize },
+    #[error("benefit result JSON must use canonical ASCII encoding")]
+    NotAscii,
+    #[error("benefit result JSON contains a duplicate field")]
+    DuplicateField,
+    #[error("benefit result must be valid JSON")]
+    NotJson,
+    #[error("benefit result must be a JSON object")]
+    NotObject,
+    #[error("benefit result schema is unsupported")]
+    Schema,
+    #[error("benefit result JSON must use canonical encoding")]
+    NotCanonical,
+    #[error("result_digest must be a lowercase SHA-256 digest")]
+    DigestShape,
+    #[error("result_digest does not match canonical result fields")]
+    DigestMismatch,
 }
 
 /// The `engine.benefit_audit` projection.

@@ -24,6 +24,7 @@ pub use authority::{
     ActivationExecutionStatus, ActivationGuard, InstallExecutionStatus, InstallGuard,
     InstallOutcome,
 };
+pub use benefit::BenefitResultError;
 pub use benefit::{
     BENEFIT_EVENT_PREFIX, BENEFIT_RESULT_MAX_BYTES, BENEFIT_RESULTS_TABLE, BenefitResultEntry,
     ENGINE_BENEFIT_AUDIT_PROJECTION, benefit_event_id, benefit_stream, validate_result_text,
@@ -46,6 +47,7 @@ pub use record::{
     GuardMode, REPLAY_JSON_MAX_BYTES, RecordError, RecordPlace, SettlementGuard,
     TRANSITION_JSON_MAX_BYTES, decode_view, engine_stream, transition_from_canonical_text,
 };
+pub use record::{GuardError, TransitionTextError};
 
 // Compatibility re-export for downstream crates until their imports move to
 // `ctx_projections::streams` (issue 18, step 2); removed then. See the compatibility block at the

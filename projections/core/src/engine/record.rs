@@ -8,6 +8,8 @@
 use ctx_journal::{PAYLOAD_MAX_BYTES, RecordView, StreamId, Timestamp};
 use ctx_model::{EventKind, Json, ReplayInput, ScopeRef, Transition, UtcMicros, is_sha, is_token};
 
+use ctx_model::{JsonError, ProtocolError};
+
 use crate::archive::{self, ArchiveError};
 use crate::streams::{ENGINE_RECORD_KIND, ENGINE_STREAM_NAMESPACE};
 /// The only [`EngineRecord::format_version`] of kind `ctx.engine.v1`.
@@ -97,39 +99,44 @@ pub struct SettlementGuard {
 
 impl SettlementGuard {
     /// Checks the guard's shape; the reason names the offending field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), GuardError> {
         if !is_token(&self.action_id) {
-            return Err(format!(
-                "guard action_id \"{}\" is not an opaque token",
-                self.action_id.escape_debug()
-            ));
+            return Err(GuardError::ActionId {
+                action_id: self.action_id.clone(),
+            });
         }
         if !is_sha(&self.action_content_digest) {
-            return Err("guard action_content_digest is not a SHA-256 digest".into());
+            return Err(GuardError::ContentDigest);
         }
         match (self.mode, &self.execution_outcome_digest) {
             (GuardMode::Expired, None) => {}
-            (GuardMode::Expired, Some(_)) => {
-                return Err("an expired guard cannot carry an execution outcome".into());
-            }
+            (GuardMode::Expired, Some(_)) => return Err(GuardError::ExpiredWithOutcome),
             (_, Some(d)) if is_sha(d) => {}
-            (mode, _) => {
-                return Err(format!(
-                    "a {} guard requires a SHA-256 execution outcome digest",
-                    mode.as_str()
-                ));
-            }
+            (mode, _) => return Err(GuardError::OutcomeDigest { mode }),
         }
         if self.effect == GuardEffect::Activation
             && matches!(self.mode, GuardMode::Failed | GuardMode::Indeterminate)
         {
-            return Err(format!(
-                "an activation guard cannot settle a {} outcome",
-                self.mode.as_str()
-            ));
+            return Err(GuardError::ActivationOutcome { mode: self.mode });
         }
         Ok(())
     }
+}
+
+/// Why a [`SettlementGuard`] is malformed; the sentence names the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardError {
+    #[error("guard action_id \"{}\" is not an opaque token", .action_id.escape_debug())]
+    ActionId { action_id: String },
+    #[error("guard action_content_digest is not a SHA-256 digest")]
+    ContentDigest,
+    #[error("an expired guard cannot carry an execution outcome")]
+    ExpiredWithOutcome,
+    #[error("a {} guard requires a SHA-256 execution outcome digest", .mode.as_str())]
+    OutcomeDigest { mode: GuardMode },
+    #[error("an activation guard cannot settle a {} outcome", .mode.as_str())]
+    ActivationOutcome { mode: GuardMode },
 }
 
 /// The payload of a `ctx.engine.v1` record.
@@ -247,7 +254,9 @@ impl EngineRecord {
             ));
         }
         if let Some(guard) = &self.settlement_guard {
-            guard.validate().map_err(|r| field("settlement_guard", r))?;
+            guard
+                .validate()
+                .map_err(|r| field("settlement_guard", r.to_string()))?;
         }
         Ok(())
     }
@@ -284,7 +293,7 @@ impl EngineRecord {
         let replay = ReplayInput::from_canonical_text(&self.replay_json)
             .map_err(|e| RecordError::Replay(e.to_string()))?;
         let transition = transition_from_canonical_text(&self.transition_json)
-            .map_err(RecordError::Transition)?;
+            .map_err(|e| RecordError::Transition(e.to_string()))?;
         let bind = |ok: bool, detail: &'static str| {
             if ok {
                 Ok(())
@@ -351,11 +360,25 @@ pub fn decode_view(view: &RecordView<'_>) -> Result<DecodedRecord, RecordError> 
 }
 
 /// Parses transition JSON text and requires it to be the transition's exact canonical encoding.
-pub fn transition_from_canonical_text(text: &str) -> Result<Transition, String> {
-    let v = Json::parse(text).map_err(|e| e.to_string())?;
-    let t = Transition::from_json(&v).map_err(|e| e.message().to_owned())?;
+pub fn transition_from_canonical_text(text: &str) -> Result<Transition, TransitionTextError> {
+    let v = Json::parse(text)?;
+    let t = Transition::from_json(&v)?;
     if t.view().to_cj() != text {
-        return Err("transition JSON must use canonical encoding".into());
+        return Err(TransitionTextError::NotCanonical);
     }
     Ok(t)
+}
+
+/// Why a transition's JSON text is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransitionTextError {
+    /// The text is not JSON.
+    #[error(transparent)]
+    Json(#[from] JsonError),
+    /// The JSON is not a transition.
+    #[error(transparent)]
+    Shape(#[from] ProtocolError),
+    #[error("transition JSON must use canonical encoding")]
+    NotCanonical,
 }

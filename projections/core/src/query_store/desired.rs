@@ -260,7 +260,7 @@ impl DesiredRegistration {
 
 /// spec/projections.md §7.6 of the choice and the ids.
 fn check_choice_and_ids(logical_choice_id: &str, ids: &[String]) -> Result<(), QueryStoreError> {
-    check_digest("logical_choice_id", logical_choice_id).map_err(invalid)?;
+    check_digest("logical_choice_id", logical_choice_id)?;
     if ids.len() > DESIRED_CAPABILITIES_MAX {
         return Err(invalid(
             "capability_ids cannot contain more than five choices",
@@ -368,8 +368,8 @@ fn validate_desired(
     if EngineEvent::from_json(&event.to_json()).ok().as_ref() != Some(event) {
         return Err(invalid("desired-set event must be an exact EngineEvent"));
     }
-    check_scope(&event.scope).map_err(invalid)?;
-    check_event_tokens("desired_set_event", event).map_err(invalid)?;
+    check_scope(&event.scope)?;
+    check_event_tokens("desired_set_event", event)?;
     if event.kind != EventKind::ReassessmentRequested {
         return Err(invalid("desired-set event must be ReassessmentRequested"));
     }
@@ -550,9 +550,11 @@ const COMMIT_KEYS: [&str; 5] = [
 ];
 
 /// Shape of a commit binding (spec/projections.md §7.6 `mark_desired_set_committed` input checks).
-fn check_commit(c: &DesiredCommit) -> Result<(), String> {
+fn check_commit(c: &DesiredCommit) -> Result<(), QueryStoreError> {
     if c.journal_revision < 1 || c.journal_revision >= REVISION_BOUND {
-        return Err("journal_revision must be a bounded positive integer".into());
+        return Err(invalid(
+            "journal_revision must be a bounded positive integer",
+        ));
     }
     check_digest("journal_record_digest", &c.journal_record_digest)?;
     check_digest("transition_digest", &c.transition_digest)
@@ -1122,7 +1124,7 @@ impl QueryStore {
             journal_record_digest: journal_record_digest.to_owned(),
             transition_digest: transition_digest.to_owned(),
         };
-        check_commit(&commit).map_err(invalid)?;
+        check_commit(&commit)?;
         let entry = self.desired_entry(&reference)?.ok_or(DESIRED_NOT_FOUND)?;
         let record = self.load_desired_entry(&reference, &entry)?;
         if record.event.expected_revision.checked_add(1) != Some(journal_revision) {
@@ -1245,7 +1247,7 @@ impl QueryStore {
         &self,
         scope: &ScopeRef,
     ) -> Result<DesiredSetRecord, QueryStoreError> {
-        check_scope(scope).map_err(invalid)?;
+        check_scope(scope)?;
         let stream = engine_stream(scope).map_err(|e| invalid(e.to_string()))?;
         let entry = read_stream_entry(&JournalIndex(&self.journal), stream.as_bytes())
             .map_err(store_refusal)?;

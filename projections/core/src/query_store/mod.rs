@@ -502,22 +502,24 @@ impl Registration {
         self.decision_event.correlation_id.as_deref().unwrap_or("")
     }
 
-    fn occurred_at(&self) -> Result<Timestamp, String> {
+    fn occurred_at(&self) -> Result<Timestamp, QueryStoreError> {
         UtcMicros::parse(&self.decision_event.occurred_at)
             .map(|t| Timestamp(t.0))
-            .map_err(|_| "decision_event.occurred_at must be a UTC timestamp".to_owned())
+            .map_err(|_| invalid("decision_event.occurred_at must be a UTC timestamp"))
     }
 }
 
-fn check_digest(name: &str, value: &str) -> Result<(), String> {
+fn check_digest(name: &str, value: &str) -> Result<(), QueryStoreError> {
     if is_sha(value) {
         Ok(())
     } else {
-        Err(format!("{name} must be a lowercase SHA-256 digest"))
+        Err(invalid(format!(
+            "{name} must be a lowercase SHA-256 digest"
+        )))
     }
 }
 
-fn check_scope(scope: &ScopeRef) -> Result<(), String> {
+fn check_scope(scope: &ScopeRef) -> Result<(), QueryStoreError> {
     let fields = [
         ("tenant_id", Some(scope.tenant_id.as_str())),
         ("workspace_id", Some(scope.workspace_id.as_str())),
@@ -531,13 +533,15 @@ fn check_scope(scope: &ScopeRef) -> Result<(), String> {
         if let Some(v) = value
             && !is_token(v)
         {
-            return Err(format!("scope.{name} must be a bounded canonical token"));
+            return Err(invalid(format!(
+                "scope.{name} must be a bounded canonical token"
+            )));
         }
     }
     Ok(())
 }
 
-fn check_event_tokens(label: &str, e: &EngineEvent) -> Result<(), String> {
+fn check_event_tokens(label: &str, e: &EngineEvent) -> Result<(), QueryStoreError> {
     check_scope(&e.scope)?;
     let tokens = [
         ("event_id", Some(e.event_id.as_str())),
@@ -549,7 +553,9 @@ fn check_event_tokens(label: &str, e: &EngineEvent) -> Result<(), String> {
     ];
     for (name, value) in tokens {
         if !value.is_some_and(is_token) {
-            return Err(format!("{label}.{name} must be a bounded canonical token"));
+            return Err(invalid(format!(
+                "{label}.{name} must be a bounded canonical token"
+            )));
         }
     }
     let digests = [
@@ -567,11 +573,13 @@ fn check_event_tokens(label: &str, e: &EngineEvent) -> Result<(), String> {
     ];
     for (name, value) in digests {
         if !value.is_some_and(is_sha) {
-            return Err(format!("{label}.{name} must be a lowercase SHA-256 digest"));
+            return Err(invalid(format!(
+                "{label}.{name} must be a lowercase SHA-256 digest"
+            )));
         }
     }
     if !matches!(e.random_seed, RandomSeed::Int(_)) {
-        return Err(format!("{label}.random_seed must be an integer"));
+        return Err(invalid(format!("{label}.random_seed must be an integer")));
     }
     Ok(())
 }
@@ -583,37 +591,47 @@ fn validate_registration(
     decision: &EngineEvent,
     artifact_manifest_digest: &str,
     planning_environment_digest: &str,
-) -> Result<Registration, String> {
+) -> Result<Registration, QueryStoreError> {
     check_digest("logical_query_id", logical_query_id)?;
     check_digest("artifact_manifest_digest", artifact_manifest_digest)?;
     check_digest("planning_environment_digest", planning_environment_digest)?;
     check_event_tokens("session_started", session)?;
     check_event_tokens("decision_event", decision)?;
     if session.kind != EventKind::SessionStarted || session.expected_revision != 0 {
-        return Err("managed query must begin with SessionStarted revision zero".into());
+        return Err(invalid(
+            "managed query must begin with SessionStarted revision zero",
+        ));
     }
     if !matches!(
         decision.kind,
         EventKind::IntentObserved | EventKind::DevelopmentObserved
     ) {
-        return Err("managed query decision event kind is unsupported".into());
+        return Err(invalid("managed query decision event kind is unsupported"));
     }
     if decision.expected_revision < 1 || decision.expected_revision >= REVISION_BOUND {
-        return Err("managed query decision revision must follow session start".into());
+        return Err(invalid(
+            "managed query decision revision must follow session start",
+        ));
     }
     if (decision.kind == EventKind::IntentObserved) != (decision.expected_revision == 1) {
-        return Err("managed query decision kind does not match its stream revision".into());
+        return Err(invalid(
+            "managed query decision kind does not match its stream revision",
+        ));
     }
     let managing = Json::object([("host_level", Json::str(MANAGED_HOST_LEVEL))]);
     if session.payload != managing {
-        return Err("managed query session payload is not the exact managing envelope".into());
+        return Err(invalid(
+            "managed query session payload is not the exact managing envelope",
+        ));
     }
     let payload = decision.payload.as_obj();
     let Some(observation) = payload
         .filter(|m| m.len() == 1)
         .and_then(|m| m.get("observation_ref"))
     else {
-        return Err("managed query planning payload must contain only observation_ref".into());
+        return Err(invalid(
+            "managed query planning payload must contain only observation_ref",
+        ));
     };
     let reference = observation.as_obj().filter(|m| {
         m.len() == 3
@@ -622,19 +640,23 @@ fn validate_registration(
                 .all(|k| m.get(*k).and_then(Json::as_str).is_some())
     });
     let Some(reference) = reference else {
-        return Err("managed query observation reference is invalid".into());
+        return Err(invalid("managed query observation reference is invalid"));
     };
     let field = |k: &str| reference.get(k).and_then(Json::as_str).unwrap_or("");
     if field("provider_id") != ARTIFACT_OBSERVATION_PROVIDER
         || field("opaque_id") != format!("manifest-{artifact_manifest_digest}")
     {
-        return Err("managed query observation reference is not artifact-bound".into());
+        return Err(invalid(
+            "managed query observation reference is not artifact-bound",
+        ));
     }
     if !is_sha(field("content_digest")) {
-        return Err("managed query observation reference is invalid".into());
+        return Err(invalid("managed query observation reference is invalid"));
     }
     if session.event_id == decision.event_id {
-        return Err("managed query event identity relationships are invalid".into());
+        return Err(invalid(
+            "managed query event identity relationships are invalid",
+        ));
     }
     for name in [
         "planner_version",
@@ -644,7 +666,7 @@ fn validate_registration(
         "semantic_index_digest",
     ] {
         if session.text_metadata(name) != decision.text_metadata(name) {
-            return Err(format!("managed query events disagree on {name}"));
+            return Err(invalid(format!("managed query events disagree on {name}")));
         }
     }
     if decision.kind == EventKind::IntentObserved {
@@ -652,28 +674,40 @@ fn validate_registration(
             || session.correlation_id != decision.correlation_id
             || decision.causation_id.as_deref() != Some(session.event_id.as_str())
         {
-            return Err("managed query initial event identity relationships are invalid".into());
+            return Err(invalid(
+                "managed query initial event identity relationships are invalid",
+            ));
         }
         for name in ["engine_version", "policy_version", "work_signature"] {
             if session.text_metadata(name) != decision.text_metadata(name) {
-                return Err(format!("managed query initial events disagree on {name}"));
+                return Err(invalid(format!(
+                    "managed query initial events disagree on {name}"
+                )));
             }
         }
         if session.random_seed != decision.random_seed {
-            return Err("managed query initial events disagree on random_seed".into());
+            return Err(invalid(
+                "managed query initial events disagree on random_seed",
+            ));
         }
     } else if session.scope.stream_key() != decision.scope.stream_key() {
-        return Err("managed query development events must share one stable stream".into());
+        return Err(invalid(
+            "managed query development events must share one stable stream",
+        ));
     }
     if session.catalog_snapshot_digest.as_deref() != Some(planning_environment_digest) {
-        return Err("managed query planning environment binding is invalid".into());
+        return Err(invalid(
+            "managed query planning environment binding is invalid",
+        ));
     }
     let session_json = session.to_json();
     let decision_json = decision.to_json();
     if session_json.to_cja().len() > QUERY_EVENT_JSON_MAX_BYTES
         || decision_json.to_cja().len() > QUERY_EVENT_JSON_MAX_BYTES
     {
-        return Err("managed query event exceeds its persistent byte bound".into());
+        return Err(invalid(
+            "managed query event exceeds its persistent byte bound",
+        ));
     }
     let object = Json::object([
         (
@@ -691,7 +725,9 @@ fn validate_registration(
     ]);
     let bytes = object.to_cja().into_bytes();
     if bytes.len() > QUERY_REGISTRATION_MAX_BYTES {
-        return Err("managed query registration exceeds its persistent byte bound".into());
+        return Err(invalid(
+            "managed query registration exceeds its persistent byte bound",
+        ));
     }
     Ok(Registration {
         logical_query_id: logical_query_id.to_owned(),
@@ -823,14 +859,16 @@ fn decode_planned(payload: &[u8]) -> Result<(String, PlannedBinding), &'static s
 }
 
 /// Shape of a completion binding (spec/projections.md §7.6).
-fn check_binding(b: &PlannedBinding) -> Result<(), String> {
+fn check_binding(b: &PlannedBinding) -> Result<(), QueryStoreError> {
     if !is_token(&b.plan_id) {
-        return Err("plan_id must be a bounded canonical token".into());
+        return Err(invalid("plan_id must be a bounded canonical token"));
     }
     check_digest("decision_digest", &b.decision_digest)?;
     check_digest("journal_record_digest", &b.journal_record_digest)?;
     if b.journal_revision < 2 || b.journal_revision >= REVISION_BOUND {
-        return Err("journal_revision must be a bounded integer at least two".into());
+        return Err(invalid(
+            "journal_revision must be a bounded integer at least two",
+        ));
     }
     Ok(())
 }
@@ -1140,9 +1178,8 @@ impl QueryStore {
             decision_event,
             artifact_manifest_digest,
             planning_environment_digest,
-        )
-        .map_err(invalid)?;
-        let occurred_at = registration.occurred_at().map_err(invalid)?;
+        )?;
+        let occurred_at = registration.occurred_at()?;
         let query_ref = self.query_ref_of(&registration.bytes);
         Ok(StreamAppend::new(
             query_stream(logical_query_id)?,
@@ -1287,7 +1324,7 @@ impl QueryStore {
             journal_revision,
             journal_record_digest: journal_record_digest.to_owned(),
         };
-        check_binding(&binding).map_err(invalid)?;
+        check_binding(&binding)?;
         let record = self.load(query_ref)?;
         if record.decision_event.correlation_id.as_deref() != Some(plan_id) {
             return Err(QueryStoreError::Conflict {
@@ -1383,7 +1420,7 @@ impl QueryStore {
         scope: &ScopeRef,
         plan_id: &str,
     ) -> Result<QueryRecord, QueryStoreError> {
-        check_scope(scope).map_err(invalid)?;
+        check_scope(scope)?;
         if !is_token(plan_id) {
             return Err(invalid("plan_id must be a bounded canonical token"));
         }

@@ -92,7 +92,7 @@ pub fn load_catalog(
                 entry: catalog.entry_ref(i),
                 field: field.to_owned(),
                 path: body.path.clone(),
-                problem,
+                problem: problem.to_string(),
             })?;
             bodies.insert(body.path.clone(), text);
         }
@@ -100,9 +100,35 @@ pub fn load_catalog(
     Ok(LoadedCatalog { catalog, bodies })
 }
 
+/// What is wrong with a declared body file; the sentence follows "... names the body file
+/// \"PATH\", which " and becomes the problem of [`CatalogError::Body`].
+#[derive(Debug, thiserror::Error)]
+enum BodyProblem {
+    #[error("does not exist (no {})", path.display())]
+    Missing { path: PathBuf },
+    #[error("cannot be inspected: {0}")]
+    Inspect(std::io::Error),
+    #[error("passes through the symbolic link {}, which the loader refuses", path.display())]
+    Symlink { path: PathBuf },
+    #[error("is not a regular file")]
+    NotFile,
+    #[error("passes through {}, which is not a directory", path.display())]
+    NotDirectory { path: PathBuf },
+    #[error("is {actual} bytes, but the catalog declares {declared} bytes")]
+    Size { actual: u64, declared: i64 },
+    #[error("cannot be read: {0}")]
+    Read(std::io::Error),
+    #[error("has SHA-256 {actual}, but the catalog declares {declared}")]
+    Digest { actual: String, declared: String },
+    #[error("contains a NUL byte, which material text may not hold")]
+    Nul,
+    #[error("is not UTF-8 text (invalid byte at offset {offset})")]
+    Utf8 { offset: usize },
+}
+
 /// Reads one declared body, refusing symbolic links on the way (a link could point outside the
 /// catalog directory, and the body's digest would then vouch for a file nobody reviewed).
-fn read_body(root: &Path, body: &BodyRef) -> Result<String, String> {
+fn read_body(root: &Path, body: &BodyRef) -> Result<String, BodyProblem> {
     let mut path = PathBuf::from(root);
     let segments: Vec<&str> = body.path.split('/').collect();
     for (i, segment) in segments.iter().enumerate() {
@@ -110,59 +136,48 @@ fn read_body(root: &Path, body: &BodyRef) -> Result<String, String> {
         let meta = match fs::symlink_metadata(&path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(format!("does not exist (no {})", path.display()));
+                return Err(BodyProblem::Missing { path });
             }
-            Err(e) => return Err(format!("cannot be inspected: {e}")),
+            Err(e) => return Err(BodyProblem::Inspect(e)),
         };
         if meta.file_type().is_symlink() {
-            return Err(format!(
-                "passes through the symbolic link {}, which the loader refuses",
-                path.display()
-            ));
+            return Err(BodyProblem::Symlink { path });
         }
         let last = i + 1 == segments.len();
         if last && !meta.is_file() {
-            return Err("is not a regular file".to_owned());
+            return Err(BodyProblem::NotFile);
         }
         if !last && !meta.is_dir() {
-            return Err(format!(
-                "passes through {}, which is not a directory",
-                path.display()
-            ));
+            return Err(BodyProblem::NotDirectory { path });
         }
         if last {
             let declared = u64::try_from(body.size_bytes).unwrap_or(0);
             if meta.len() != declared {
-                return Err(format!(
-                    "is {} bytes, but the catalog declares {} bytes",
-                    meta.len(),
-                    body.size_bytes
-                ));
+                return Err(BodyProblem::Size {
+                    actual: meta.len(),
+                    declared: body.size_bytes,
+                });
             }
         }
     }
-    let bytes = fs::read(&path).map_err(|e| format!("cannot be read: {e}"))?;
+    let bytes = fs::read(&path).map_err(BodyProblem::Read)?;
     if i64::try_from(bytes.len()).ok() != Some(body.size_bytes) {
-        return Err(format!(
-            "is {} bytes, but the catalog declares {} bytes",
-            bytes.len(),
-            body.size_bytes
-        ));
+        return Err(BodyProblem::Size {
+            actual: bytes.len() as u64,
+            declared: body.size_bytes,
+        });
     }
     let actual = sha256_hex_bytes(&bytes);
     if actual != body.sha256 {
-        return Err(format!(
-            "has SHA-256 {actual}, but the catalog declares {}",
-            body.sha256
-        ));
+        return Err(BodyProblem::Digest {
+            actual,
+            declared: body.sha256.clone(),
+        });
     }
     if bytes.contains(&0) {
-        return Err("contains a NUL byte, which material text may not hold".to_owned());
+        return Err(BodyProblem::Nul);
     }
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
+    String::from_utf8(bytes).map_err(|e| BodyProblem::Utf8 {
+        offset: e.utf8_error().valid_up_to(),
     })
 }

@@ -10,6 +10,7 @@
 //! receipt is the record, `ActionApplied` when the host no longer reads the capability,
 //! `ActionFailed` when the actuator refused (a person's edit is never destroyed).
 
+use ctx_projections::ProtocolError;
 use ctx_projections::contract::expected_material_receipt;
 use ctx_projections::engine::{ActivationGuard, AuthorizeError, Engine, ProcessError};
 use ctx_projections::identity::InstallExecutionBinding;
@@ -42,7 +43,7 @@ pub trait ActivationDriver: std::fmt::Debug {
     /// The execution binding of this actuator (driver identity, host identity, target identity);
     /// the durable claim names it, so a claim made by another host's actuator is never resumed
     /// here.
-    fn binding(&self) -> Result<InstallExecutionBinding, String>;
+    fn binding(&self) -> Result<InstallExecutionBinding, ProtocolError>;
     /// Makes the action's capability visible to the host, or, when `apply` is false (recovering
     /// a claim made earlier), only observes whether it is.
     fn activate(&self, action: &HostAction, apply: bool) -> ActuatorObservation;
@@ -90,7 +91,9 @@ impl ManagedQueryService {
                 "the query's session names no host descriptor".into(),
             ));
         };
-        let binding = driver.binding().map_err(ServiceError::Execution)?;
+        let binding = driver
+            .binding()
+            .map_err(|e| ServiceError::Execution(e.to_string()))?;
         let scope = &record.decision_event().scope;
         let mut report = ActivationReport::default();
         // Actions this call already acted on without settling them (indeterminate or refused):
@@ -365,14 +368,13 @@ mod tests {
     }
 
     impl ActivationDriver for Recorder {
-        fn binding(&self) -> Result<InstallExecutionBinding, String> {
+        fn binding(&self) -> Result<InstallExecutionBinding, ProtocolError> {
             InstallExecutionBinding::new(
                 "ctx-test-actuator",
                 &sha256_hex("driver"),
                 &sha256_hex("host"),
                 &sha256_hex("target"),
             )
-            .map_err(|e| e.to_string())
         }
         fn activate(&self, action: &HostAction, apply: bool) -> ActuatorObservation {
             let id = action.entity_id.clone().unwrap_or_default();

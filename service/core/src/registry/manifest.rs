@@ -8,8 +8,10 @@
 
 use ctx_projections::check::{is_safe_token, is_sha, sha256_hex_bytes};
 use ctx_projections::{Json, Surrogate};
+use ctx_projections::{JsonError, ReplayError};
 
 use super::MANIFEST_MAX_BYTES;
+use super::surrogate::SurrogateError;
 use super::surrogate::check_observation_surrogate;
 
 /// `schema` of every manifest.
@@ -90,57 +92,42 @@ impl Manifest {
 
     /// Decodes stored manifest bytes strictly. `Err` carries the sentence fragment the caller
     /// reports as corruption of the manifest file.
-    pub fn decode(bytes: &[u8]) -> Result<Manifest, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         if bytes.len() > MANIFEST_MAX_BYTES {
-            return Err(format!(
-                "it is {} bytes, more than the limit of {MANIFEST_MAX_BYTES} bytes",
-                bytes.len()
-            ));
+            return Err(ManifestError::TooLarge { len: bytes.len() });
         }
-        let text = std::str::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())?;
-        let json = Json::parse(text).map_err(|e| format!("it is not strict JSON ({e})"))?;
-        let map = json.as_obj().ok_or("it is not a JSON object")?;
+        let text = std::str::from_utf8(bytes).map_err(|_| ManifestError::NotUtf8)?;
+        let json = Json::parse(text).map_err(ManifestError::Json)?;
+        let map = json.as_obj().ok_or(ManifestError::NotObject)?;
         if map.len() != KEY_COUNT {
-            return Err(format!(
-                "it has {} fields, but a manifest has exactly {KEY_COUNT}",
-                map.len()
-            ));
+            return Err(ManifestError::FieldCount { count: map.len() });
         }
         if json.get_str("schema") != Some(MANIFEST_SCHEMA)
             || json.get("registry_version").and_then(Json::as_i64) != Some(REGISTRY_VERSION)
         {
-            return Err(format!(
-                "its schema or registry version is not {MANIFEST_SCHEMA:?} version {REGISTRY_VERSION}"
-            ));
+            return Err(ManifestError::Schema);
         }
-        let digest = |name: &str| -> Result<String, String> {
+        let digest = |name: &'static str| -> Result<String, ManifestError> {
             match json.get_str(name) {
                 Some(d) if is_sha(d) => Ok(d.to_owned()),
-                _ => Err(format!(
-                    "its field {name} is not a lowercase SHA-256 digest"
-                )),
+                _ => Err(ManifestError::Digest { field: name }),
             }
         };
         let surrogate_json = json
             .get("observation_surrogate")
-            .ok_or("it lacks the field observation_surrogate")?;
-        let observation_surrogate = Surrogate::from_json(surrogate_json)
-            .map_err(|e| format!("its observation surrogate is invalid ({})", e.message()))?;
-        check_observation_surrogate(&observation_surrogate)
-            .map_err(|problem| format!("its observation surrogate is invalid ({problem})"))?;
+            .ok_or(ManifestError::NoSurrogate)?;
+        let observation_surrogate =
+            Surrogate::from_json(surrogate_json).map_err(ManifestError::SurrogateShape)?;
+        check_observation_surrogate(&observation_surrogate).map_err(ManifestError::Surrogate)?;
         if json.get_str("observation_surrogate_digest")
             != Some(observation_surrogate.value_digest.as_str())
         {
-            return Err(
-                "its observation_surrogate_digest does not match the surrogate it binds".to_owned(),
-            );
+            return Err(ManifestError::SurrogateDigest);
         }
         let planning_schema_version = match json.get_str("planning_schema_version") {
             Some(v) if is_safe_token(v) => v.to_owned(),
             _ => {
-                return Err(
-                    "its planning_schema_version is not a canonical bounded token".to_owned(),
-                );
+                return Err(ManifestError::PlanningSchema);
             }
         };
         let manifest = Manifest {
@@ -158,8 +145,40 @@ impl Manifest {
         // Unknown keys, a different spelling of the same values, or stray whitespace all show up
         // here: only the exact canonical re-encoding is accepted.
         if manifest.to_bytes() != bytes {
-            return Err("it is not the exact canonical JSON of its fields".to_owned());
+            return Err(ManifestError::NotCanonical);
         }
         Ok(manifest)
     }
+}
+
+/// Why stored manifest bytes are refused; the sentence fragment (which the caller reports as
+/// corruption of the manifest file) names the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ManifestError {
+    #[error("it is {len} bytes, more than the limit of {MANIFEST_MAX_BYTES} bytes")]
+    TooLarge { len: usize },
+    #[error("it is not UTF-8 text")]
+    NotUtf8,
+    #[error("it is not strict JSON ({0})")]
+    Json(JsonError),
+    #[error("it is not a JSON object")]
+    NotObject,
+    #[error("it has {count} fields, but a manifest has exactly {KEY_COUNT}")]
+    FieldCount { count: usize },
+    #[error("its schema or registry version is not {MANIFEST_SCHEMA:?} version {REGISTRY_VERSION}")]
+    Schema,
+    #[error("its field {field} is not a lowercase SHA-256 digest")]
+    Digest { field: &'static str },
+    #[error("it lacks the field observation_surrogate")]
+    NoSurrogate,
+    #[error("its observation surrogate is invalid ({0})")]
+    SurrogateShape(ReplayError),
+    #[error("its observation surrogate is invalid ({0})")]
+    Surrogate(SurrogateError),
+    #[error("its observation_surrogate_digest does not match the surrogate it binds")]
+    SurrogateDigest,
+    #[error("its planning_schema_version is not a canonical bounded token")]
+    PlanningSchema,
+    #[error("it is not the exact canonical JSON of its fields")]
+    NotCanonical,
 }

@@ -387,8 +387,8 @@ impl ArtifactRegistry {
                 format!("its SHA-256 is {actual}, not its address {manifest_digest}"),
             ));
         }
-        let manifest =
-            Manifest::decode(&bytes).map_err(|problem| RegistryError::corrupt(&path, problem))?;
+        let manifest = Manifest::decode(&bytes)
+            .map_err(|problem| RegistryError::corrupt(&path, problem.to_string()))?;
         if manifest.planning_environment_digest != planning_environment_digest {
             return Err(RegistryError::EnvironmentMismatch {
                 manifest_digest: manifest_digest.to_owned(),
@@ -536,8 +536,11 @@ fn manifest_for(loaded: &LoadedCatalog, inputs: IngestInputs) -> Result<Manifest
             problem: "must be a canonical bounded token ([a-z0-9][a-z0-9._:@-]{0,127})".to_owned(),
         });
     }
-    check_observation_surrogate(&inputs.observation_surrogate)
-        .map_err(|problem| RegistryError::InvalidSurrogate { problem })?;
+    check_observation_surrogate(&inputs.observation_surrogate).map_err(|problem| {
+        RegistryError::InvalidSurrogate {
+            problem: problem.to_string(),
+        }
+    })?;
     let manifest = Manifest {
         graph_artifact_digest: loaded.catalog().content_digest().to_owned(),
         planning_environment_digest: inputs.planning_environment_digest,

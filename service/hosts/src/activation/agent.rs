@@ -72,7 +72,7 @@ pub(crate) fn parse(name: &str, body: &[u8]) -> Result<AgentMaterial, Activation
     let fm = frontmatter::parse_named(name, body)?;
     let description = fm
         .scalar("description")
-        .map_err(invalid)?
+        .map_err(|e| invalid(e.to_string()))?
         .filter(|d| !d.trim().is_empty())
         .ok_or_else(|| invalid("it has no description".to_owned()))?;
     let instructions = fm
@@ -88,9 +88,15 @@ pub(crate) fn parse(name: &str, body: &[u8]) -> Result<AgentMaterial, Activation
     Ok(AgentMaterial {
         name: name.to_owned(),
         description: description.to_owned(),
-        model: fm.scalar("model").map_err(invalid)?.map(str::to_owned),
-        effort: fm.scalar("effort").map_err(invalid)?.map(str::to_owned),
-        tools: fm.list("tools").map_err(invalid)?,
+        model: fm
+            .scalar("model")
+            .map_err(|e| invalid(e.to_string()))?
+            .map(str::to_owned),
+        effort: fm
+            .scalar("effort")
+            .map_err(|e| invalid(e.to_string()))?
+            .map(str::to_owned),
+        tools: fm.list("tools").map_err(|e| invalid(e.to_string()))?,
         claude_only: ["hooks", "mcpServers", "permissionMode"]
             .into_iter()
             .filter(|key| fm.get(key).is_some())
@@ -194,15 +200,25 @@ fn escape_char(c: char, out: &mut String, multiline: bool) {
     }
 }
 
+/// Why a Codex agent text does not read back as its source.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CodexTomlError {
+    /// The text is not TOML.
+    #[error("{0}")]
+    Parse(#[from] toml_edit::TomlError),
+    #[error("the Codex agent does not read back as its source")]
+    NotReadBack,
+}
+
 /// Checks that a Codex agent text reads back as `m` (name, description, instructions).
-pub(crate) fn check_codex_toml(m: &AgentMaterial, text: &str) -> Result<(), String> {
-    let doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("{e}"))?;
+pub(crate) fn check_codex_toml(m: &AgentMaterial, text: &str) -> Result<(), CodexTomlError> {
+    let doc: toml_edit::DocumentMut = text.parse()?;
     let get = |key: &str| doc.get(key).and_then(|i| i.as_str());
     if get("name") != Some(m.name.as_str())
         || get("description") != Some(m.description.as_str())
         || get("developer_instructions") != Some(m.instructions.as_str())
     {
-        return Err("the Codex agent does not read back as its source".to_owned());
+        return Err(CodexTomlError::NotReadBack);
     }
     Ok(())
 }

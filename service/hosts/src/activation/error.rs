@@ -168,6 +168,53 @@ pub enum LedgerError {
     Corrupt { event_id: String, reason: String },
 }
 
+/// Why an activation ledger record (or activation index entry) does not decode; the sentence
+/// names the field at fault and becomes the reason of [`LedgerError::Corrupt`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerRecordError {
+    #[error("kind {kind:?} in {place}")]
+    StrayKind { kind: String, place: &'static str },
+    #[error("the payload is not UTF-8")]
+    NotUtf8,
+    #[error(transparent)]
+    Json(#[from] ctx_projections::JsonError),
+    #[error("the payload is not an object")]
+    NotObject,
+    #[error("{field} is missing")]
+    Missing { field: &'static str },
+    #[error("phase {phase:?} is neither intent nor outcome")]
+    Phase { phase: String },
+    #[error("the keys are not exactly {expected:?}")]
+    Keys { expected: &'static [&'static str] },
+    #[error("{field} is neither null nor a SHA-256 digest")]
+    State { field: &'static str },
+    #[error("host is not claude or codex")]
+    Host,
+    #[error("kind is not skill, agent or mcp-server")]
+    Kind,
+    #[error("path is not an absolute path")]
+    Path,
+    #[error("entry is neither null nor a key path")]
+    Entry,
+    #[error("the target is longer than the ledger allows")]
+    TargetTooLong,
+    #[error("operation is not activate or deactivate")]
+    Operation,
+    #[error("name {name:?} is not a name ctx records")]
+    Name { name: String },
+    #[error("capability_id is not a capability id of the target's kind")]
+    CapabilityId,
+    #[error("result is not a known result")]
+    Result,
+    #[error("resolved_by is not apply or recovery")]
+    ResolvedBy,
+    #[error("intent_revision is not a revision")]
+    IntentRevision,
+    #[error("the payload is not in canonical form")]
+    NotCanonical,
+}
+
 impl ActivationError {
     pub(crate) fn io(
         action: &'static str,

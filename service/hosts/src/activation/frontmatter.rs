@@ -11,6 +11,52 @@
 //! `[a, b]`, or nothing (then the indented lines that follow are the key's block: a nested map,
 //! a block sequence or a block scalar). Blank lines and `#` comment lines anywhere.
 
+/// Why a frontmatter is refused; the sentence names the line, key or value at fault and becomes
+/// the reason of an invalid-material error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FrontmatterError {
+    #[error("frontmatter {key} is not a one-line text value")]
+    NotOneLine { key: String },
+    #[error("frontmatter {key} is not a list")]
+    NotList { key: String },
+    #[error("the file does not start with a --- frontmatter line")]
+    NoOpening,
+    #[error("line {number} continues {key}, and multi-line values are not supported")]
+    Continues { number: usize, key: String },
+    #[error("line {number} is indented but follows no key")]
+    Indented { number: usize },
+    #[error("line {number} is not a `key: value` line")]
+    NotKeyValue { number: usize },
+    #[error("line {number} has the unsupported key {key:?}")]
+    Key { number: usize, key: String },
+    #[error("line {number} has no space after the colon")]
+    NoSpace { number: usize },
+    #[error("the key {key} appears twice")]
+    Twice { key: String },
+    /// A value on line `number` is refused.
+    #[error("line {number}: {fault}")]
+    AtLine {
+        number: usize,
+        fault: Box<FrontmatterError>,
+    },
+    #[error("the frontmatter has no closing --- line")]
+    NoClosing,
+    #[error("a flow sequence must close on its line")]
+    FlowNotClosed,
+    #[error("the value {value:?} uses YAML ctx does not read")]
+    UnsupportedYaml { value: String },
+    #[error("a single-quoted value is not closed on its line")]
+    SingleNotClosed,
+    #[error("a double-quoted value uses an unsupported escape")]
+    Escape,
+    #[error("a double-quoted value is not closed on its line")]
+    DoubleNotClosed,
+    #[error("the value {value:?} holds \": \", which YAML reads as a nested map; quote it")]
+    NestedMap { value: String },
+    #[error("text follows a quoted value")]
+    TextAfterQuote,
+}
+
 /// One top-level value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Value {
@@ -35,17 +81,19 @@ impl Frontmatter<'_> {
     }
 
     /// The one-line scalar `key`, `None` when absent; an error when it is not one line.
-    pub(crate) fn scalar(&self, key: &str) -> Result<Option<&str>, String> {
+    pub(crate) fn scalar(&self, key: &str) -> Result<Option<&str>, FrontmatterError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Scalar(s)) => Ok(Some(s)),
-            Some(_) => Err(format!("frontmatter {key} is not a one-line text value")),
+            Some(_) => Err(FrontmatterError::NotOneLine {
+                key: key.to_owned(),
+            }),
         }
     }
 
     /// The list `key`: a comma-separated scalar (commas inside parentheses do not split), a flow
     /// sequence, or a block sequence of plain items.
-    pub(crate) fn list(&self, key: &str) -> Result<Option<Vec<String>>, String> {
+    pub(crate) fn list(&self, key: &str) -> Result<Option<Vec<String>>, FrontmatterError> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Scalar(s)) => Ok(Some(split_top_level(s))),
@@ -53,10 +101,11 @@ impl Frontmatter<'_> {
             Some(Value::Block(lines)) => {
                 let mut items = Vec::new();
                 for line in lines {
-                    let item = line
-                        .trim()
-                        .strip_prefix("- ")
-                        .ok_or_else(|| format!("frontmatter {key} is not a list"))?;
+                    let item = line.trim().strip_prefix("- ").ok_or_else(|| {
+                        FrontmatterError::NotList {
+                            key: key.to_owned(),
+                        }
+                    })?;
                     items.push(unquote(item.trim())?);
                 }
                 Ok(Some(items))
@@ -92,11 +141,11 @@ fn split_top_level(text: &str) -> Vec<String> {
 
 /// Splits `text` into frontmatter and body. The text must start with a `---` line; the
 /// frontmatter ends at the next `---` line.
-pub(crate) fn parse(text: &str) -> Result<Frontmatter<'_>, String> {
+pub(crate) fn parse(text: &str) -> Result<Frontmatter<'_>, FrontmatterError> {
     let rest = text
         .strip_prefix("---\n")
         .or_else(|| text.strip_prefix("---\r\n"))
-        .ok_or("the file does not start with a --- frontmatter line")?;
+        .ok_or(FrontmatterError::NoOpening)?;
     let mut fields: Vec<(String, Value)> = Vec::new();
     let mut offset = text.len() - rest.len();
     let mut closed = None;
@@ -114,41 +163,50 @@ pub(crate) fn parse(text: &str) -> Result<Frontmatter<'_>, String> {
             match fields.last_mut() {
                 Some((_, Value::Block(lines))) => lines.push(line.to_owned()),
                 Some((key, _)) => {
-                    return Err(format!(
-                        "line {number} continues {key}, and multi-line values are not supported"
-                    ));
+                    return Err(FrontmatterError::Continues {
+                        number,
+                        key: key.clone(),
+                    });
                 }
-                None => return Err(format!("line {number} is indented but follows no key")),
+                None => return Err(FrontmatterError::Indented { number }),
             }
             continue;
         }
         let (key, value) = line
             .split_once(':')
-            .ok_or_else(|| format!("line {number} is not a `key: value` line"))?;
+            .ok_or(FrontmatterError::NotKeyValue { number })?;
         let key_ok = !key.is_empty()
             && key
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !key_ok {
-            return Err(format!("line {number} has the unsupported key {key:?}"));
+            return Err(FrontmatterError::Key {
+                number,
+                key: key.to_owned(),
+            });
         }
         if !value.is_empty() && !value.starts_with([' ', '\t']) {
-            return Err(format!("line {number} has no space after the colon"));
+            return Err(FrontmatterError::NoSpace { number });
         }
         if fields.iter().any(|(k, _)| k == key) {
-            return Err(format!("the key {key} appears twice"));
+            return Err(FrontmatterError::Twice {
+                key: key.to_owned(),
+            });
         }
-        let value = parse_value(value.trim()).map_err(|e| format!("line {number}: {e}"))?;
+        let value = parse_value(value.trim()).map_err(|e| FrontmatterError::AtLine {
+            number,
+            fault: Box::new(e),
+        })?;
         fields.push((key.to_owned(), value));
     }
-    let end = closed.ok_or("the frontmatter has no closing --- line")?;
+    let end = closed.ok_or(FrontmatterError::NoClosing)?;
     Ok(Frontmatter {
         fields,
         body: text.get(end..).unwrap_or_default(),
     })
 }
 
-fn parse_value(v: &str) -> Result<Value, String> {
+fn parse_value(v: &str) -> Result<Value, FrontmatterError> {
     if v.is_empty() || v.starts_with(['|', '>']) {
         return Ok(Value::Block(Vec::new()));
     }
@@ -156,7 +214,7 @@ fn parse_value(v: &str) -> Result<Value, String> {
         let inner = strip_comment(inner);
         let inner = inner
             .strip_suffix(']')
-            .ok_or("a flow sequence must close on its line")?;
+            .ok_or(FrontmatterError::FlowNotClosed)?;
         let items = split_top_level(inner)
             .iter()
             .map(|item| unquote(item))
@@ -164,14 +222,16 @@ fn parse_value(v: &str) -> Result<Value, String> {
         return Ok(Value::Flow(items));
     }
     if v.starts_with(['{', '&', '*', '!', '%', '@', '`']) {
-        return Err(format!("the value {v:?} uses YAML ctx does not read"));
+        return Err(FrontmatterError::UnsupportedYaml {
+            value: v.to_owned(),
+        });
     }
     Ok(Value::Scalar(unquote(v)?))
 }
 
 /// A plain scalar has its ` #` comment dropped; a quoted one is unquoted (and may only be
 /// followed by a comment).
-fn unquote(v: &str) -> Result<String, String> {
+fn unquote(v: &str) -> Result<String, FrontmatterError> {
     if let Some(rest) = v.strip_prefix('\'') {
         let mut out = String::new();
         let mut chars = rest.char_indices().peekable();
@@ -186,7 +246,7 @@ fn unquote(v: &str) -> Result<String, String> {
             }
             out.push(c);
         }
-        return Err("a single-quoted value is not closed on its line".to_owned());
+        return Err(FrontmatterError::SingleNotClosed);
     }
     if let Some(rest) = v.strip_prefix('"') {
         let mut out = String::new();
@@ -200,28 +260,28 @@ fn unquote(v: &str) -> Result<String, String> {
                     Some('/') => out.push('/'),
                     Some('n') => out.push('\n'),
                     Some('t') => out.push('\t'),
-                    _ => return Err("a double-quoted value uses an unsupported escape".to_owned()),
+                    _ => return Err(FrontmatterError::Escape),
                 },
                 c => out.push(c),
             }
         }
-        return Err("a double-quoted value is not closed on its line".to_owned());
+        return Err(FrontmatterError::DoubleNotClosed);
     }
     let plain = strip_comment(v).trim_end();
     if plain.contains(": ") || plain.ends_with(':') {
-        return Err(format!(
-            "the value {plain:?} holds \": \", which YAML reads as a nested map; quote it"
-        ));
+        return Err(FrontmatterError::NestedMap {
+            value: plain.to_owned(),
+        });
     }
     Ok(plain.to_owned())
 }
 
-fn after_quote(rest: &str) -> Result<(), String> {
+fn after_quote(rest: &str) -> Result<(), FrontmatterError> {
     let rest = rest.trim();
     if rest.is_empty() || rest.starts_with('#') {
         Ok(())
     } else {
-        Err("text follows a quoted value".to_owned())
+        Err(FrontmatterError::TextAfterQuote)
     }
 }
 
@@ -244,8 +304,8 @@ pub(crate) fn parse_named<'a>(
         reason,
     };
     let text = std::str::from_utf8(body).map_err(|_| invalid("it is not UTF-8".to_owned()))?;
-    let fm = parse(text).map_err(invalid)?;
-    let declared = fm.scalar("name").map_err(invalid)?;
+    let fm = parse(text).map_err(|e| invalid(e.to_string()))?;
+    let declared = fm.scalar("name").map_err(|e| invalid(e.to_string()))?;
     if declared != Some(name) {
         return Err(invalid(format!(
             "its frontmatter name is {declared:?}, not {name:?}"

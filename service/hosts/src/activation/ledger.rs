@@ -21,6 +21,7 @@ use crate::hosts::AgentHost;
 
 use super::CapabilityKind;
 use super::error::LedgerError;
+use super::error::LedgerRecordError;
 
 /// Namespace of the per-target streams.
 pub const ACTIVATION_NAMESPACE: &str = "ctx.host-activation";
@@ -97,24 +98,24 @@ impl TargetKey {
         ]
     }
 
-    fn from_json(value: &Json) -> Result<TargetKey, String> {
+    fn from_json(value: &Json) -> Result<TargetKey, LedgerRecordError> {
         let host = value
             .get_str("host")
             .and_then(AgentHost::parse)
-            .ok_or("host is not claude or codex")?;
+            .ok_or(LedgerRecordError::Host)?;
         let kind = value
             .get_str("kind")
             .and_then(CapabilityKind::parse)
-            .ok_or("kind is not skill, agent or mcp-server")?;
+            .ok_or(LedgerRecordError::Kind)?;
         let path = value
             .get_str("path")
             .filter(|p| p.starts_with('/') && !p.contains('\0'))
-            .ok_or("path is not an absolute path")?
+            .ok_or(LedgerRecordError::Path)?
             .to_owned();
         let entry = match value.get("entry") {
             Some(Json::Null) => None,
             Some(Json::Str(e)) if !e.is_empty() && !e.contains('\0') => Some(e.clone()),
-            _ => return Err("entry is neither null nor a key path".to_owned()),
+            _ => return Err(LedgerRecordError::Entry),
         };
         let key = TargetKey {
             host,
@@ -123,7 +124,7 @@ impl TargetKey {
             entry,
         };
         if key.path.len() + key.entry.as_ref().map_or(0, String::len) > TARGET_TEXT_MAX_BYTES {
-            return Err("the target is longer than the ledger allows".to_owned());
+            return Err(LedgerRecordError::TargetTooLong);
         }
         Ok(key)
     }
@@ -270,57 +271,66 @@ impl LedgerRecord {
 
     /// Decodes a payload strictly: exactly the keys of its phase, valid values, and canonical
     /// bytes (re-encoding gives the same payload).
-    pub fn decode(payload: &[u8]) -> Result<LedgerRecord, String> {
-        let text = std::str::from_utf8(payload).map_err(|_| "the payload is not UTF-8")?;
-        let value = Json::parse(text).map_err(|e| e.to_string())?;
-        let map = value.as_obj().ok_or("the payload is not an object")?;
-        let phase = value.get_str("phase").ok_or("phase is missing")?;
-        let expected: &[&str] = match phase {
+    pub fn decode(payload: &[u8]) -> Result<LedgerRecord, LedgerRecordError> {
+        let text = std::str::from_utf8(payload).map_err(|_| LedgerRecordError::NotUtf8)?;
+        let value = Json::parse(text)?;
+        let map = value.as_obj().ok_or(LedgerRecordError::NotObject)?;
+        let phase = value
+            .get_str("phase")
+            .ok_or(LedgerRecordError::Missing { field: "phase" })?;
+        let expected: &'static [&'static str] = match phase {
             "intent" => &INTENT_KEYS,
             "outcome" => &OUTCOME_KEYS,
-            _ => return Err(format!("phase {phase:?} is neither intent nor outcome")),
+            _ => {
+                return Err(LedgerRecordError::Phase {
+                    phase: phase.to_owned(),
+                });
+            }
         };
         if !map.keys().map(String::as_str).eq(expected.iter().copied()) {
-            return Err(format!("the keys are not exactly {expected:?}"));
+            return Err(LedgerRecordError::Keys { expected });
         }
-        let state = |key: &str| -> Result<Option<String>, String> {
+        let state = |key: &'static str| -> Result<Option<String>, LedgerRecordError> {
             match value.get(key) {
                 Some(Json::Null) => Ok(None),
                 Some(Json::Str(s)) if is_sha(s) => Ok(Some(s.clone())),
-                _ => Err(format!("{key} is neither null nor a SHA-256 digest")),
+                _ => Err(LedgerRecordError::State { field: key }),
             }
         };
         let target = TargetKey::from_json(&value)?;
         let operation = value
             .get_str("operation")
             .and_then(Operation::parse)
-            .ok_or("operation is not activate or deactivate")?;
-        let name = value.get_str("name").ok_or("name is missing")?.to_owned();
+            .ok_or(LedgerRecordError::Operation)?;
+        let name = value
+            .get_str("name")
+            .ok_or(LedgerRecordError::Missing { field: "name" })?
+            .to_owned();
         if !super::names::is_recorded_name(&name) {
-            return Err(format!("name {name:?} is not a name ctx records"));
+            return Err(LedgerRecordError::Name { name });
         }
         let capability_id = value
             .get_str("capability_id")
             .filter(|id| is_capability_identity(target.kind.as_str(), id))
-            .ok_or("capability_id is not a capability id of the target's kind")?
+            .ok_or(LedgerRecordError::CapabilityId)?
             .to_owned();
         let outcome = if phase == "outcome" {
             Some(Outcome {
                 result: value
                     .get_str("result")
                     .and_then(OutcomeResult::parse)
-                    .ok_or("result is not a known result")?,
+                    .ok_or(LedgerRecordError::Result)?,
                 observed_state: state("observed_state")?,
                 resolved_by: value
                     .get_str("resolved_by")
                     .and_then(Resolution::parse)
-                    .ok_or("resolved_by is not apply or recovery")?,
+                    .ok_or(LedgerRecordError::ResolvedBy)?,
                 intent_revision: value
                     .get("intent_revision")
                     .and_then(Json::as_i64)
                     .and_then(|r| u64::try_from(r).ok())
                     .filter(|r| *r >= 1)
-                    .ok_or("intent_revision is not a revision")?,
+                    .ok_or(LedgerRecordError::IntentRevision)?,
             })
         } else {
             None
@@ -335,7 +345,7 @@ impl LedgerRecord {
             outcome,
         };
         if record.encode() != payload {
-            return Err("the payload is not in canonical form".to_owned());
+            return Err(LedgerRecordError::NotCanonical);
         }
         Ok(record)
     }
@@ -432,7 +442,10 @@ impl ActivationLedger for JournalLedger {
                     let decoded = if view.kind == ACTIVATION_RECORD_KIND {
                         LedgerRecord::decode(view.payload)
                     } else {
-                        Err(format!("kind {:?} in an activation stream", view.kind))
+                        Err(LedgerRecordError::StrayKind {
+                            kind: view.kind.to_owned(),
+                            place: "an activation stream",
+                        })
                     };
                     match decoded {
                         Ok(record) if record.target == *target => {
@@ -449,7 +462,7 @@ impl ActivationLedger for JournalLedger {
                         Err(reason) => {
                             failure = Some(LedgerError::Corrupt {
                                 event_id: view.event_id.to_owned(),
-                                reason,
+                                reason: reason.to_string(),
                             });
                             ControlFlow::Break(())
                         }
@@ -520,11 +533,14 @@ impl ActivationLedger for JournalLedger {
         self.journal.visit_stream(&stream, 1, usize::MAX, |view| {
             let decoded = if view.kind == ACTIVATION_TARGET_KIND {
                 std::str::from_utf8(view.payload)
-                    .map_err(|_| "the payload is not UTF-8".to_owned())
-                    .and_then(|t| Json::parse(t).map_err(|e| e.to_string()))
+                    .map_err(|_| LedgerRecordError::NotUtf8)
+                    .and_then(|t| Ok(Json::parse(t)?))
                     .and_then(|v| TargetKey::from_json(&v))
             } else {
-                Err(format!("kind {:?} in the activation index", view.kind))
+                Err(LedgerRecordError::StrayKind {
+                    kind: view.kind.to_owned(),
+                    place: "the activation index",
+                })
             };
             match decoded {
                 Ok(key) => {
@@ -536,7 +552,7 @@ impl ActivationLedger for JournalLedger {
                 Err(reason) => {
                     failure = Some(LedgerError::Corrupt {
                         event_id: view.event_id.to_owned(),
-                        reason,
+                        reason: reason.to_string(),
                     });
                     ControlFlow::Break(())
                 }

@@ -105,29 +105,56 @@ pub(crate) fn parse(name: &str, body: &[u8]) -> Result<JsonNode, ActivationError
             return Err(invalid(format!("the server entry repeats the key {key}")));
         }
     }
-    check_entry(name, server).map_err(invalid)?;
+    check_entry(name, server).map_err(|e| invalid(e.to_string()))?;
     check_secrets(name, server)?;
     Ok(server.clone())
 }
 
-fn strings<'a>(node: Option<&'a JsonNode>, what: &str) -> Result<Vec<&'a str>, String> {
+/// Why an MCP server entry (or the Codex `mcp_servers` table it goes into) is refused; the
+/// sentence names the member at fault and becomes the reason of an activation error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum McpEntryError {
+    #[error("{what} holds a value that is not text")]
+    ItemNotText { what: String },
+    #[error("{what} is not an array")]
+    NotArray { what: String },
+    #[error("{what}.{key} is not text")]
+    ValueNotText { what: String, key: String },
+    #[error("{what} is not an object")]
+    NotObject { what: String },
+    #[error("an entry with url needs a type (Claude Code rejects it otherwise)")]
+    UrlWithoutType,
+    #[error("type is not stdio, http, streamable-http, sse or ws")]
+    Type,
+    #[error("a stdio server needs a command")]
+    NoCommand,
+    #[error("a remote server needs a url")]
+    NoUrl,
+    #[error("mcp_servers is not a table")]
+    ServersNotTable,
+}
+
+fn strings<'a>(node: Option<&'a JsonNode>, what: &str) -> Result<Vec<&'a str>, McpEntryError> {
     match node {
         None => Ok(Vec::new()),
         Some(JsonNode::Array(items)) => items
             .iter()
             .map(|i| {
-                i.as_str()
-                    .ok_or(format!("{what} holds a value that is not text"))
+                i.as_str().ok_or_else(|| McpEntryError::ItemNotText {
+                    what: what.to_owned(),
+                })
             })
             .collect(),
-        Some(_) => Err(format!("{what} is not an array")),
+        Some(_) => Err(McpEntryError::NotArray {
+            what: what.to_owned(),
+        }),
     }
 }
 
 fn string_map<'a>(
     node: Option<&'a JsonNode>,
     what: &str,
-) -> Result<Vec<(&'a str, &'a str)>, String> {
+) -> Result<Vec<(&'a str, &'a str)>, McpEntryError> {
     match node {
         None => Ok(Vec::new()),
         Some(JsonNode::Object(members)) => members
@@ -135,41 +162,44 @@ fn string_map<'a>(
             .map(|(k, v)| {
                 v.as_str()
                     .map(|v| (k.as_str(), v))
-                    .ok_or(format!("{what}.{k} is not text"))
+                    .ok_or_else(|| McpEntryError::ValueNotText {
+                        what: what.to_owned(),
+                        key: k.clone(),
+                    })
             })
             .collect(),
-        Some(_) => Err(format!("{what} is not an object")),
+        Some(_) => Err(McpEntryError::NotObject {
+            what: what.to_owned(),
+        }),
     }
 }
 
 /// The transport: `stdio` (also when `type` is absent) or a remote one.
-fn transport(server: &JsonNode) -> Result<&str, String> {
+fn transport(server: &JsonNode) -> Result<&str, McpEntryError> {
     match server.get("type") {
-        None if server.get("url").is_some() => {
-            Err("an entry with url needs a type (Claude Code rejects it otherwise)".to_owned())
-        }
+        None if server.get("url").is_some() => Err(McpEntryError::UrlWithoutType),
         None => Ok("stdio"),
         Some(JsonNode::String(t))
             if ["stdio", "http", "streamable-http", "sse", "ws"].contains(&t.as_str()) =>
         {
             Ok(t)
         }
-        Some(_) => Err("type is not stdio, http, streamable-http, sse or ws".to_owned()),
+        Some(_) => Err(McpEntryError::Type),
     }
 }
 
-fn check_entry(_name: &str, server: &JsonNode) -> Result<(), String> {
+fn check_entry(_name: &str, server: &JsonNode) -> Result<(), McpEntryError> {
     if transport(server)? == "stdio" {
         let command = server.get("command").and_then(JsonNode::as_str);
         if command.is_none_or(str::is_empty) {
-            return Err("a stdio server needs a command".to_owned());
+            return Err(McpEntryError::NoCommand);
         }
         strings(server.get("args"), "args")?;
         string_map(server.get("env"), "env")?;
     } else {
         let url = server.get("url").and_then(JsonNode::as_str);
         if url.is_none_or(str::is_empty) {
-            return Err("a remote server needs a url".to_owned());
+            return Err(McpEntryError::NoUrl);
         }
         string_map(server.get("headers"), "headers")?;
     }
@@ -312,7 +342,7 @@ pub(crate) fn codex_table(name: &str, server: &JsonNode) -> Result<Table, Activa
             Ok(())
         }
     };
-    let kind = transport(server).map_err(invalid)?;
+    let kind = transport(server).map_err(|e| invalid(e.to_string()))?;
     let allowed: &[&str] = match kind {
         "stdio" => &STDIO_KEYS,
         "http" | "streamable-http" => &HTTP_KEYS,
@@ -337,7 +367,7 @@ pub(crate) fn codex_table(name: &str, server: &JsonNode) -> Result<Table, Activa
             .unwrap_or_default();
         no_reference("command", command)?;
         table.insert("command", toml_edit::value(command));
-        let args = strings(server.get("args"), "args").map_err(invalid)?;
+        let args = strings(server.get("args"), "args").map_err(|e| invalid(e.to_string()))?;
         if server.get("args").is_some() {
             let mut array = Array::new();
             for (i, arg) in args.iter().enumerate() {
@@ -348,7 +378,9 @@ pub(crate) fn codex_table(name: &str, server: &JsonNode) -> Result<Table, Activa
         }
         let mut forwarded = Array::new();
         let mut literal = InlineTable::new();
-        for (key, value) in string_map(server.get("env"), "env").map_err(invalid)? {
+        for (key, value) in
+            string_map(server.get("env"), "env").map_err(|e| invalid(e.to_string()))?
+        {
             match whole_reference(value) {
                 Some(var) if var == key => forwarded.push(var),
                 Some(var) => {
@@ -379,7 +411,9 @@ pub(crate) fn codex_table(name: &str, server: &JsonNode) -> Result<Table, Activa
         let mut bearer = None;
         let mut from_env = InlineTable::new();
         let mut literal = InlineTable::new();
-        for (header, value) in string_map(server.get("headers"), "headers").map_err(invalid)? {
+        for (header, value) in
+            string_map(server.get("headers"), "headers").map_err(|e| invalid(e.to_string()))?
+        {
             let bearer_var = value
                 .strip_prefix("Bearer ")
                 .and_then(whole_reference)
@@ -609,7 +643,8 @@ impl MemberPlace {
                 }
                 MemberValue::Codex(table) => {
                     let mut doc = self.document(current)?;
-                    codex_insert(&mut doc, &self.name, table).map_err(|e| self.config(e))?;
+                    codex_insert(&mut doc, &self.name, table)
+                        .map_err(|e| self.config(e.to_string()))?;
                     Ok(Some(doc.to_string().into_bytes()))
                 }
             }
@@ -663,7 +698,7 @@ impl MemberPlace {
 
 /// Puts `table` at `mcp_servers.<name>`, creating `mcp_servers` as an implicit table (no header
 /// line of its own) when missing. A replaced table keeps its place in the file.
-fn codex_insert(doc: &mut DocumentMut, name: &str, table: &Table) -> Result<(), String> {
+fn codex_insert(doc: &mut DocumentMut, name: &str, table: &Table) -> Result<(), McpEntryError> {
     let key = "mcp_servers";
     if !doc.contains_key(key) {
         let mut servers = Table::new();
@@ -686,7 +721,7 @@ fn codex_insert(doc: &mut DocumentMut, name: &str, table: &Table) -> Result<(), 
             );
             Ok(())
         }
-        _ => Err("mcp_servers is not a table".to_owned()),
+        _ => Err(McpEntryError::ServersNotTable),
     }
 }
 

@@ -41,6 +41,7 @@ pub use crate::profile::{CLAUDE_AGENTS_SUBDIR, CLAUDE_BUNDLED_SKILLS, CLAUDE_PRO
 
 pub use agent::{AGENT_TREE_DEPTH_MAX, AGENT_TREE_ENTRIES_MAX, CODEX_AGENT_HEADER};
 pub use entry::STAGING_DIR_NAME;
+pub use error::LedgerRecordError;
 pub use error::{ActivationError, ConflictReason, LedgerError};
 pub use ledger::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
@@ -718,7 +719,7 @@ impl Actuator {
                 agent::check_codex_toml(&material, &toml).map_err(|reason| {
                     ActivationError::InvalidMaterial {
                         name: name.to_owned(),
-                        reason,
+                        reason: reason.to_string(),
                     }
                 })?;
                 if toml.len() > TARGET_READ_MAX_BYTES {
@@ -941,7 +942,10 @@ fn check_skill(name: &str, body: &[u8]) -> Result<(), ActivationError> {
         reason,
     };
     let fm = frontmatter::parse_named(name, body)?;
-    let description = fm.scalar("description").map_err(invalid)?.unwrap_or("");
+    let description = fm
+        .scalar("description")
+        .map_err(|e| invalid(e.to_string()))?
+        .unwrap_or("");
     let chars = description.chars().count();
     if description.trim().is_empty() || chars > SKILL_DESCRIPTION_MAX_CHARS {
         return Err(invalid(format!(
