@@ -135,7 +135,7 @@ pub trait ReadTxn {
     /// head, or why it does not decode.
     fn heads(
         &mut self,
-        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
     ) -> Result<(), ReadError>;
 
     /// Checks the backend's own indexes against the records (the verification pass), reporting
@@ -211,4 +211,26 @@ pub enum IndexKind {
     Position,
     /// The event id → position index.
     Event,
+}
+
+/// Why a stored stream head does not decode, in the words of the backend that stored it; reported
+/// per head by [`ReadTxn::heads`] so that verification can name the stream and go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct HeadDecodeError {
+    reason: String,
+}
+
+impl HeadDecodeError {
+    /// A head that does not decode, for `reason` (a sentence naming the value at fault).
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+
+    /// The backend's sentence.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
 }

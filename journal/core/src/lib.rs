@@ -38,7 +38,8 @@ pub use crate::redb::create::DATABASE_FILE;
 pub use crate::redb::interpose::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
 pub use audit::StreamInfo;
 pub use backend::{
-    Backend, CommitError, Finish, IndexFinding, IndexKind, PutRecord, ReadTxn, WriteTxn,
+    Backend, CommitError, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord, ReadTxn,
+    WriteTxn,
 };
 pub use codec::{RecordView, decode_record_value};
 pub use error::{

@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 
 use ctx_journal::{
     AppendError, AppendOutcome, Backend, CommitError, ExpectedRevision, FailureKind, Finish,
-    HookError, HookTxn, IndexFinding, IndexKind, Journal, NewRecord, OpenOptions, ProjectionHook,
-    PutRecord, ReadError, ReadTxn, Record, RecordView, StorageError, StreamAppend, StreamHead,
-    StreamId, Timestamp, WriteTxn, decode_record_value,
+    HeadDecodeError, HookError, HookTxn, IndexFinding, IndexKind, Journal, NewRecord, OpenOptions,
+    ProjectionHook, PutRecord, ReadError, ReadTxn, Record, RecordView, StorageError, StreamAppend,
+    StreamHead, StreamId, Timestamp, WriteTxn, decode_record_value,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -196,7 +196,7 @@ impl ReadTxn for MemTxn<'_> {
 
     fn heads(
         &mut self,
-        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
     ) -> Result<(), ReadError> {
         for (stream, head) in &self.state.heads {
             f(stream, Ok(*head));
@@ -907,7 +907,7 @@ impl ReadTxn for FaultyTxn<'_, '_> {
 
     fn heads(
         &mut self,
-        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
     ) -> Result<(), ReadError> {
         if !matches!(self.fault, Fault::StaleHeads) {
             return self.txn.heads(f);

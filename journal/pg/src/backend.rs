@@ -12,8 +12,8 @@ use std::ops::ControlFlow;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ctx_journal::{
-    Backend, CommitError, Digest, Finish, IndexFinding, IndexKind, PutRecord, ReadError, ReadTxn,
-    StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
+    Backend, CommitError, Digest, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord,
+    ReadError, ReadTxn, StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
 };
 use postgres::config::Host;
 use postgres::error::Severity;
@@ -759,7 +759,7 @@ impl ReadTxn for Txn<'_> {
 
     fn heads(
         &mut self,
-        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
     ) -> Result<(), ReadError> {
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -776,7 +776,10 @@ impl ReadTxn for Txn<'_> {
             };
             for row in &rows {
                 let key: &[u8] = column(row, 0, "a stream head row")?;
-                f(key, head_of_row(row, 1).map_err(|e| e.to_string()));
+                f(
+                    key,
+                    head_of_row(row, 1).map_err(|e| HeadDecodeError::new(e.to_string())),
+                );
             }
             after = Some(column::<&[u8]>(last, 0, "a stream head row")?.to_vec());
         }

@@ -940,11 +940,11 @@ fn check_indexes_and_heads_report_rows_that_disagree() {
             txn.heads(&mut |key, head| heads.push((key.to_vec(), head)))?;
             assert_eq!(heads.len(), 2);
             assert!(
-                matches!(&heads[0].1, Err(reason) if reason.contains("3 bytes")),
+                matches!(&heads[0].1, Err(reason) if reason.reason().contains("3 bytes")),
                 "{heads:?}"
             );
             assert!(
-                matches!(&heads[1].1, Err(reason) if reason.contains("-5")),
+                matches!(&heads[1].1, Err(reason) if reason.reason().contains("-5")),
                 "{heads:?}"
             );
             assert!(matches!(

@@ -31,7 +31,8 @@ use rkyv::util::AlignedVec;
 
 use self::tables::{CHUNKS, EVENT_IDS, META, META_EVENT_INDEX_UPTO, RECORDS, STREAMS, Tables};
 use crate::backend::{
-    Backend, CommitError, Finish, IndexFinding, IndexKind, PutRecord, ReadTxn, WriteTxn,
+    Backend, CommitError, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord, ReadTxn,
+    WriteTxn,
 };
 use crate::codec::{HeadState, chunk_key, chunk_position, decode_record, encode_chunk, event_key};
 use crate::error::{ReadError, StorageError};
@@ -235,7 +236,7 @@ impl ReadTxn for RedbRead<'_> {
 
     fn heads(
         &mut self,
-        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
     ) -> Result<(), ReadError> {
         let streams = self.txn.open_table(STREAMS).map_err(StorageError::from)?;
         visit_heads(&streams, f)
@@ -320,13 +321,13 @@ fn visit_records(
 
 fn visit_heads(
     streams: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+    f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
 ) -> Result<(), ReadError> {
     for entry in streams.iter().map_err(StorageError::from)? {
         let (key, value) = entry.map_err(StorageError::from)?;
         let head = HeadState::decode(value.value())
             .map(|h| h.public())
-            .map_err(str::to_owned);
+            .map_err(HeadDecodeError::new);
         f(key.value(), head);
     }
     Ok(())
@@ -571,7 +572,7 @@ impl ReadTxn for RedbWrite<'_, '_> {
 
     fn heads(
         &mut self,
-        f: &mut dyn FnMut(&[u8], Result<StreamHead, String>),
+        f: &mut dyn FnMut(&[u8], Result<StreamHead, HeadDecodeError>),
     ) -> Result<(), ReadError> {
         self.staged
             .flush(&mut self.tables)
