@@ -13,7 +13,7 @@ use crate::backend::{Backend, ReadTxn};
 use crate::codec::{MacKey, RecordView, authenticate, decode_record};
 use crate::error::{AppendError, OpenError, ProjectionError, ReadError, StorageError, VerifyError};
 use crate::hook::ProjectionHook;
-use crate::key::{self, KeySource, KeyedDigestKey};
+use crate::key::{self, KeySource, KeySourceError, KeyedDigestKey};
 use crate::lock;
 use crate::redb::create::{DATABASE_FILE, open_backend};
 use crate::shared::{Queue, Shared};
@@ -67,7 +67,7 @@ impl OpenOptions {
     /// Where the installation key's 32 random bytes come from when a journal is created.
     pub fn key_source(
         mut self,
-        source: impl Fn() -> Result<[u8; 32], String> + Send + Sync + 'static,
+        source: impl Fn() -> Result<[u8; 32], KeySourceError> + Send + Sync + 'static,
     ) -> OpenOptions {
         self.key_source = Arc::new(source);
         self

@@ -15,11 +15,27 @@ pub const KEY_FILE: &str = "installation.key";
 const KEY_FILE_BYTES: usize = 32;
 
 /// The source of the installation key's randomness; an injected seam so tests are repeatable.
-pub type KeySource = dyn Fn() -> Result<[u8; 32], String> + Send + Sync;
+pub type KeySource = dyn Fn() -> Result<[u8; 32], KeySourceError> + Send + Sync;
 
-pub(crate) fn os_random_key() -> Result<[u8; 32], String> {
+/// Why a key source could not supply a key (reported as `OpenError::KeyGeneration`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct KeySourceError {
+    reason: String,
+}
+
+impl KeySourceError {
+    /// A key source failure, for `reason` (a sentence naming what failed).
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+}
+
+pub(crate) fn os_random_key() -> Result<[u8; 32], KeySourceError> {
     let mut key = [0u8; 32];
-    getrandom::fill(&mut key).map_err(|e| e.to_string())?;
+    getrandom::fill(&mut key).map_err(|e| KeySourceError::new(e.to_string()))?;
     Ok(key)
 }
 
@@ -111,7 +127,9 @@ pub(crate) fn load_or_create(
                     path: dir.to_path_buf(),
                 });
             }
-            let key = source().map_err(|reason| OpenError::KeyGeneration { reason })?;
+            let key = source().map_err(|error| OpenError::KeyGeneration {
+                reason: error.to_string(),
+            })?;
             ctx_fs::write_durable(&path, &key, ctx_fs::FILE_MODE_PRIVATE)
                 .map_err(|e| OpenError::fs_named(&path, e))?;
             Ok(InstallationKey(key))

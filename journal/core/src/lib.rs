@@ -48,7 +48,7 @@ pub use error::{
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
 pub use import::{ImportError, ImportRecord, Importer};
 pub use journal::{Journal, OpenOptions, WeakJournal};
-pub use key::KeySource;
+pub use key::{KeySource, KeySourceError};
 pub use limits::{
     BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, EVENT_ID_MAX_BYTES,
     EVENT_INDEX_MERGE_RECORDS, GROUP_RECORDS_MAX, KIND_MAX_BYTES, NAMESPACE_MAX_BYTES,

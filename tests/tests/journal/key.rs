@@ -5,8 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ctx_journal::{
-    AppendError, Digest, ExpectedRevision, Journal, NewRecord, OpenError, OpenOptions,
-    StreamAppend, Timestamp, files,
+    AppendError, Digest, ExpectedRevision, Journal, KeySourceError, NewRecord, OpenError,
+    OpenOptions, StreamAppend, Timestamp, files,
 };
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -108,7 +108,7 @@ fn the_key_file_is_private_and_the_key_never_shown() {
 fn a_failing_key_source_is_a_typed_error() {
     let parent = support::tempdir();
     let dir = parent.path().join("data");
-    let options = support::options().key_source(|| Err("no entropy today".to_owned()));
+    let options = support::options().key_source(|| Err(KeySourceError::new("no entropy today")));
     match Journal::open(&dir, &options) {
         Err(OpenError::KeyGeneration { reason }) => assert_eq!(reason, "no entropy today"),
         other => panic!("expected KeyGeneration, got {other:?}"),
