@@ -25,12 +25,12 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use ctx_model::{JSON_PARSE_DEPTH_MAX, Json};
 use ctx_projections::consent_store::{
     ASSERTION_SIGNING_KEYS, AssertionCodecError, ConsentStoreError, InstallConsentChallenge,
     MAX_SIGNED_HUMAN_DECISION_ASSERTION_BYTES, SignedHumanDecisionAssertion,
 };
 use ctx_projections::query_store::{is_desired_set_ref, is_query_ref};
-use ctx_projections::{JSON_PARSE_DEPTH_MAX, Json};
 use ctx_service::catalog::{
     CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, is_body_path, load_catalog_dir,
 };
@@ -489,7 +489,7 @@ fn work_dir() -> &'static PathBuf {
 /// The committed seed corpus (`corpus/decode_untrusted/seed-*`): one valid input per decoder,
 /// built here so that the files can be checked, and rewritten with `CTX_FUZZ_WRITE_SEEDS=1`.
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
-    use ctx_projections::check::sha256_hex;
+    use ctx_model::sha256_hex;
     use ctx_projections::consent_store::{AssertionFields, ChallengeFields};
     let d = |label: &str| sha256_hex(&format!("ctx-fuzz-seed:{label}"));
 
@@ -540,7 +540,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         challenge_id: "challenge-1".into(),
         audience: "ctx-managed-query".into(),
         workspace_identity_digest: d("workspace"),
-        scope: ctx_projections::testkit::scope("session-1"),
+        scope: ctx_model::testkit::scope("session-1"),
         capability_id: "skill:rust".into(),
         kind: "skill".into(),
         source_digest: d("source"),

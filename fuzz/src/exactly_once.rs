@@ -54,7 +54,10 @@ use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 
 use arbitrary::Arbitrary;
 use ctx_journal::{Journal, OpenOptions};
-use ctx_projections::check::{UtcMicros, sha256_hex, sha256_hex_bytes};
+use ctx_model::{
+    ActionKind, CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
+    UtcMicros, sha256_hex, sha256_hex_bytes,
+};
 use ctx_projections::consent_store::{
     AssertionFields, CONSENT_STORE_PROJECTION, ConsentStore, ConsentStoreError,
     SignedHumanDecisionAssertion,
@@ -65,9 +68,6 @@ use ctx_projections::engine::{
     ManualClock, engine_stream,
 };
 use ctx_projections::query_store::{QUERY_STORE_PROJECTION, QueryStore};
-use ctx_projections::{
-    ActionKind, CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
-};
 use ctx_service::catalog::load_catalog_dir;
 use ctx_service::decision::{
     HmacSha256Verifier, HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry,

@@ -7,8 +7,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
-use ctx_projections::check::UtcMicros;
+use ctx_model::{Json, UtcMicros};
 use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };

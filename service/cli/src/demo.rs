@@ -7,8 +7,7 @@
 use std::io::Write;
 
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
-use ctx_projections::check::UtcMicros;
+use ctx_model::{Json, UtcMicros};
 
 use crate::commands::{HostCommand, field, run_step, strings};
 use crate::data_dir::DataDir;

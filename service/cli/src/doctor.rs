@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ctx_journal::OpenOptions;
 
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
 use crate::init::{EventState, Registration, Status, classify, hooks_file, host_directories};

@@ -8,8 +8,7 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
-use ctx_projections::check::UtcMicros;
+use ctx_model::{Json, UtcMicros};
 
 use crate::commands::{HostCommand, field, run_step};
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};

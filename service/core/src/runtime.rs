@@ -15,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ctx_journal::OpenOptions;
-use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, EngineEvent, HostAction, Json, ScopeRef, Surrogate, UtcMicros, is_token,
+    sha256_hex, sha256_hex_bytes,
+};
 use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
 use ctx_projections::engine::{Clock, ManualClock};
-use ctx_projections::{CURRENT_WORK_SCHEMA, EngineEvent, HostAction, Json, ScopeRef, Surrogate};
 
 use crate::catalog::{LoadedCatalog, load_catalog_dir};
 use crate::data_dir::Layout;
@@ -289,7 +291,7 @@ impl StoredWork {
         let session_id = text("session_id")?;
         let workspace_digest = text("workspace_digest")?;
         // Validated again after reading: the scope slices the digest and the engine checks tokens.
-        if !is_token(&session_id) || !ctx_projections::check::is_sha(&workspace_digest) {
+        if !is_token(&session_id) || !ctx_model::is_sha(&workspace_digest) {
             return Err("session_id or workspace_digest is malformed".to_owned());
         }
         Ok(StoredWork {
@@ -843,7 +845,7 @@ impl Runtime {
             .cloned()
             .collect();
         for signal in &request.signals {
-            if !ctx_projections::check::is_safe_token(signal) {
+            if !ctx_model::is_safe_token(signal) {
                 return Err(RuntimeError::Invalid(format!(
                     "signal {signal:?} must be a lowercase token"
                 )));
@@ -861,10 +863,7 @@ impl Runtime {
             let set: BTreeSet<String> = request.languages.iter().cloned().collect();
             set.into_iter().collect()
         };
-        if let Some(bad) = languages
-            .iter()
-            .find(|l| !ctx_projections::check::is_safe_token(l))
-        {
+        if let Some(bad) = languages.iter().find(|l| !ctx_model::is_safe_token(l)) {
             return Err(RuntimeError::Invalid(format!(
                 "language {bad:?} must be a lowercase token"
             )));

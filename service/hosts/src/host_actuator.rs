@@ -14,9 +14,7 @@ use std::sync::Arc;
 use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
 };
-use ctx_projections::check::{sha256_hex, sha256_hex_bytes};
-use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{HostAction, Json};
+use ctx_model::{HostAction, InstallExecutionBinding, Json, sha256_hex, sha256_hex_bytes};
 
 use crate::activation::{
     ActivationError, ActivationOutcome, ActivationRequest, ActivationTarget, Actuator,

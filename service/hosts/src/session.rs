@@ -14,9 +14,8 @@ use ctx_journal::{
     AppendError, ExpectedRevision, InputError, Journal, NewRecord, OpenError, OpenOptions,
     ReadError, StreamAppend, StreamId, Timestamp,
 };
-use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
+use ctx_model::{Json, JsonError, UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
 use ctx_projections::consent_store::ChallengeState;
-use ctx_projections::{Json, JsonError};
 use ctx_service::managed::{
     ActivationReport, JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest,
 };

@@ -51,10 +51,7 @@ fn claude_agent_file_is_the_catalog_bytes_in_ctxs_subfolder() {
         ["code-reviewer.md"]
     );
     // The state digest of an agent file is the plain SHA-256 of its bytes.
-    assert_eq!(
-        report.state,
-        ctx_projections::check::sha256_hex_bytes(&body)
-    );
+    assert_eq!(report.state, ctx_model::sha256_hex_bytes(&body));
 
     let head = f.head();
     let again = f

@@ -11,7 +11,7 @@ use ctx_hosts::activation::{
 };
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, OpenOptions, Timestamp};
-use ctx_projections::check::UtcMicros;
+use ctx_model::UtcMicros;
 use ctx_service::managed::{
     ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError, activation_failpoints as service,
 };

@@ -12,7 +12,7 @@ use ctx_hosts::activation::{
 };
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, StreamId};
-use ctx_projections::check::sha256_hex_bytes;
+use ctx_model::sha256_hex_bytes;
 
 use crate::support;
 

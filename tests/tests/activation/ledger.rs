@@ -10,9 +10,9 @@ use ctx_hosts::activation::{
     ACTIVATION_TARGET_KIND, ActivationOutcome, CapabilityKind, LedgerRecord, TargetStatus,
 };
 use ctx_journal::StreamId;
-use ctx_projections::Json;
+use ctx_model::Json;
+use ctx_model::testkit::Session;
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
-use ctx_projections::testkit::Session;
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Projections, domain_projections};
 
@@ -74,7 +74,7 @@ fn ledger_records_are_canonical_json_in_one_stream_per_target() {
     let stream = StreamId::derive(ACTIVATION_NAMESPACE, &key).unwrap();
     let records = f.journal.read_stream(&stream, 1, 100).unwrap();
     assert_eq!(records.len(), 4, "intent, outcome, intent, outcome");
-    let state = ctx_projections::check::sha256_hex_bytes(&body);
+    let state = ctx_model::sha256_hex_bytes(&body);
     let digest = format!("\"{state}\"");
     let null = "null".to_owned();
     let expected = [

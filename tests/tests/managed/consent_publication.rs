@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
+use ctx_model::{ActionKind, EngineEvent, EventKind, HostAction, Json};
 use ctx_projections::engine::ManualClock;
-use ctx_projections::{ActionKind, EngineEvent, EventKind, HostAction, Json};
 use ctx_service::managed::failpoints;
 use ctx_service::planning::adapter::AdapterPorts;
 use ctx_service::planning::benefit::NetBenefitPolicy;

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
-use ctx_projections::check::UtcMicros;
+use ctx_model::{ActionKind, EventKind, HostAction, Json, UtcMicros};
 use ctx_projections::consent_store::{
     ChallengeState, ConsentStoreError, SignedHumanDecisionAssertion,
 };
-use ctx_projections::{ActionKind, EventKind, HostAction, Json};
 use ctx_service::decision::{
     DecisionError, Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
     TrustedHumanDecisionVerifierRegistry,

@@ -2,7 +2,7 @@
 
 use std::sync::Barrier;
 
-use ctx_projections::{EventKind, Json};
+use ctx_model::{EventKind, Json};
 use ctx_service::managed::failpoints;
 use ctx_service::{
     DesiredResultParts, ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryService,

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ctx_projections::check::{UtcMicros, sha256_hex, sha256_hex_bytes};
+use ctx_journal::Journal;
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate, UtcMicros,
+    sha256_hex, sha256_hex_bytes,
+};
 use ctx_projections::consent_store::ConsentStore;
 use ctx_projections::engine::{Clock, ManualClock, engine_stream};
-use ctx_projections::journal::Journal;
 use ctx_projections::query_store::QueryStore;
-use ctx_projections::{
-    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
-};
 use ctx_service::catalog::{CapabilityCandidate, LoadedCatalog, WorkObservation, load_catalog_dir};
 use ctx_service::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
 use ctx_service::planning::benefit::{BenefitCandidate, NetBenefitPolicy};

@@ -3,8 +3,9 @@
 
 use std::sync::{Arc, Barrier};
 
-use ctx_projections::check::{UtcMicros, sha256_hex};
-use ctx_projections::{ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json};
+use ctx_model::{
+    ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json, UtcMicros, sha256_hex,
+};
 use ctx_service::managed::failpoints;
 use ctx_service::policy::{InstallConsentPolicy, InstallPolicyStore};
 use ctx_service::{

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 use std::sync::Barrier;
 
+use ctx_model::{EventKind, RandomSeed};
 use ctx_projections::query_store::QueryStoreError;
-use ctx_projections::{EventKind, RandomSeed};
 use ctx_service::registry::IngestInputs;
 use ctx_service::{
     ManagedActionSummary, ManagedConsentChallengeProjection, ManagedQueryRequest,
@@ -602,8 +602,7 @@ fn tamper(data_dir: &std::path::Path, position: u64, old: &str, new: &str) {
     }
     use redb::{ReadableDatabase as _, TableDefinition};
     const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("journal.records");
-    let db = redb::Database::open(data_dir.join(ctx_projections::journal::files::DATABASE_FILE))
-        .unwrap();
+    let db = redb::Database::open(data_dir.join(ctx_journal::files::DATABASE_FILE)).unwrap();
     let mut value = {
         let txn = db.begin_read().unwrap();
         let table = txn.open_table(RECORDS).unwrap();

@@ -8,9 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ctx_projections::Json;
-use ctx_projections::check::{
-    TOKEN_MAX_CHARS, is_capability_identity, is_capability_name, is_safe_token, is_sha,
+use ctx_model::{
+    Json, TOKEN_MAX_CHARS, is_capability_identity, is_capability_name, is_safe_token, is_sha,
 };
 
 use super::error::{CatalogError, EntryRef};
@@ -596,7 +595,7 @@ fn exact_object<'a>(
     v: &'a Json,
     field: &str,
     keys: &[&str],
-) -> Result<&'a ctx_projections::JsonMap, CatalogError> {
+) -> Result<&'a ctx_model::JsonMap, CatalogError> {
     let Some(m) = v.as_obj() else {
         return Err(cx.err(
             field,
@@ -617,7 +616,7 @@ fn exact_object<'a>(
 
 fn digest(
     cx: &EntryCx,
-    m: &ctx_projections::JsonMap,
+    m: &ctx_model::JsonMap,
     prefix: &str,
     key: &str,
 ) -> Result<String, CatalogError> {
@@ -633,11 +632,7 @@ fn digest(
     }
 }
 
-fn parse_body(
-    cx: &EntryCx,
-    m: &ctx_projections::JsonMap,
-    prefix: &str,
-) -> Result<BodyRef, CatalogError> {
+fn parse_body(cx: &EntryCx, m: &ctx_model::JsonMap, prefix: &str) -> Result<BodyRef, CatalogError> {
     let path = match m.get("path").and_then(Json::as_str) {
         Some(p) if is_body_path(p) => p.to_owned(),
         other => {

@@ -6,7 +6,7 @@
 //! The catalog is our own JSON document rather than the reference's SQLite graph: a reviewed
 //! text file with digests of every body it ships is simpler to audit, and the same digests are
 //! computed whatever tool wrote it. Material and install descriptors are built with
-//! `ctx_projections::identity`, so the engine and the catalog agree on every digest formula.
+//! ctx-model's identity documents, so the engine and the catalog agree on every digest formula.
 
 mod error;
 #[cfg(test)]

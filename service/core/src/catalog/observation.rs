@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use ctx_projections::check::{TOKEN_MAX_CHARS, is_safe_token};
+use ctx_model::{TOKEN_MAX_CHARS, is_safe_token};
 
 use super::error::ObservationError;
 

@@ -8,8 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ctx_projections::Json;
-use ctx_projections::check::cja_digest;
+use ctx_model::{Json, cja_digest};
 
 use super::error::RetrievalError;
 use super::format::{CapabilityKind, CatalogEntry};

@@ -1,8 +1,7 @@
 //! The desired-set request and result (spec/service.md §1) and the status rules of
 //! spec/service.md §6.1.
 
-use ctx_projections::Json;
-use ctx_projections::check::is_sha;
+use ctx_model::{Json, is_sha};
 use ctx_projections::query_store::{DesiredSetRecord, is_desired_set_ref, is_query_ref};
 
 use super::error::{ServiceError, invalid};

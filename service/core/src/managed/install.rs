@@ -10,12 +10,13 @@
 
 use std::sync::Arc;
 
-use ctx_projections::contract::expected_install_receipt;
+use ctx_model::{
+    EngineEvent, EventKind, HostAction, InstallExecutionBinding, Json, Transition,
+    expected_install_receipt,
+};
 use ctx_projections::engine::{
     AuthorizeError, Engine, InstallGuard, InstallOutcome, OutcomeError, ProcessError,
 };
-use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{EngineEvent, EventKind, HostAction, Json, Transition};
 
 use super::error::ServiceError;
 use crate::failpoint::FailPointFired;

@@ -10,10 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use ctx_projections::Json;
-use ctx_projections::check::{
-    CAPABILITY_KINDS, cja_digest, is_capability_name, is_safe_token, is_sha,
-};
+use ctx_model::{CAPABILITY_KINDS, Json, cja_digest, is_capability_name, is_safe_token, is_sha};
 
 /// Largest candidate pool one selection accepts.
 pub const CANDIDATE_POOL_MAX_ITEMS: usize = 512;

@@ -3,21 +3,19 @@
 //! the plan with its ready / abstained / degraded rules, the `ctx.decision.capability-plan`
 //! version 3 decision surrogate, and the [`AuthenticatedNetBenefitPlanner`].
 //!
-//! The emitted JSON is exactly what `ctx_projections::plan` validates: the reducer re-checks the
+//! The emitted JSON is exactly what ctx-model's plan validators check: the reducer re-checks the
 //! decision value with `validate_capability_plan_v3_value` before it commits a plan, so a value
 //! built here is also run through that validator before it is handed out.
 
 use std::collections::BTreeSet;
 
-use ctx_projections::check::{
-    CAPABILITY_KINDS, cj_digest, is_capability_name, is_safe_token, is_sha,
+use ctx_model::{
+    CAPABILITY_KINDS, CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3,
+    INSTALL_DESCRIPTOR_SCHEMA_V2, Json, ReplayError, Surrogate, SurrogateRole, cj_digest,
+    descriptor_matches_result_material, is_capability_name, is_safe_token, is_sha,
+    validate_authorized_material, validate_catalog_identity, validate_install_plan_descriptor,
+    validate_material_identity, validate_surrogate,
 };
-use ctx_projections::identity::{
-    INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
-    validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
-};
-use ctx_projections::plan::{CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3};
-use ctx_projections::{Json, ReplayError, Surrogate, SurrogateRole, validate_surrogate};
 
 use super::benefit::{
     Availability, BENEFIT_RESULT_SCHEMA_ID, BenefitCandidate, BenefitError, BenefitSelection,
@@ -25,7 +23,7 @@ use super::benefit::{
     NetBenefitPolicy, SEARCH_MAX_EVALUATIONS, SELECTED_MAX_ITEMS, SELECTION_ALGORITHM_ID, Tier,
 };
 
-pub use ctx_projections::plan::{
+use ctx_model::{
     DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM,
 };
 /// Every actionability a presentation may declare; schema v3 plans only the first three.

@@ -8,11 +8,9 @@
 
 use std::sync::Arc;
 
-use ctx_projections::Json;
-use ctx_projections::check::{cj_digest, is_sha};
-use ctx_projections::identity::{
-    INSTALL_DESCRIPTOR_SCHEMA_V2, MATERIAL_DESCRIPTOR_SCHEMA_V2,
-    descriptor_matches_result_material, validate_catalog_identity,
+use ctx_model::{
+    INSTALL_DESCRIPTOR_SCHEMA_V2, Json, MATERIAL_DESCRIPTOR_SCHEMA_V2, cj_digest,
+    descriptor_matches_result_material, is_sha, validate_catalog_identity,
     validate_install_plan_descriptor, validate_material_descriptor, validate_material_identity,
 };
 

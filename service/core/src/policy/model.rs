@@ -1,9 +1,7 @@
 //! The install consent policy value (spec/policy.md §2) and install authorization routing
 //! (spec/policy.md §6, §7, `route_install_authorization`).
 
-use ctx_projections::Json;
-use ctx_projections::check::{cja_digest, is_sha};
-use ctx_projections::identity::validate_install_plan_descriptor;
+use ctx_model::{Json, cja_digest, is_sha, validate_install_plan_descriptor};
 
 use super::error::PolicyError;
 

@@ -2,11 +2,11 @@
 //! `RequestConsent` action to its schema-v3 plan row, its install plan descriptor and the
 //! still-current policy, and say whether a person must be asked.
 
-use ctx_projections::check::{INSTALLABLE_KINDS, is_capability_identity, is_safe_token, is_sha};
-use ctx_projections::contract::validate_action;
-use ctx_projections::identity::validate_install_plan_descriptor;
-use ctx_projections::plan::validate_plan_row_v3;
-use ctx_projections::{ActionKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, Json};
+use ctx_model::{
+    ActionKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, INSTALLABLE_KINDS, Json,
+    is_capability_identity, is_safe_token, is_sha, validate_action,
+    validate_install_plan_descriptor, validate_plan_row_v3,
+};
 
 use super::error::RoutingError;
 use super::model::{DecisionBasis, InstallConsentPolicy, route_install_authorization};
@@ -182,7 +182,7 @@ impl InstallConsentDirective {
     }
 
     /// The `UserDecision` payload for `decision` (`granted` or `denied`): exactly the eight keys
-    /// the reducer expects (`ctx_projections::USER_DECISION_KEYS`).
+    /// the reducer expects (`ctx_model::USER_DECISION_KEYS`).
     pub fn decision_payload(&self, decision: &str) -> Result<Json, RoutingError> {
         if !matches!(decision, "granted" | "denied") {
             return Err(RoutingError::Decision);

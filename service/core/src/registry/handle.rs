@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use ctx_model::{ObservationRef, Surrogate};
 use ctx_projections::engine::{ObservationNormalizer, SeamError};
-use ctx_projections::{ObservationRef, Surrogate};
 
 use crate::catalog::LoadedCatalog;
 

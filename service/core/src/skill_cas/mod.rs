@@ -25,12 +25,11 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use ctx_projections::check::{cja_digest, is_sha, is_trimmed, sha256_hex_bytes};
-use ctx_projections::identity::{
-    INSTALL_DESCRIPTOR_SCHEMA_V2, InstallExecutionBinding, descriptor_matches_result_material,
+use ctx_model::{
+    ActionKind, HostAction, INSTALL_DESCRIPTOR_SCHEMA_V2, InstallExecutionBinding, Json,
+    cja_digest, descriptor_matches_result_material, is_sha, is_trimmed, sha256_hex_bytes,
     validate_install_plan_descriptor, validate_material_identity,
 };
-use ctx_projections::{ActionKind, HostAction, Json};
 
 pub use error::{Cause, SkillCasError};
 pub use fsops::{LOCK_TIMEOUT, STAGE_LIMIT, STAGE_SUFFIX};

@@ -14,8 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
 };
-use ctx_projections::Json;
-use ctx_projections::check::{is_capability_identity, is_sha, sha256_hex_bytes};
+use ctx_model::{Json, is_capability_identity, is_sha, sha256_hex_bytes};
 
 use crate::hosts::AgentHost;
 

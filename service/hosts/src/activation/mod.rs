@@ -32,7 +32,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ctx_projections::check::{is_capability_identity, sha256_hex_bytes};
+use ctx_model::{is_capability_identity, sha256_hex_bytes};
 
 use crate::hosts::{AgentHost, HostHome};
 use crate::profile::{AgentLayout, McpLayout};
