@@ -31,12 +31,11 @@ use ctx_projections::consent_store::{
     MAX_SIGNED_HUMAN_DECISION_ASSERTION_BYTES, SignedHumanDecisionAssertion,
 };
 use ctx_projections::query_store::{is_desired_set_ref, is_query_ref};
-use ctx_service::catalog::{
-    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, is_body_path, load_catalog_dir,
+use ctx_service::{
+    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, HmacSha256Verifier,
+    InstallConsentPolicy, ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError,
+    hmac_sha256_proof, is_body_path, load_catalog_dir,
 };
-use ctx_service::decision::{HmacSha256Verifier, hmac_sha256_proof};
-use ctx_service::policy::InstallConsentPolicy;
-use ctx_service::{ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError};
 
 /// The key re-signed assertions are signed with.
 const SIGNING_KEY: &[u8] = b"ctx-fuzz-decode-untrusted-key";
@@ -125,7 +124,7 @@ fn assertion(data: &[u8]) {
 }
 
 fn verifier_accepts(a: &SignedHumanDecisionAssertion) {
-    use ctx_service::decision::HumanDecisionVerifier as _;
+    use ctx_service::HumanDecisionVerifier as _;
     static VERIFIER: OnceLock<HmacSha256Verifier> = OnceLock::new();
     let verifier = VERIFIER.get_or_init(|| match HmacSha256Verifier::new(SIGNING_KEY) {
         Ok(v) => v,
@@ -532,7 +531,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     );
 
     let policy = InstallConsentPolicy {
-        skill_mode: ctx_service::policy::InstallConsentMode::PreapprovedAuto,
+        skill_mode: ctx_service::InstallConsentMode::PreapprovedAuto,
         ..InstallConsentPolicy::safe_default()
     };
 

@@ -22,8 +22,7 @@ use ctx_projections::{
 };
 
 use crate::error::{CliError, EXIT_OK};
-use ctx_service::Layout;
-use ctx_service::managed::JOURNAL_LOCK_WAIT;
+use ctx_service::{JOURNAL_LOCK_WAIT, Layout};
 
 /// The `schema` of `ctx audit --json`.
 pub(crate) const AUDIT_SCHEMA: &str = "ctx.audit-report.v1";

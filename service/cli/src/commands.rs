@@ -11,18 +11,13 @@ use ctx_model::{Json, UtcMicros};
 use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
-use ctx_service::catalog::LoadedCatalog;
-use ctx_service::managed::{
+use ctx_service::{
+    CONSENT_AUDIENCE, CatalogIngest, IngestError, InstallConsentPolicy, Layout, LoadedCatalog,
     ManagedActionSummary, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
     ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryRequest,
-    ManagedQueryServiceResult, ServiceError,
+    ManagedQueryServiceResult, Runtime, RuntimeError, ServiceError, WorkRequest, challenge_record,
+    generate_device_key, ingest_catalog, logical_id, read_device_key, uninstallable,
 };
-use ctx_service::policy::InstallConsentPolicy;
-use ctx_service::runtime::{
-    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
-    logical_id, read_device_key, uninstallable,
-};
-use ctx_service::{CatalogIngest, IngestError, Layout, ingest_catalog};
 
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 

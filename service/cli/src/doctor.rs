@@ -14,8 +14,7 @@ use crate::init::{EventState, Registration, Status, classify, hooks_file, host_d
 use ctx_hosts::activation::{Actuator, JournalLedger, TargetInspection, TargetStatus};
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_hosts::{JsonNode, json_text, parse_json, read_host_file};
-use ctx_service::Layout;
-use ctx_service::managed::JOURNAL_LOCK_WAIT;
+use ctx_service::{JOURNAL_LOCK_WAIT, Layout};
 
 /// The `schema` of `ctx doctor --json`.
 pub(crate) const DOCTOR_SCHEMA: &str = "ctx.doctor.v1";

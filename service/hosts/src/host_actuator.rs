@@ -21,8 +21,7 @@ use crate::activation::{
     CapabilityKind, ConflictReason, JournalLedger,
 };
 use crate::hosts::{AgentHost, HostHome};
-use ctx_service::catalog::LoadedCatalog;
-use ctx_service::managed::{ActivationDriver, ActuatorObservation};
+use ctx_service::{ActivationDriver, ActuatorObservation, LoadedCatalog};
 
 /// Stream namespace of the engine sessions holding a host entry: key = host ‖ kind ‖ name ‖
 /// project.

@@ -16,14 +16,11 @@ use ctx_journal::{
 };
 use ctx_model::{Json, JsonError, UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
 use ctx_projections::consent_store::ChallengeState;
-use ctx_service::managed::{
-    ActivationReport, JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest,
+use ctx_service::{
+    ActivationReport, IngestError, InstallConsentPolicy, JOURNAL_LOCK_WAIT, Layout,
+    ManagedDesiredSetRequest, ManagedQueryRequest, PolicyStoreError, Runtime, RuntimeError,
+    ServiceError, WorkRequest, challenge_record, ingest_catalog, logical_id, uninstallable,
 };
-use ctx_service::policy::{InstallConsentPolicy, PolicyStoreError};
-use ctx_service::runtime::{
-    Runtime, RuntimeError, WorkRequest, challenge_record, logical_id, uninstallable,
-};
-use ctx_service::{IngestError, Layout, ServiceError, ingest_catalog};
 
 use crate::host_actuator::HostActivationDriver;
 use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};

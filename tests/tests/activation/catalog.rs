@@ -13,7 +13,7 @@ use crate::support;
 
 /// `(kind, name, body)` of every skill, agent and MCP server material in the sample catalog.
 fn materials() -> Vec<(CapabilityKind, String, Vec<u8>)> {
-    let root = ctx_service::catalog::sample_catalog_dir();
+    let root = ctx_service::sample_catalog_dir();
     let mut out = Vec::new();
     for (dir, kind) in [
         ("skills", CapabilityKind::Skill),

@@ -6,11 +6,10 @@ use std::sync::{Arc, Barrier};
 use ctx_model::{
     ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json, UtcMicros, sha256_hex,
 };
-use ctx_service::managed::failpoints;
-use ctx_service::policy::{InstallConsentPolicy, InstallPolicyStore};
 use ctx_service::{
-    DesiredResultParts, EngineComposition, ManagedDesiredSetResult, ManagedQueryService,
-    ServiceError, open_engine_composition, open_managed_query_service,
+    DesiredResultParts, EngineComposition, InstallConsentPolicy, InstallPolicyStore,
+    ManagedDesiredSetResult, ManagedQueryService, ServiceError, failpoints,
+    open_engine_composition, open_managed_query_service,
 };
 use std::os::unix::fs::PermissionsExt as _;
 

@@ -5,9 +5,8 @@ use std::sync::Barrier;
 
 use ctx_model::{EventKind, RandomSeed};
 use ctx_projections::query_store::QueryStoreError;
-use ctx_service::registry::IngestInputs;
 use ctx_service::{
-    ManagedActionSummary, ManagedConsentChallengeProjection, ManagedQueryRequest,
+    IngestInputs, ManagedActionSummary, ManagedConsentChallengeProjection, ManagedQueryRequest,
     ManagedQueryService, ManagedQueryServiceResult, PreparedManagedQuery, ServiceError,
     open_engine_composition, open_managed_query_service,
 };
@@ -754,19 +753,19 @@ fn test_runtime_package_exports_managed_desired_set_contract() {
     }
     assert!(same(
         PhantomData::<ctx_service::ManagedDesiredSetRequest>,
-        PhantomData::<ctx_service::managed::ManagedDesiredSetRequest>
+        PhantomData::<ctx_service::ManagedDesiredSetRequest>
     ));
     assert!(same(
         PhantomData::<ctx_service::ManagedDesiredSetResult>,
-        PhantomData::<ctx_service::managed::ManagedDesiredSetResult>
+        PhantomData::<ctx_service::ManagedDesiredSetResult>
     ));
     assert!(same(
         PhantomData::<ctx_service::ManagedConsentResolutionResult>,
-        PhantomData::<ctx_service::managed::ManagedConsentResolutionResult>
+        PhantomData::<ctx_service::ManagedConsentResolutionResult>
     ));
     assert!(same(
         PhantomData::<ctx_service::ServiceError>,
-        PhantomData::<ctx_service::managed::ServiceError>
+        PhantomData::<ctx_service::ServiceError>
     ));
     let busy = ServiceError::Busy("another managed desired choice is pending on this stream");
     let conflict =

@@ -8,9 +8,10 @@ use ctx_model::{
     MATERIAL_RECEIPT_SCHEMA_V3, UtcMicros,
 };
 use ctx_projections::engine::{InstallOutcome, ManualClock};
-use ctx_service::catalog::CapabilityKind;
-use ctx_service::registry::IngestInputs;
-use ctx_service::{ManagedActionSummary, ManagedQueryRequest, open_engine_composition};
+use ctx_service::{
+    CapabilityKind, IngestInputs, ManagedActionSummary, ManagedQueryRequest,
+    open_engine_composition,
+};
 
 use super::fixture::{self, Options, digest, observation_payload, setup_with, surrogate};
 

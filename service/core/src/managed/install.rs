@@ -131,6 +131,11 @@ impl InstallActuators {
 
 /// What one execution did. Carries no path, command, content, credential or token.
 #[derive(Debug)]
+#[expect(
+    dead_code,
+    reason = "the whole report is kept for callers; the crate's own callers read only the outcome, \
+              settlement and binding digest since `managed` stopped being a public module"
+)]
 pub struct InstallExecutionReport {
     pub outcome: InstallOutcome,
     pub claim_was_new: bool,
