@@ -267,7 +267,7 @@ impl ResourceCosts {
         Ok(())
     }
 
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(self) -> Json {
         Json::object(self.fields().map(|(k, v)| (k, Json::Int(v))))
     }
 }
@@ -484,9 +484,7 @@ impl BenefitCandidate {
             ("conflicts", strs(&self.conflicts)),
             (
                 "costs",
-                self.costs
-                    .as_ref()
-                    .map_or(Json::Null, ResourceCosts::to_json),
+                self.costs.map_or(Json::Null, ResourceCosts::to_json),
             ),
             ("coverage_keys", strs(&self.coverage_keys)),
             (

@@ -504,7 +504,7 @@ impl CapabilityBenefitProjection {
         Ok(())
     }
 
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(self) -> Json {
         Json::object([
             (
                 "individual_net_benefit_u",
