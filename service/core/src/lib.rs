@@ -31,9 +31,8 @@ pub mod skill_cas;
 // The public surface: every name ctx-hosts, ctx-cli, the tests, benches and fuzz targets use, each
 // at one path (spec/service.md "Code").
 pub use catalog::{
-    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, CapabilityKind, Catalog,
-    CatalogError, LoadedCatalog, WorkObservation, is_body_path, load_catalog_dir,
-    sample_catalog_dir,
+    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, Catalog, CatalogError,
+    LoadedCatalog, WorkObservation, is_body_path, load_catalog_dir, sample_catalog_dir,
 };
 // Specified library API that no other crate of this repository calls yet (their unit tests do):
 // the public-work normalizer and bounded retrieval (spec/catalog.md §5), the pure policy routing

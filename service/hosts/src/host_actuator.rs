@@ -8,6 +8,7 @@
 //! keeps a holder record per engine session on the journal, and a deactivation removes the
 //! host's entry only when no other session holds it.
 
+use ctx_model::CapabilityKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use ctx_model::{HostAction, InstallExecutionBinding, Json, sha256_hex, sha256_he
 
 use crate::activation::{
     ActivationError, ActivationOutcome, ActivationRequest, ActivationTarget, Actuator,
-    CapabilityKind, ConflictReason, JournalLedger,
+    ConflictReason, JournalLedger,
 };
 use crate::hosts::{AgentHost, HostHome};
 use ctx_service::{ActivationDriver, ActuatorObservation, LoadedCatalog};
@@ -82,6 +83,7 @@ impl<'a> HostActivationDriver<'a> {
             .split_once(':')
             .ok_or_else(|| format!("capability id {id:?} has no kind"))?;
         let kind = CapabilityKind::parse(kind)
+            .filter(|k| k.is_installable())
             .ok_or_else(|| format!("{id}: ctx activates no {kind} on an agent host"))?;
         Ok((kind, name.to_owned(), id.to_owned()))
     }

@@ -4,9 +4,10 @@ use std::fs;
 
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
-    ActivationError, ActivationOutcome, CODEX_AGENT_HEADER, CapabilityKind, ConflictReason,
-    DeactivationOutcome, TargetStatus,
+    ActivationError, ActivationOutcome, CODEX_AGENT_HEADER, ConflictReason, DeactivationOutcome,
+    TargetStatus,
 };
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, catalog, names};
 use crate::support;

@@ -6,7 +6,8 @@ use std::fs;
 use std::time::Instant;
 
 use ctx_hosts::AgentHost;
-use ctx_hosts::activation::{ActivationError, ActivationTarget, CapabilityKind};
+use ctx_hosts::activation::{ActivationError, ActivationTarget};
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, names};
 use crate::support;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use ctx_hosts::activation::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ActivationError, ActivationRequest,
-    ActivationTarget, Actuator, CapabilityKind, JournalLedger,
+    ActivationTarget, Actuator, JournalLedger,
 };
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, StreamId};
-use ctx_model::sha256_hex_bytes;
+use ctx_model::{CapabilityKind, sha256_hex_bytes};
 
 use crate::support;
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
     ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
-    ACTIVATION_TARGET_KIND, ActivationOutcome, CapabilityKind, LedgerRecord, TargetStatus,
+    ACTIVATION_TARGET_KIND, ActivationOutcome, LedgerRecord, TargetStatus,
 };
 use ctx_journal::StreamId;
-use ctx_model::Json;
 use ctx_model::testkit::Session;
+use ctx_model::{CapabilityKind, Json};
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Projections, domain_projections};

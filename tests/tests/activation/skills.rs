@@ -5,9 +5,10 @@ use std::os::unix::fs::symlink;
 
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
-    ActivationError, ActivationOutcome, ActivationTarget, CapabilityKind, ConflictReason,
-    DeactivationOutcome, STAGING_DIR_NAME, TargetStatus,
+    ActivationError, ActivationOutcome, ActivationTarget, ConflictReason, DeactivationOutcome,
+    STAGING_DIR_NAME, TargetStatus,
 };
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, catalog, mode, names, skill_body};
 use crate::support;

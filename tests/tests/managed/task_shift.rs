@@ -4,13 +4,12 @@
 use std::sync::Arc;
 
 use ctx_model::{
-    ActionKind, EngineEvent, EventKind, INSTALL_RECEIPT_SCHEMA_V3, InstallExecutionBinding, Json,
-    MATERIAL_RECEIPT_SCHEMA_V3, UtcMicros,
+    ActionKind, CapabilityKind, EngineEvent, EventKind, INSTALL_RECEIPT_SCHEMA_V3,
+    InstallExecutionBinding, Json, MATERIAL_RECEIPT_SCHEMA_V3, UtcMicros,
 };
 use ctx_projections::engine::{InstallOutcome, ManualClock};
 use ctx_service::{
-    CapabilityKind, IngestInputs, ManagedActionSummary, ManagedQueryRequest,
-    open_engine_composition,
+    IngestInputs, ManagedActionSummary, ManagedQueryRequest, open_engine_composition,
 };
 
 use super::fixture::{self, Options, digest, observation_payload, setup_with, surrogate};

@@ -12,6 +12,7 @@
 //! form, which is what the host acts on — and, for `load` skills, the material itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
 
+use ctx_model::CapabilityKind;
 use ctx_model::Json;
 
 use super::*;

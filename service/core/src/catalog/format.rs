@@ -6,6 +6,7 @@
 //! each entry field by field, then cross-entry rules) so the same bad catalog always yields the
 //! same first error.
 
+use ctx_model::CapabilityKind;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ctx_model::{
@@ -48,49 +49,6 @@ const INSTALL_KEYS: [&str; 5] = [
     "result",
 ];
 const RESULT_KEYS: [&str; 3] = ["path", "sha256", "size_bytes"];
-
-/// The four capability kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CapabilityKind {
-    Skill,
-    Agent,
-    McpServer,
-    Harness,
-}
-
-impl CapabilityKind {
-    pub const ALL: [CapabilityKind; 4] = [
-        CapabilityKind::Skill,
-        CapabilityKind::Agent,
-        CapabilityKind::McpServer,
-        CapabilityKind::Harness,
-    ];
-
-    /// The wire spelling (`skill`, `agent`, `mcp-server`, `harness`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapabilityKind::Skill => "skill",
-            CapabilityKind::Agent => "agent",
-            CapabilityKind::McpServer => "mcp-server",
-            CapabilityKind::Harness => "harness",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<CapabilityKind> {
-        CapabilityKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-
-    /// Whether an install plan may target this kind (every kind but `harness`).
-    pub fn is_installable(self) -> bool {
-        self != CapabilityKind::Harness
-    }
-}
-
-impl std::fmt::Display for CapabilityKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A body file declared by an entry: where it lives (relative to the catalog directory) and the
 /// exact bytes it must hold.

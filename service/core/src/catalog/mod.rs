@@ -20,7 +20,7 @@ mod snapshot;
 mod tests;
 
 pub use error::{CatalogError, ObservationError, RetrievalError};
-pub use format::{CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, CapabilityKind, is_body_path};
+pub use format::{CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is_body_path};
 pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir};
 pub use observation::{PublicWork, WorkObservation, normalize_public_work};
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};

@@ -16,7 +16,8 @@ use ctx_model::{
 };
 
 use super::error::{CatalogError, EntryRef};
-use super::format::{CATALOG_SCHEMA, CapabilityKind, CatalogEntry, parse_document, strs};
+use super::format::{CATALOG_SCHEMA, CatalogEntry, parse_document, strs};
+use ctx_model::CapabilityKind;
 
 /// Schema of the namespace document hashed into `catalog_namespace_digest`.
 pub const NAMESPACE_SCHEMA: &str = "ctx.catalog-namespace-v1";

@@ -1,6 +1,7 @@
 //! Tests of the catalog format, loader and retrieval over the shipped sample catalog.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
 
+use ctx_model::CapabilityKind;
 use std::fs;
 use std::path::Path;
 

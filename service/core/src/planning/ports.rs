@@ -6,6 +6,7 @@
 //! and remembers every output, so a port may be backed by anything (a file, a database, a
 //! service) as long as equal digests mean equal answers.
 
+use ctx_model::CapabilityKind;
 use std::sync::Arc;
 
 use ctx_model::{
@@ -15,9 +16,7 @@ use ctx_model::{
 };
 
 use super::benefit::{Availability, BenefitCandidate, EvidenceSummary, ResourceCosts};
-use crate::catalog::{
-    Actionability, CapabilityCandidate, CapabilityKind, Catalog, WorkObservation, retrieve,
-};
+use crate::catalog::{Actionability, CapabilityCandidate, Catalog, WorkObservation, retrieve};
 
 /// Why a port did not answer. Only [`PortError::CandidateAuthorityUnavailable`] and
 /// [`PortError::SourceUnavailable`] are soft; anything else fails the whole decision.

@@ -10,7 +10,7 @@ use ctx_journal::{AppendError, InputError, ReadError};
 
 use crate::hosts::AgentHost;
 
-use super::CapabilityKind;
+use ctx_model::CapabilityKind;
 
 /// Why the target holds something ctx will not replace or remove.
 #[derive(Debug, Clone, PartialEq, Eq)]

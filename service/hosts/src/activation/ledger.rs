@@ -18,8 +18,8 @@ use ctx_model::{Json, is_capability_identity, is_sha, sha256_hex_bytes};
 
 use crate::hosts::AgentHost;
 
-use super::CapabilityKind;
 use super::error::LedgerError;
+use ctx_model::CapabilityKind;
 
 /// Namespace of the per-target streams.
 pub const ACTIVATION_NAMESPACE: &str = "ctx.host-activation";
@@ -104,6 +104,7 @@ impl TargetKey {
         let kind = value
             .get_str("kind")
             .and_then(CapabilityKind::parse)
+            .filter(|k| k.is_installable())
             .ok_or("kind is not skill, agent or mcp-server")?;
         let path = value
             .get_str("path")
