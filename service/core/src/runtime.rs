@@ -957,7 +957,7 @@ pub fn challenge_record(
 /// challenge and claim the install, and the store's eligibility gate would then refuse it on every
 /// attempt, leaving the claim indeterminate and the session busy.
 pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
-    use crate::skill_cas::SKILL_KIND;
+    use ctx_model::CapabilityKind;
     let entry = loaded
         .catalog()
         .entries()
@@ -969,7 +969,7 @@ pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<Stri
     if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
         return None;
     }
-    Some(if kind == SKILL_KIND {
+    Some(if kind == CapabilityKind::Skill.as_str() {
         "the skill store installs no skill that expands permissions or needs credentials".to_owned()
     } else {
         format!(

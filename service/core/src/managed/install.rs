@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use ctx_model::{
-    EngineEvent, EventKind, HostAction, InstallExecutionBinding, Json, Transition,
+    CapabilityKind, EngineEvent, EventKind, HostAction, InstallExecutionBinding, Json, Transition,
     expected_install_receipt,
 };
 use ctx_projections::engine::{
@@ -67,12 +67,10 @@ impl InstallActuators {
     /// The store that installs `kind`: the skill CAS for skills, the material store for agents and
     /// MCP servers.
     fn store_for(&self, kind: &str) -> Option<&Arc<SkillCasRuntimeConfig>> {
-        if kind == crate::skill_cas::SKILL_KIND {
-            self.skill.as_ref()
-        } else if crate::skill_cas::MATERIAL_KINDS.contains(&kind) {
-            self.material.as_ref()
-        } else {
-            None
+        match CapabilityKind::parse(kind)? {
+            CapabilityKind::Skill => self.skill.as_ref(),
+            CapabilityKind::Agent | CapabilityKind::McpServer => self.material.as_ref(),
+            CapabilityKind::Harness => None,
         }
     }
 

@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use ctx_model::{CAPABILITY_KINDS, Json, cja_digest, is_capability_name, is_safe_token, is_sha};
+use ctx_model::{CapabilityKind, Json, cja_digest, is_capability_name, is_safe_token, is_sha};
 
 /// Largest candidate pool one selection accepts.
 pub const CANDIDATE_POOL_MAX_ITEMS: usize = 512;
@@ -114,7 +114,7 @@ fn check_digest(field: &str, value: &str) -> Result<(), BenefitError> {
 pub fn is_declared_capability_id(value: &str) -> bool {
     is_safe_token(value)
         && value.split_once(':').is_some_and(|(kind, name)| {
-            CAPABILITY_KINDS.contains(&kind) && is_capability_name(name)
+            CapabilityKind::parse(kind).is_some() && is_capability_name(name)
         })
 }
 
@@ -355,7 +355,7 @@ impl EvidenceSummary {
         if validated > effective {
             return invalid("validated outcomes cannot exceed effective outcomes");
         }
-        if self.kind == "skill" {
+        if self.kind == CapabilityKind::Skill.as_str() {
             if effective > exposed {
                 return invalid("skill effective outcomes cannot exceed exposures");
             }

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use ctx_model::{
-    CAPABILITY_KINDS, CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3,
+    CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3, CapabilityKind,
     INSTALL_DESCRIPTOR_SCHEMA_V2, Json, ReplayError, Surrogate, SurrogateRole, cj_digest,
     descriptor_matches_result_material, is_capability_name, is_safe_token, is_sha,
     validate_authorized_material, validate_catalog_identity, validate_install_plan_descriptor,
@@ -145,7 +145,7 @@ impl CapabilityPresentation {
         if !is_safe_token(&self.capability_id) {
             return invalid("capability_id must be a canonical safe token");
         }
-        if !CAPABILITY_KINDS.contains(&self.kind.as_str()) {
+        if CapabilityKind::parse(&self.kind).is_none() {
             return invalid("kind is not a recommendable capability kind");
         }
         if !is_capability_name(&self.name) {

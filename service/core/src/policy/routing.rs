@@ -3,7 +3,7 @@
 //! still-current policy, and say whether a person must be asked.
 
 use ctx_model::{
-    ActionKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, INSTALLABLE_KINDS, Json,
+    ActionKind, CapabilityKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, Json,
     is_capability_identity, is_safe_token, is_sha, validate_action,
     validate_install_plan_descriptor, validate_plan_row_v3,
 };
@@ -51,7 +51,7 @@ impl InstallConsentDirective {
         if !is_capability_identity(&self.kind, &self.capability_id) {
             return invalid("kind and capability_id must form one canonical identity".into());
         }
-        if !INSTALLABLE_KINDS.contains(&self.kind.as_str()) {
+        if !CapabilityKind::parse(&self.kind).is_some_and(CapabilityKind::is_installable) {
             return invalid("kind is not an installable capability kind".into());
         }
         for (name, value) in [
