@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use ctx_journal::OpenOptions;
 use ctx_model::{
-    CURRENT_WORK_SCHEMA, EngineEvent, HostAction, Json, ScopeRef, Surrogate, UtcMicros, is_token,
-    sha256_hex, sha256_hex_bytes,
+    CURRENT_WORK_SCHEMA, EngineEvent, HostAction, INSTALLER_ID, Json, ScopeRef, Surrogate,
+    UtcMicros, is_token, sha256_hex, sha256_hex_bytes,
 };
 use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
 use ctx_projections::engine::{Clock, ManualClock};
@@ -45,8 +45,6 @@ use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntim
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
 /// The audience human decisions are signed for.
 pub const CONSENT_AUDIENCE: &str = "ctx-managed-query";
-/// The installer id of the sample catalog's install plans, which the skill CAS executes.
-pub const SKILL_INSTALLER_ID: &str = "ctx-install-plan-executor-v1";
 /// Most signals one work observation keeps (the catalog observation's own bound).
 pub const WORK_SIGNALS_MAX: usize = 32;
 /// The largest prompt a work observation reads, in bytes; the rest is ignored.
@@ -745,14 +743,14 @@ impl Runtime {
         let skill_cas = SkillCasRuntimeConfig::new(
             &layout.skills(),
             bodies.clone(),
-            SKILL_INSTALLER_ID,
+            INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
         .map_err(|e| component("the skill store refused")(e.to_string()))?;
         let material_store = SkillCasRuntimeConfig::new(
             &layout.materials(),
             bodies,
-            SKILL_INSTALLER_ID,
+            INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
         .map_err(|e| component("the material store refused")(e.to_string()))?

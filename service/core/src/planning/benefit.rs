@@ -10,10 +10,14 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use ctx_model::{CapabilityKind, Json, cja_digest, is_capability_name, is_safe_token, is_sha};
+use ctx_model::{
+    BENEFIT_CANDIDATES_MAX_ITEMS, BENEFIT_POLICY_SCHEMA_ID, BENEFIT_RESULT_SCHEMA_ID,
+    BENEFIT_SEARCH_MAX_EVALUATIONS, BENEFIT_SELECTION_ALGORITHM_ID, CapabilityKind, Json,
+    cja_digest, is_capability_name, is_safe_token, is_sha,
+};
 
-/// Largest candidate pool one selection accepts.
-pub const CANDIDATE_POOL_MAX_ITEMS: usize = 512;
+/// Largest candidate pool one selection accepts: ctx-model's bound as a length.
+pub const CANDIDATE_POOL_MAX_ITEMS: usize = BENEFIT_CANDIDATES_MAX_ITEMS as usize;
 /// Largest canonical result text (32 MiB).
 pub const BENEFIT_RESULT_JSON_MAX_BYTES: usize = 33_554_432;
 /// Most capabilities one selection may choose (the global five-item bound).
@@ -24,14 +28,11 @@ pub const PPM_SCALE: i64 = 1_000_000;
 pub const QUANTITY_MAX_UNITS: i64 = 1_000_000;
 /// Most entries in one coverage, complement or conflict list.
 pub const RELATION_KEYS_MAX_ITEMS: usize = 64;
-/// Most candidate evaluations one search may spend before it fails closed.
-pub const SEARCH_MAX_EVALUATIONS: u64 = 1_000_000;
+/// Most candidate evaluations one search may spend before it fails closed: ctx-model's bound as a
+/// counter.
+pub const SEARCH_MAX_EVALUATIONS: u64 = BENEFIT_SEARCH_MAX_EVALUATIONS as u64;
 /// The signed utility bound: every utility lies in `[-(2^63 - 1), 2^63 - 1]`.
 pub const UTILITY_MAX_U: i64 = i64::MAX;
-
-pub const NET_BENEFIT_POLICY_SCHEMA_ID: &str = "ctx.net-benefit-policy-v3";
-pub const SELECTION_ALGORITHM_ID: &str = "ctx.greedy-bounded-subset-exchange-v1";
-pub const BENEFIT_RESULT_SCHEMA_ID: &str = "ctx.benefit-selection-result-v1";
 
 /// Why the net-benefit model refused a value. Display is the reference's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -735,8 +736,11 @@ impl NetBenefitPolicy {
             "calibration_digest",
             Json::str(self.calibration_digest.as_str()),
         ));
-        pairs.push(("policy_schema_id", Json::str(NET_BENEFIT_POLICY_SCHEMA_ID)));
-        pairs.push(("selection_algorithm_id", Json::str(SELECTION_ALGORITHM_ID)));
+        pairs.push(("policy_schema_id", Json::str(BENEFIT_POLICY_SCHEMA_ID)));
+        pairs.push((
+            "selection_algorithm_id",
+            Json::str(BENEFIT_SELECTION_ALGORITHM_ID),
+        ));
         Json::object(pairs)
     }
 

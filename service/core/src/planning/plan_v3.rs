@@ -10,31 +10,19 @@
 use std::collections::BTreeSet;
 
 use ctx_model::{
-    CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3, CapabilityKind,
-    INSTALL_DESCRIPTOR_SCHEMA_V2, Json, ReplayError, Surrogate, SurrogateRole, cj_digest,
+    BENEFIT_POLICY_SCHEMA_ID, BENEFIT_RESULT_SCHEMA_ID, BENEFIT_SELECTION_ALGORITHM_ID,
+    CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3, CapabilityKind, DEGRADATION_CODES,
+    INSTALL_DESCRIPTOR_SCHEMA_V2, Json, MATCHING_SIGNALS_MAX_ITEMS, PRESENTATION_ACTIONABILITY,
+    REASON_CODES_MAX_ITEMS, ReplayError, SCORE_MAX_PPM, Surrogate, SurrogateRole, cj_digest,
     descriptor_matches_result_material, is_capability_name, is_safe_token, is_sha,
     validate_authorized_material, validate_catalog_identity, validate_install_plan_descriptor,
     validate_material_identity, validate_surrogate,
 };
 
 use super::benefit::{
-    Availability, BENEFIT_RESULT_SCHEMA_ID, BenefitCandidate, BenefitError, BenefitSelection,
-    BenefitSelectionResult, CANDIDATE_POOL_MAX_ITEMS, NET_BENEFIT_POLICY_SCHEMA_ID,
-    NetBenefitPolicy, SEARCH_MAX_EVALUATIONS, SELECTED_MAX_ITEMS, SELECTION_ALGORITHM_ID, Tier,
+    Availability, BenefitCandidate, BenefitError, BenefitSelection, BenefitSelectionResult,
+    CANDIDATE_POOL_MAX_ITEMS, NetBenefitPolicy, SEARCH_MAX_EVALUATIONS, SELECTED_MAX_ITEMS, Tier,
 };
-
-use ctx_model::{
-    DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM,
-};
-/// Every actionability a presentation may declare; schema v3 plans only the first three.
-pub const PRESENTATION_ACTIONABILITY: [&str; 6] = [
-    "load",
-    "install",
-    "manual",
-    "unavailable",
-    "blocked",
-    "none",
-];
 
 /// Why a planning value was refused. Display is the reference's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -635,9 +623,9 @@ impl BenefitAuditReference {
         BenefitAuditReference {
             result_schema_id: BENEFIT_RESULT_SCHEMA_ID.to_owned(),
             result_digest: result.result_digest.clone(),
-            policy_schema_id: NET_BENEFIT_POLICY_SCHEMA_ID.to_owned(),
+            policy_schema_id: BENEFIT_POLICY_SCHEMA_ID.to_owned(),
             policy_digest: policy.policy_digest(),
-            selection_algorithm_id: SELECTION_ALGORITHM_ID.to_owned(),
+            selection_algorithm_id: BENEFIT_SELECTION_ALGORITHM_ID.to_owned(),
             calibration_digest: policy.calibration_digest.clone(),
             requested_limit: result.requested_limit,
             candidate_pool_count: result.candidate_pool_count,

@@ -11,9 +11,6 @@ use ctx_model::{
 use super::error::RoutingError;
 use super::model::{DecisionBasis, InstallConsentPolicy, route_install_authorization};
 
-/// The only action kind a consent may request.
-const REQUESTED_ACTION_KIND: &str = "InstallCapability";
-
 /// The host-neutral result of routing one consent request: what to show a person, or the
 /// automatic grant the policy already gives. Values are validated at construction, so every
 /// accessor returns a well-formed token or digest.
@@ -196,7 +193,10 @@ impl InstallConsentDirective {
                 Json::str(&self.policy_snapshot_digest),
             ),
             ("requested_action_id", Json::str(&self.requested_action_id)),
-            ("requested_action_kind", Json::str(REQUESTED_ACTION_KIND)),
+            (
+                "requested_action_kind",
+                Json::str(ActionKind::InstallCapability.as_str()),
+            ),
             (
                 "requested_action_content_digest",
                 Json::str(&self.requested_action_content_digest),
@@ -263,7 +263,7 @@ pub fn route_install_consent_request(
         && payload.get("result_material") == authority.get("result_material")
         && payload.get("install_plan_descriptor") == Some(descriptor)
         && payload.get_str("policy_snapshot_digest") == Some(policy.policy_digest().as_str())
-        && payload.get_str("requested_action_kind") == Some(REQUESTED_ACTION_KIND);
+        && payload.get_str("requested_action_kind") == Some(ActionKind::InstallCapability.as_str());
     if !bound {
         return Err(RoutingError::Mismatch);
     }
