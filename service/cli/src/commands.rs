@@ -12,11 +12,12 @@ use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
 use ctx_service::{
-    CONSENT_AUDIENCE, CatalogIngest, IngestError, InstallConsentPolicy, Layout, LoadedCatalog,
-    ManagedActionSummary, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
-    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryRequest,
-    ManagedQueryServiceResult, Runtime, RuntimeError, ServiceError, WorkRequest, challenge_record,
-    generate_device_key, ingest_catalog, logical_id, read_device_key, uninstallable,
+    CONSENT_AUDIENCE, CONSENT_REQUIRED, CatalogIngest, IngestError, InstallConsentPolicy, Layout,
+    LoadedCatalog, ManagedActionSummary, ManagedConsentChallengeProjection,
+    ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
+    ManagedQueryRequest, ManagedQueryServiceResult, Runtime, RuntimeError, ServiceError,
+    WorkRequest, challenge_record, generate_device_key, ingest_catalog, logical_id,
+    read_device_key, uninstallable,
 };
 
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
@@ -294,7 +295,7 @@ pub(crate) fn dispatch(
                 }
             }
             let result = runtime.service().set_desired(&request)?;
-            let code = if result.status() == "consent-required" {
+            let code = if result.status() == CONSENT_REQUIRED {
                 EXIT_OUTCOME
             } else {
                 EXIT_OK

@@ -61,7 +61,7 @@ pub use managed::{
     ServiceError, observation_payload, open_engine_composition, open_managed_query_service,
     planning_events,
 };
-pub use managed::{JOURNAL_LOCK_WAIT, activation_failpoints, failpoints};
+pub use managed::{CONSENT_REQUIRED, JOURNAL_LOCK_WAIT, activation_failpoints, failpoints};
 pub use planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
 pub use planning::benefit::{BenefitCandidate, NetBenefitPolicy};
 pub use planning::plan_v3::required_availability;

@@ -22,13 +22,9 @@ use crate::activation::{
     ConflictReason, JournalLedger,
 };
 use crate::hosts::{AgentHost, HostHome};
+use ctx_projections::streams::{HOST_ACTIVATION_HOLDER_KIND, HOST_ACTIVATION_HOLDERS_NAMESPACE};
 use ctx_service::{ActivationDriver, ActuatorObservation, LoadedCatalog};
 
-/// Stream namespace of the engine sessions holding a host entry: key = host ‖ kind ‖ name ‖
-/// project.
-pub const HOLDERS_NAMESPACE: &str = "ctx.host-activation-holders";
-/// Kind of a holder record.
-pub const HOLDER_KIND: &str = "ctx.host-activation-holder.v1";
 /// How many holder records of one entry are read at most.
 const HOLDER_RECORDS_MAX: usize = 4096;
 
@@ -122,7 +118,8 @@ impl<'a> HostActivationDriver<'a> {
     /// its project, so a deactivation finds where its activation went).
     fn holders_stream(&self, kind: CapabilityKind, name: &str) -> Result<StreamId, String> {
         let key = format!("{}\n{kind}\n{name}", self.host);
-        StreamId::derive(HOLDERS_NAMESPACE, key.as_bytes()).map_err(|e| e.to_string())
+        StreamId::derive(HOST_ACTIVATION_HOLDERS_NAMESPACE, key.as_bytes())
+            .map_err(|e| e.to_string())
     }
 
     /// Records that the engine session of `action` holds (or released) the capability's entry
@@ -144,7 +141,7 @@ impl<'a> HostActivationDriver<'a> {
             ("holder", Json::str(&holder)),
             ("operation", Json::str(operation)),
             ("project", Json::opt_str(project.as_deref())),
-            ("schema", Json::str(HOLDER_KIND)),
+            ("schema", Json::str(HOST_ACTIVATION_HOLDER_KIND)),
         ])
         .to_string()
         .into_bytes();
@@ -158,7 +155,12 @@ impl<'a> HostActivationDriver<'a> {
         let append = StreamAppend::new(
             stream,
             ExpectedRevision::Any,
-            vec![NewRecord::new(event_id, HOLDER_KIND, self.now, payload)],
+            vec![NewRecord::new(
+                event_id,
+                HOST_ACTIVATION_HOLDER_KIND,
+                self.now,
+                payload,
+            )],
         );
         match self.journal.append(append) {
             Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),

@@ -20,7 +20,7 @@ mod hosts;
 mod profile;
 mod session;
 
-pub use host_actuator::{HOLDER_KIND, HOLDERS_NAMESPACE, HostActivationDriver};
+pub use host_actuator::HostActivationDriver;
 pub use host_files::{
     HOST_FILE_ATTEMPTS, HOST_FILE_LOCK_WAIT, HOST_FILE_MAX_BYTES, HostFileError,
     JSON_EDIT_DEPTH_MAX, JsonEditError, JsonNode, UpdateOutcome, append_element, json_text,
@@ -32,9 +32,8 @@ pub use hosts::{
 };
 pub use profile::{AgentLayout, CLAUDE, CODEX, HandlerStyle, HostProfile, McpLayout};
 pub use session::{
-    HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HOST_SESSION_KIND,
-    HOST_SESSION_NAMESPACE, HookContext, HookInput, HookReply, SessionError, failure_json,
-    read_session, run_hook, session_stream,
+    HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HookContext, HookInput,
+    HookReply, SessionError, failure_json, read_session, run_hook, session_stream,
 };
 
 /// True when the fail point `name` is configured to fire (feature `failpoints`; always false

@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ctx_hosts::activation::{
-    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ActivationError, ActivationRequest,
-    ActivationTarget, Actuator, JournalLedger,
+    ACTIVATION_INDEX_KEY, ActivationError, ActivationRequest, ActivationTarget, Actuator,
+    JournalLedger,
 };
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, StreamId};
 use ctx_model::{CapabilityKind, sha256_hex_bytes};
+use ctx_projections::streams::HOST_ACTIVATION_INDEX_NAMESPACE;
 
 use crate::support;
 
@@ -116,7 +117,8 @@ impl Fixture {
 
     /// How many targets the ledger's index lists.
     pub fn ledger_targets(&self) -> u64 {
-        let index = StreamId::derive(ACTIVATION_INDEX_NAMESPACE, ACTIVATION_INDEX_KEY).unwrap();
+        let index =
+            StreamId::derive(HOST_ACTIVATION_INDEX_NAMESPACE, ACTIVATION_INDEX_KEY).unwrap();
         self.journal
             .stream_head(&index)
             .unwrap()

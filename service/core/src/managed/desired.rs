@@ -142,7 +142,8 @@ impl ManagedDesiredSetRequest {
 /// The five statuses of a desired-set result.
 pub mod status {
     pub const RECONCILED: &str = "reconciled";
-    pub const CONSENT_REQUIRED: &str = "consent-required";
+    /// The same status as the consent resolution's (one definition).
+    pub use crate::managed::resolution::outcome::CONSENT_REQUIRED;
     pub const EFFECT_PENDING: &str = "effect-pending";
     pub const MANUAL_DEFERRED: &str = "manual-deferred";
     pub const LIFECYCLE_DEFERRED: &str = "lifecycle-deferred";

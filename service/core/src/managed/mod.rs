@@ -34,6 +34,7 @@ pub use error::{InputAuthorityError, ServiceError};
 pub use events::{PlanningEventsSpec, observation_payload, planning_events};
 pub use request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
 pub use resolution::ManagedConsentResolutionResult;
+pub use resolution::outcome::CONSENT_REQUIRED;
 pub use result::{
     ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
     ManagedQueryServiceResult, PreparedManagedQuery,

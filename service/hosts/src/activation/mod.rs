@@ -42,8 +42,7 @@ pub use agent::{AGENT_TREE_DEPTH_MAX, AGENT_TREE_ENTRIES_MAX, CODEX_AGENT_HEADER
 pub use entry::STAGING_DIR_NAME;
 pub use error::{ActivationError, ConflictReason, LedgerError};
 pub use ledger::{
-    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
-    ACTIVATION_TARGET_KIND, ActivationLedger, JournalLedger, LedgerRecord, Operation, Outcome,
+    ACTIVATION_INDEX_KEY, ActivationLedger, JournalLedger, LedgerRecord, Operation, Outcome,
     OutcomeResult, Resolution, TARGET_TEXT_MAX_BYTES, TargetHistory, TargetKey,
 };
 pub use names::{
