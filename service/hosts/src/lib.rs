@@ -13,6 +13,10 @@
 //! Dependencies point one way: hosts → service → projections → journal.
 #![forbid(unsafe_code)]
 
+// Public, with its own curated list: at the root its `ActivationReport` and `failpoints` would
+// collide with ctx-service's root names of the same spelling and another meaning (the engine's
+// activation report, the managed service's fail points), which the adapters and tests import
+// beside them.
 pub mod activation;
 mod host_actuator;
 mod host_files;
