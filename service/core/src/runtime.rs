@@ -22,7 +22,10 @@ use ctx_model::{
 use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
 use ctx_projections::engine::{Clock, ManualClock};
 
-use crate::catalog::{LoadedCatalog, load_catalog_dir};
+use crate::catalog::{
+    LoadedCatalog, SIGNALS_MAX_TOKENS, Spellings, TokenRule, language, load_catalog_dir, tokenize,
+    truncate,
+};
 use crate::data_dir::Layout;
 use crate::decision::{
     Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
@@ -45,8 +48,6 @@ use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntim
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
 /// The audience human decisions are signed for.
 pub const CONSENT_AUDIENCE: &str = "ctx-managed-query";
-/// Most signals one work observation keeps (the catalog observation's own bound).
-pub const WORK_SIGNALS_MAX: usize = 32;
 /// The largest prompt a work observation reads, in bytes; the rest is ignored.
 pub const WORK_PROMPT_MAX_BYTES: usize = 16 * 1024;
 /// Schema of a stored work observation.
@@ -54,21 +55,6 @@ const WORK_SCHEMA: &str = "ctx.work-v1";
 /// Schema of a registered device key (public part) and of a device key file (private part).
 const VERIFIER_SCHEMA: &str = "ctx.verifier-v1";
 const DEVICE_KEY_SCHEMA: &str = "ctx.device-key-v1";
-/// Languages recognised among a prompt's words when the host names none.
-const LANGUAGES: [&str; 12] = [
-    "c",
-    "cpp",
-    "go",
-    "java",
-    "javascript",
-    "kotlin",
-    "python",
-    "ruby",
-    "rust",
-    "sql",
-    "swift",
-    "typescript",
-];
 
 /// Why the runtime could not be composed or could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -832,11 +818,7 @@ impl Runtime {
             .flat_map(|e| e.tags.iter().map(String::as_str))
             .collect();
         let prompt = truncate(&request.prompt, WORK_PROMPT_MAX_BYTES);
-        let words: BTreeSet<String> = prompt
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .map(str::to_ascii_lowercase)
-            .filter(|w| !w.is_empty())
-            .collect();
+        let words: BTreeSet<String> = tokenize(prompt, TokenRule::Words).into_iter().collect();
         let mut signals: BTreeSet<String> = words
             .iter()
             .filter(|w| tags.contains(w.as_str()))
@@ -850,12 +832,12 @@ impl Runtime {
             }
             signals.insert(signal.clone());
         }
-        let signals: Vec<String> = signals.into_iter().take(WORK_SIGNALS_MAX).collect();
+        let signals: Vec<String> = signals.into_iter().take(SIGNALS_MAX_TOKENS).collect();
         let languages: Vec<String> = if request.languages.is_empty() {
             words
                 .iter()
-                .filter(|w| LANGUAGES.contains(&w.as_str()))
-                .cloned()
+                .filter_map(|w| language(w, Spellings::Canonical))
+                .map(str::to_owned)
                 .collect()
         } else {
             let set: BTreeSet<String> = request.languages.iter().cloned().collect();
@@ -917,17 +899,6 @@ impl Runtime {
         }
         Ok(work_ref)
     }
-}
-
-fn truncate(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// The consent challenge `challenge_digest` of this data directory's broker as it stands at

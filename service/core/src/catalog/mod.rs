@@ -18,20 +18,26 @@ mod retrieval;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod work;
 
 pub use error::{CatalogError, ObservationError, RetrievalError};
 pub use format::{CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is_body_path};
 pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir};
+/// Most signals of a work observation; the runtime keeps no more (spec/catalog.md §5.1).
+pub(crate) use observation::SIGNALS_MAX_TOKENS;
 pub use observation::{PublicWork, WorkObservation, normalize_public_work};
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};
 pub use snapshot::Catalog;
+pub(crate) use work::{Spellings, TokenRule, language, tokenize, truncate};
 // Used by this module's unit tests only.
 #[cfg(test)]
 use format::{InstallSpec, LABEL_MAX_BYTES, TAGS_MAX_PER_ENTRY};
 #[cfg(test)]
-use observation::{ACTIVE_MAX_IDS, REPO_FACTS_MAX_STRINGS, SIGNALS_MAX_TOKENS, canonical_language};
+use observation::{ACTIVE_MAX_IDS, REPO_FACTS_MAX_STRINGS};
 #[cfg(test)]
 use retrieval::{CANDIDATE_POOL_DEFAULT_ENTRIES, SCORE_MAX_PPM, remove_ambiguous};
+#[cfg(test)]
+use work::canonical_language;
 
 /// The sample catalog directory shipped with this crate (`service/catalog`), in the source tree.
 pub fn sample_catalog_dir() -> std::path::PathBuf {
