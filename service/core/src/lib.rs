@@ -34,17 +34,11 @@ pub use catalog::{
     CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, Catalog, CatalogError,
     LoadedCatalog, WorkObservation, is_body_path, load_catalog_dir, sample_catalog_dir,
 };
-// Specified library API that no other crate of this repository calls yet (their unit tests do):
-// the public-work normalizer and bounded retrieval (spec/catalog.md §5), the pure policy routing
-// (spec/policy.md), the Ed25519 sizes (spec/decisions.md) and the availability a presentation needs
-// (spec/planner.md §10).
-pub use catalog::{PublicWork, RetrievalError, normalize_public_work, retrieve_with_limit};
 pub use data_dir::Layout;
 pub use decision::{
     DecisionError, Ed25519Signer, Ed25519Verifier, HmacSha256Verifier, HumanDecisionVerifier,
     HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry, hmac_sha256_proof,
 };
-pub use decision::{ED25519_PUBLIC_KEY_BYTES, ED25519_SEED_BYTES, ED25519_SIGNATURE_BYTES};
 pub use failpoint::FailPointFired;
 pub use ingest::{CatalogIngest, IngestError, ingest_catalog};
 pub use journal_store::{
@@ -52,28 +46,34 @@ pub use journal_store::{
     open_journal, route_journal,
 };
 pub use managed::{
-    ActivationDriver, ActivationReport, ActuatorObservation, ConsentBrokerConfig,
-    DesiredResultParts, EngineComposition, InputAuthorityError, ManagedActionSummary,
-    ManagedCapabilitySelection, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
-    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryInput,
-    ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
+    ActivationDriver, ActivationReport, ActuatorObservation, CONSENT_REQUIRED, ConsentBrokerConfig,
+    DesiredResultParts, EngineComposition, InputAuthorityError, JOURNAL_LOCK_WAIT,
+    ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
+    ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
+    ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
     ManagedQueryServiceConfig, ManagedQueryServiceResult, PlanningEventsSpec, PreparedManagedQuery,
-    ServiceError, observation_payload, open_engine_composition, open_managed_query_service,
-    planning_events,
+    ServiceError, activation_failpoints, failpoints, observation_payload, open_engine_composition,
+    open_managed_query_service, planning_events,
 };
-pub use managed::{CONSENT_REQUIRED, JOURNAL_LOCK_WAIT, activation_failpoints, failpoints};
 pub use planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
 pub use planning::benefit::{BenefitCandidate, NetBenefitPolicy};
-pub use planning::plan_v3::required_availability;
 pub use planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
 pub use planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
-pub use policy::{
-    DecisionBasis, InstallAuthorizationDecision, InstallConsentDirective,
-    route_install_authorization, route_install_consent_request,
-};
 pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, PolicyStoreError};
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 pub use runtime::{
     CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
     logical_id, private_dir, read_device_key, register_device, uninstallable,
+};
+
+// Specified library API that no other crate of this repository calls yet (this crate's unit tests
+// do): the public-work normalizer and bounded retrieval (spec/catalog.md §5), the Ed25519 sizes
+// (spec/decisions.md), the availability a presentation needs (spec/planner.md §10) and the pure
+// policy routing (spec/policy.md).
+pub use catalog::{PublicWork, RetrievalError, normalize_public_work, retrieve_with_limit};
+pub use decision::{ED25519_PUBLIC_KEY_BYTES, ED25519_SEED_BYTES, ED25519_SIGNATURE_BYTES};
+pub use planning::plan_v3::required_availability;
+pub use policy::{
+    DecisionBasis, InstallAuthorizationDecision, InstallConsentDirective,
+    route_install_authorization, route_install_consent_request,
 };

@@ -13,7 +13,9 @@ use ctx_hosts::activation::{
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, StreamId};
 use ctx_model::{CapabilityKind, sha256_hex_bytes};
-use ctx_projections::streams::HOST_ACTIVATION_INDEX_NAMESPACE;
+// The ledger names its streams with ctx_projections::streams (one table); the tests keep
+// their short names.
+use ctx_projections::streams::HOST_ACTIVATION_INDEX_NAMESPACE as ACTIVATION_INDEX_NAMESPACE;
 
 use crate::support;
 
@@ -117,8 +119,7 @@ impl Fixture {
 
     /// How many targets the ledger's index lists.
     pub fn ledger_targets(&self) -> u64 {
-        let index =
-            StreamId::derive(HOST_ACTIVATION_INDEX_NAMESPACE, ACTIVATION_INDEX_KEY).unwrap();
+        let index = StreamId::derive(ACTIVATION_INDEX_NAMESPACE, ACTIVATION_INDEX_KEY).unwrap();
         self.journal
             .stream_head(&index)
             .unwrap()

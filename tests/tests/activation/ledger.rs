@@ -10,9 +10,13 @@ use ctx_journal::StreamId;
 use ctx_model::testkit::Session;
 use ctx_model::{CapabilityKind, Json};
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
+// The ledger names its streams with ctx_projections::streams (one table); the tests keep
+// their short names.
 use ctx_projections::streams::{
-    HOST_ACTIVATION_INDEX_NAMESPACE, HOST_ACTIVATION_NAMESPACE, HOST_ACTIVATION_RECORD_KIND,
-    HOST_ACTIVATION_TARGET_KIND,
+    HOST_ACTIVATION_INDEX_NAMESPACE as ACTIVATION_INDEX_NAMESPACE,
+    HOST_ACTIVATION_NAMESPACE as ACTIVATION_NAMESPACE,
+    HOST_ACTIVATION_RECORD_KIND as ACTIVATION_RECORD_KIND,
+    HOST_ACTIVATION_TARGET_KIND as ACTIVATION_TARGET_KIND,
 };
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Projections, domain_projections};
@@ -72,7 +76,7 @@ fn ledger_records_are_canonical_json_in_one_stream_per_target() {
     let path = path.to_str().unwrap();
     assert_eq!(report.target.path, path);
     let key = [b"claude".as_slice(), b"\0agent\0", path.as_bytes()].concat();
-    let stream = StreamId::derive(HOST_ACTIVATION_NAMESPACE, &key).unwrap();
+    let stream = StreamId::derive(ACTIVATION_NAMESPACE, &key).unwrap();
     let records = f.journal.read_stream(&stream, 1, 100).unwrap();
     assert_eq!(records.len(), 4, "intent, outcome, intent, outcome");
     let state = ctx_model::sha256_hex_bytes(&body);
@@ -91,7 +95,7 @@ fn ledger_records_are_canonical_json_in_one_stream_per_target() {
         ),
     ];
     for (record, (phase, operation, prior, new, intent_revision)) in records.iter().zip(expected) {
-        assert_eq!(record.kind, HOST_ACTIVATION_RECORD_KIND);
+        assert_eq!(record.kind, ACTIVATION_RECORD_KIND);
         assert_eq!(
             record.event_id,
             format!("ctx-activation:{}:{}", stream.to_hex(), record.revision)
@@ -114,10 +118,10 @@ fn ledger_records_are_canonical_json_in_one_stream_per_target() {
         assert_eq!(decoded.encode(), record.payload);
     }
     // The index lists the target once.
-    let index = StreamId::derive(HOST_ACTIVATION_INDEX_NAMESPACE, ACTIVATION_INDEX_KEY).unwrap();
+    let index = StreamId::derive(ACTIVATION_INDEX_NAMESPACE, ACTIVATION_INDEX_KEY).unwrap();
     let listed = f.journal.read_stream(&index, 1, 100).unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].kind, HOST_ACTIVATION_TARGET_KIND);
+    assert_eq!(listed[0].kind, ACTIVATION_TARGET_KIND);
     assert_eq!(
         std::str::from_utf8(&listed[0].payload).unwrap(),
         format!(
