@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ctx_journal::{Journal, OpenOptions};
+use ctx_model::testkit::Session;
 use ctx_projections::engine::{ENGINE_STATE_PROJECTION, Engine, EngineOptions, ManualClock};
-use ctx_projections::testkit::Session;
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use tempfile::TempDir;
 

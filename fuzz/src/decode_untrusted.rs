@@ -25,18 +25,17 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use ctx_model::{JSON_PARSE_DEPTH_MAX, Json};
 use ctx_projections::consent_store::{
     ASSERTION_SIGNING_KEYS, AssertionCodecError, ConsentStoreError, InstallConsentChallenge,
     MAX_SIGNED_HUMAN_DECISION_ASSERTION_BYTES, SignedHumanDecisionAssertion,
 };
 use ctx_projections::query_store::{is_desired_set_ref, is_query_ref};
-use ctx_projections::{JSON_PARSE_DEPTH_MAX, Json};
-use ctx_service::catalog::{
-    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, is_body_path, load_catalog_dir,
+use ctx_service::{
+    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, HmacSha256Verifier,
+    InstallConsentPolicy, ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError,
+    hmac_sha256_proof, is_body_path, load_catalog_dir,
 };
-use ctx_service::decision::{HmacSha256Verifier, hmac_sha256_proof};
-use ctx_service::policy::InstallConsentPolicy;
-use ctx_service::{ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError};
 
 /// The key re-signed assertions are signed with.
 const SIGNING_KEY: &[u8] = b"ctx-fuzz-decode-untrusted-key";
@@ -125,7 +124,7 @@ fn assertion(data: &[u8]) {
 }
 
 fn verifier_accepts(a: &SignedHumanDecisionAssertion) {
-    use ctx_service::decision::HumanDecisionVerifier as _;
+    use ctx_service::HumanDecisionVerifier as _;
     static VERIFIER: OnceLock<HmacSha256Verifier> = OnceLock::new();
     let verifier = VERIFIER.get_or_init(|| match HmacSha256Verifier::new(SIGNING_KEY) {
         Ok(v) => v,
@@ -489,7 +488,7 @@ fn work_dir() -> &'static PathBuf {
 /// The committed seed corpus (`corpus/decode_untrusted/seed-*`): one valid input per decoder,
 /// built here so that the files can be checked, and rewritten with `CTX_FUZZ_WRITE_SEEDS=1`.
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
-    use ctx_projections::check::sha256_hex;
+    use ctx_model::sha256_hex;
     use ctx_projections::consent_store::{AssertionFields, ChallengeFields};
     let d = |label: &str| sha256_hex(&format!("ctx-fuzz-seed:{label}"));
 
@@ -532,7 +531,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     );
 
     let policy = InstallConsentPolicy {
-        skill_mode: ctx_service::policy::InstallConsentMode::PreapprovedAuto,
+        skill_mode: ctx_service::InstallConsentMode::PreapprovedAuto,
         ..InstallConsentPolicy::safe_default()
     };
 
@@ -540,7 +539,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         challenge_id: "challenge-1".into(),
         audience: "ctx-managed-query".into(),
         workspace_identity_digest: d("workspace"),
-        scope: ctx_projections::testkit::scope("session-1"),
+        scope: ctx_model::testkit::scope("session-1"),
         capability_id: "skill:rust".into(),
         kind: "skill".into(),
         source_digest: d("source"),

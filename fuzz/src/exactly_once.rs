@@ -54,7 +54,10 @@ use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 
 use arbitrary::Arbitrary;
 use ctx_journal::{Journal, OpenOptions};
-use ctx_projections::check::{UtcMicros, sha256_hex, sha256_hex_bytes};
+use ctx_model::{
+    ActionKind, CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
+    UtcMicros, sha256_hex, sha256_hex_bytes,
+};
 use ctx_projections::consent_store::{
     AssertionFields, CONSENT_STORE_PROJECTION, ConsentStore, ConsentStoreError,
     SignedHumanDecisionAssertion,
@@ -65,27 +68,17 @@ use ctx_projections::engine::{
     ManualClock, engine_stream,
 };
 use ctx_projections::query_store::{QUERY_STORE_PROJECTION, QueryStore};
-use ctx_projections::{
-    ActionKind, CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
-};
-use ctx_service::catalog::load_catalog_dir;
-use ctx_service::decision::{
-    HmacSha256Verifier, HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry,
-    hmac_sha256_proof,
-};
-use ctx_service::managed::failpoints;
-use ctx_service::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
-use ctx_service::planning::benefit::NetBenefitPolicy;
-use ctx_service::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
-use ctx_service::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
-use ctx_service::policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore};
-use ctx_service::registry::{ArtifactRegistry, IngestInputs};
 use ctx_service::skill_cas::{BodySourceError, SkillBodySource, SkillCasRuntimeConfig};
 use ctx_service::{
-    ConsentBrokerConfig, InputAuthorityError, ManagedConsentResolutionResult,
+    AdapterPorts, ArtifactRegistry, AuthenticatedNetBenefitPlanner, BenefitAuditSink,
+    BenefitFactsPort, CatalogBenefitFacts, ConsentBrokerConfig, HmacSha256Verifier,
+    HumanDecisionVerifierRegistration, IngestInputs, InputAuthorityError, InstallConsentMode,
+    InstallConsentPolicy, InstallPolicyStore, ManagedConsentResolutionResult,
     ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryInput,
     ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
-    ManagedQueryServiceConfig, ManagedQueryServiceResult, ServiceError, open_managed_query_service,
+    ManagedQueryServiceConfig, ManagedQueryServiceResult, NetBenefitPolicy,
+    ReplayDecisionPlannerV3, ServiceError, SinkError, TrustedHumanDecisionVerifierRegistry,
+    failpoints, hmac_sha256_proof, load_catalog_dir, open_managed_query_service,
 };
 
 /// Most steps run per program; the rest of a longer program is ignored.
@@ -555,10 +548,7 @@ fn write_catalog(dir: &Path) {
 
 /// SessionStarted at revision 0 and IntentObserved at 1 of session `i`, bound to the artifact
 /// (the fixture's `events`; event ids are unique across sessions).
-fn events(
-    artifact: &ctx_service::registry::ArtifactHandle,
-    i: usize,
-) -> (EngineEvent, EngineEvent) {
+fn events(artifact: &ctx_service::ArtifactHandle, i: usize) -> (EngineEvent, EngineEvent) {
     let id = |base: &str| {
         if i == 0 {
             base.to_owned()

@@ -33,18 +33,17 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use arbitrary::Arbitrary;
 use ctx_journal::{Digest, Journal, OpenOptions};
-use ctx_projections::check::UtcMicros;
+use ctx_model::testkit::{Session, decision, digest, ops, ops::event_for};
+use ctx_model::{
+    EffectKind, EngineEvent, EngineState, EventKind, HostAction, Json, ReplayInput, ScopeRef,
+    SessionStatus, Surrogate, Transition, UtcMicros, consent_id, preflight, reduce,
+};
+use ctx_projections::AttachReport;
 use ctx_projections::engine::{
     ActivationGuard, AuthorizeError, Engine, EngineOptions, InstallGuard, InstallOutcome,
     ManualClock, ObservationNormalizer, OutcomeError, ProcessError, decode_view, engine_stream,
 };
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, binding};
-use ctx_projections::testkit::ops::{self, event_for};
-use ctx_projections::testkit::{Session, decision, digest};
-use ctx_projections::{
-    AttachReport, EffectKind, EngineEvent, EngineState, EventKind, HostAction, Json, ReplayInput,
-    ScopeRef, SessionStatus, Surrogate, Transition, consent_id, preflight, reduce,
-};
 
 /// Most steps run per program; the rest of a longer program is ignored.
 pub const MAX_STEPS: usize = 40;

@@ -270,7 +270,7 @@ pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &
 
 /// The bytes of a file of the sample catalog, read from the repository (not through ctx).
 pub fn catalog_file(rel: &str) -> Vec<u8> {
-    let path = ctx_service::catalog::sample_catalog_dir().join(rel);
+    let path = ctx_service::sample_catalog_dir().join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -14,14 +14,15 @@ use ctx_journal::{
     FailureKind, Journal, OpenOptions, ProjectionError, ReadError, StorageIntegrity, StreamId,
     VerifyReport, check_storage_integrity,
 };
-use ctx_projections::engine::{AuditError, ENGINE_RECORD_KIND, StoreError, replay_audit_stream};
+use ctx_model::Json;
+use ctx_projections::engine::{AuditError, StoreError, replay_audit_stream};
+use ctx_projections::streams::ENGINE_RECORD_KIND;
 use ctx_projections::{
-    DetachedCheck, DetachedStatus, FrameworkError, Json, Projections, domain_projections,
+    DetachedCheck, DetachedStatus, FrameworkError, Projections, domain_projections,
 };
 
 use crate::error::{CliError, EXIT_OK};
-use ctx_service::Layout;
-use ctx_service::managed::JOURNAL_LOCK_WAIT;
+use ctx_service::{JOURNAL_LOCK_WAIT, Layout};
 
 /// The `schema` of `ctx audit --json`.
 pub(crate) const AUDIT_SCHEMA: &str = "ctx.audit-report.v1";

@@ -7,23 +7,18 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
-use ctx_projections::check::UtcMicros;
+use ctx_model::{Json, UtcMicros};
 use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
-use ctx_service::catalog::LoadedCatalog;
-use ctx_service::managed::{
-    ManagedActionSummary, ManagedConsentChallengeProjection, ManagedConsentResolutionResult,
-    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryRequest,
-    ManagedQueryServiceResult, ServiceError,
+use ctx_service::{
+    CONSENT_AUDIENCE, CONSENT_REQUIRED, CatalogIngest, IngestError, InstallConsentPolicy, Layout,
+    LoadedCatalog, ManagedActionSummary, ManagedConsentChallengeProjection,
+    ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
+    ManagedQueryRequest, ManagedQueryServiceResult, Runtime, RuntimeError, ServiceError,
+    WorkRequest, challenge_record, generate_device_key, ingest_catalog, logical_id,
+    read_device_key, uninstallable,
 };
-use ctx_service::policy::InstallConsentPolicy;
-use ctx_service::runtime::{
-    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
-    logical_id, read_device_key, uninstallable,
-};
-use ctx_service::{CatalogIngest, IngestError, Layout, ingest_catalog};
 
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 
@@ -300,7 +295,7 @@ pub(crate) fn dispatch(
                 }
             }
             let result = runtime.service().set_desired(&request)?;
-            let code = if result.status() == "consent-required" {
+            let code = if result.status() == CONSENT_REQUIRED {
                 EXIT_OUTCOME
             } else {
                 EXIT_OK

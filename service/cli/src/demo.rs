@@ -7,8 +7,7 @@
 use std::io::Write;
 
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
-use ctx_projections::check::UtcMicros;
+use ctx_model::{CapabilityKind, Json, UtcMicros};
 
 use crate::commands::{HostCommand, field, run_step, strings};
 use crate::data_dir::DataDir;
@@ -176,7 +175,7 @@ pub fn run_demo(
     // The skill store installs skills whose install neither expands permissions nor needs
     // credentials; the demo chooses the first such skill of the plan.
     let chosen = selections.iter().find(|s| {
-        field(s, "kind") == "skill"
+        field(s, "kind") == CapabilityKind::Skill.as_str()
             && field(s, "actionability") == "install"
             && s.get("install").is_some_and(|i| {
                 i.get("permission_expansion") == Some(&Json::Bool(false))

@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use ctx_journal::OpenOptions;
 
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
 use crate::init::{EventState, Registration, Status, classify, hooks_file, host_directories};
 use ctx_hosts::activation::{Actuator, JournalLedger, TargetInspection, TargetStatus};
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_hosts::{JsonNode, json_text, parse_json, read_host_file};
-use ctx_service::Layout;
-use ctx_service::managed::JOURNAL_LOCK_WAIT;
+use ctx_service::{JOURNAL_LOCK_WAIT, Layout};
 
 /// The `schema` of `ctx doctor --json`.
 pub(crate) const DOCTOR_SCHEMA: &str = "ctx.doctor.v1";

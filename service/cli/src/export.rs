@@ -12,8 +12,8 @@ use std::path::Path;
 use ctx_journal::{
     Digest, ImportRecord, NewRecord, PAYLOAD_MAX_BYTES, RecordView, StreamId, Timestamp,
 };
-use ctx_projections::JsonError;
-use ctx_projections::{Json, JsonMap, Projections, domain_projections};
+use ctx_model::{Json, JsonError, JsonMap};
+use ctx_projections::{Projections, domain_projections};
 
 use crate::audit::{existing_journal, hex, open_journal};
 use crate::error::{CliError, EXIT_OK, FILE_READ};

@@ -13,7 +13,7 @@ use ctx_hosts::{
     failure_json, run_hook,
 };
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
+use ctx_model::Json;
 use ctx_service::Layout;
 
 use crate::error::{CliError, EXIT_OK};

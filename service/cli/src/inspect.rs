@@ -7,7 +7,8 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use ctx_journal::StreamInfo;
-use ctx_projections::{Json, Projections, domain_projections};
+use ctx_model::Json;
+use ctx_projections::{Projections, domain_projections};
 
 use crate::audit::{existing_journal, hex, open_journal};
 use crate::error::{CliError, EXIT_OK};

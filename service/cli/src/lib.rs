@@ -384,11 +384,11 @@ pub fn run(
         // erase the person's prompt): the sentence becomes a message to the person.
         Err(e) if is_hook => {
             let _ = writeln!(err, "ctx: error: {e}");
-            let message = ctx_projections::Json::str(format!("ctx: {e}"));
+            let message = ctx_model::Json::str(format!("ctx: {e}"));
             let _ = writeln!(
                 out,
                 "{}",
-                ctx_projections::Json::object([("systemMessage", message)])
+                ctx_model::Json::object([("systemMessage", message)])
             );
             EXIT_OK
         }

@@ -8,13 +8,11 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use ctx_journal::Timestamp;
-use ctx_projections::Json;
-use ctx_projections::check::UtcMicros;
+use ctx_model::{Json, UtcMicros};
 
 use crate::commands::{HostCommand, field, run_step};
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
-use ctx_service::Layout;
-use ctx_service::runtime::{generate_device_key, read_device_key, register_device};
+use ctx_service::{Layout, generate_device_key, read_device_key, register_device};
 
 /// The device key's file name inside its directory.
 pub const DEVICE_KEY_FILE: &str = "device.key";
@@ -44,7 +42,7 @@ pub fn default_device_key(env: &dyn Fn(&str) -> Option<OsString>) -> Result<Path
 /// `ctx key init`: creates the device key at `key` (its directory 0700, the file 0600) unless it
 /// exists, and registers its public key in the data directory either way.
 pub(crate) fn key_init(layout: &Layout, key: &Path, out: &mut dyn Write) -> Result<u8, CliError> {
-    let failure = |e: ctx_service::runtime::RuntimeError| CliError::Step {
+    let failure = |e: ctx_service::RuntimeError| CliError::Step {
         step: "key init",
         message: e.to_string(),
         exit: crate::error::EXIT_INTERNAL,
@@ -56,7 +54,7 @@ pub(crate) fn key_init(layout: &Layout, key: &Path, out: &mut dyn Write) -> Resu
         identity
     } else {
         if let Some(parent) = key.parent() {
-            ctx_service::runtime::private_dir(parent).map_err(failure)?;
+            ctx_service::private_dir(parent).map_err(failure)?;
         }
         let identity = generate_device_key(layout, key).map_err(failure)?;
         writeln!(

@@ -16,16 +16,29 @@ mod failpoint;
 mod ingest;
 mod journal_store;
 
-pub mod catalog;
-pub mod decision;
-pub mod managed;
-pub mod planning;
-pub mod policy;
-pub mod registry;
-pub mod runtime;
+mod catalog;
+mod decision;
+mod managed;
+mod planning;
+mod policy;
+mod registry;
+mod runtime;
+// Public because its on-disk names (`LOCK_SUFFIX`, `STAGE_PREFIX`) would collide at the root with
+// the policy store's `LOCK_SUFFIX` and the other stores' stage prefixes; the module path says
+// whose files they name (spec/skill-cas.md).
 pub mod skill_cas;
 
+// The public surface: every name ctx-hosts, ctx-cli, the tests, benches and fuzz targets use, each
+// at one path (spec/service.md "Code").
+pub use catalog::{
+    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, Catalog, CatalogError,
+    LoadedCatalog, WorkObservation, is_body_path, load_catalog_dir, sample_catalog_dir,
+};
 pub use data_dir::Layout;
+pub use decision::{
+    DecisionError, Ed25519Signer, Ed25519Verifier, HmacSha256Verifier, HumanDecisionVerifier,
+    HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry, hmac_sha256_proof,
+};
 pub use failpoint::FailPointFired;
 pub use ingest::{CatalogIngest, IngestError, ingest_catalog};
 pub use journal_store::{
@@ -33,11 +46,34 @@ pub use journal_store::{
     open_journal, route_journal,
 };
 pub use managed::{
-    ConsentBrokerConfig, DesiredResultParts, EngineComposition, InputAuthorityError,
+    ActivationDriver, ActivationReport, ActuatorObservation, CONSENT_REQUIRED, ConsentBrokerConfig,
+    DesiredResultParts, EngineComposition, InputAuthorityError, JOURNAL_LOCK_WAIT,
     ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
     ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
     ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
     ManagedQueryServiceConfig, ManagedQueryServiceResult, PlanningEventsSpec, PreparedManagedQuery,
-    ServiceError, observation_payload, open_engine_composition, open_managed_query_service,
-    planning_events,
+    ServiceError, activation_failpoints, failpoints, observation_payload, open_engine_composition,
+    open_managed_query_service, planning_events,
+};
+pub use planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+pub use planning::benefit::{BenefitCandidate, NetBenefitPolicy};
+pub use planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
+pub use planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
+pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, PolicyStoreError};
+pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
+pub use runtime::{
+    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
+    logical_id, private_dir, read_device_key, register_device, uninstallable,
+};
+
+// Specified library API that no other crate of this repository calls yet (this crate's unit tests
+// do): the public-work normalizer and bounded retrieval (spec/catalog.md §5), the Ed25519 sizes
+// (spec/decisions.md), the availability a presentation needs (spec/planner.md §10) and the pure
+// policy routing (spec/policy.md).
+pub use catalog::{PublicWork, RetrievalError, normalize_public_work, retrieve_with_limit};
+pub use decision::{ED25519_PUBLIC_KEY_BYTES, ED25519_SEED_BYTES, ED25519_SIGNATURE_BYTES};
+pub use planning::plan_v3::required_availability;
+pub use policy::{
+    DecisionBasis, InstallAuthorizationDecision, InstallConsentDirective,
+    route_install_authorization, route_install_consent_request,
 };

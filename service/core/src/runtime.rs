@@ -15,12 +15,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ctx_journal::OpenOptions;
-use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, EngineEvent, HostAction, INSTALLER_ID, Json, ScopeRef, Surrogate,
+    UtcMicros, is_token, sha256_hex, sha256_hex_bytes,
+};
 use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
 use ctx_projections::engine::{Clock, ManualClock};
-use ctx_projections::{CURRENT_WORK_SCHEMA, EngineEvent, HostAction, Json, ScopeRef, Surrogate};
 
-use crate::catalog::{LoadedCatalog, load_catalog_dir};
+use crate::catalog::{
+    LoadedCatalog, SIGNALS_MAX_TOKENS, Spellings, TokenRule, language, load_catalog_dir, tokenize,
+    truncate,
+};
 use crate::data_dir::Layout;
 use crate::decision::{
     Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
@@ -43,10 +48,6 @@ use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntim
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
 /// The audience human decisions are signed for.
 pub const CONSENT_AUDIENCE: &str = "ctx-managed-query";
-/// The installer id of the sample catalog's install plans, which the skill CAS executes.
-pub const SKILL_INSTALLER_ID: &str = "ctx-install-plan-executor-v1";
-/// Most signals one work observation keeps (the catalog observation's own bound).
-pub const WORK_SIGNALS_MAX: usize = 32;
 /// The largest prompt a work observation reads, in bytes; the rest is ignored.
 pub const WORK_PROMPT_MAX_BYTES: usize = 16 * 1024;
 /// Schema of a stored work observation.
@@ -54,21 +55,6 @@ const WORK_SCHEMA: &str = "ctx.work-v1";
 /// Schema of a registered device key (public part) and of a device key file (private part).
 const VERIFIER_SCHEMA: &str = "ctx.verifier-v1";
 const DEVICE_KEY_SCHEMA: &str = "ctx.device-key-v1";
-/// Languages recognised among a prompt's words when the host names none.
-const LANGUAGES: [&str; 12] = [
-    "c",
-    "cpp",
-    "go",
-    "java",
-    "javascript",
-    "kotlin",
-    "python",
-    "ruby",
-    "rust",
-    "sql",
-    "swift",
-    "typescript",
-];
 
 /// Why the runtime could not be composed or could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -308,7 +294,7 @@ impl StoredWork {
         let session_id = text("session_id")?;
         let workspace_digest = text("workspace_digest")?;
         // Validated again after reading: the scope slices the digest and the engine checks tokens.
-        if !is_token(&session_id) || !ctx_projections::check::is_sha(&workspace_digest) {
+        if !is_token(&session_id) || !ctx_model::is_sha(&workspace_digest) {
             return Err(WorkFileError::Identity);
         }
         Ok(StoredWork {
@@ -762,14 +748,14 @@ impl Runtime {
         let skill_cas = SkillCasRuntimeConfig::new(
             &layout.skills(),
             bodies.clone(),
-            SKILL_INSTALLER_ID,
+            INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
         .map_err(|e| component("the skill store refused")(e.to_string()))?;
         let material_store = SkillCasRuntimeConfig::new(
             &layout.materials(),
             bodies,
-            SKILL_INSTALLER_ID,
+            INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
         .map_err(|e| component("the material store refused")(e.to_string()))?
@@ -851,39 +837,32 @@ impl Runtime {
             .flat_map(|e| e.tags.iter().map(String::as_str))
             .collect();
         let prompt = truncate(&request.prompt, WORK_PROMPT_MAX_BYTES);
-        let words: BTreeSet<String> = prompt
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .map(str::to_ascii_lowercase)
-            .filter(|w| !w.is_empty())
-            .collect();
+        let words: BTreeSet<String> = tokenize(prompt, TokenRule::Words).into_iter().collect();
         let mut signals: BTreeSet<String> = words
             .iter()
             .filter(|w| tags.contains(w.as_str()))
             .cloned()
             .collect();
         for signal in &request.signals {
-            if !ctx_projections::check::is_safe_token(signal) {
+            if !ctx_model::is_safe_token(signal) {
                 return Err(RuntimeError::Invalid(format!(
                     "signal {signal:?} must be a lowercase token"
                 )));
             }
             signals.insert(signal.clone());
         }
-        let signals: Vec<String> = signals.into_iter().take(WORK_SIGNALS_MAX).collect();
+        let signals: Vec<String> = signals.into_iter().take(SIGNALS_MAX_TOKENS).collect();
         let languages: Vec<String> = if request.languages.is_empty() {
             words
                 .iter()
-                .filter(|w| LANGUAGES.contains(&w.as_str()))
-                .cloned()
+                .filter_map(|w| language(w, Spellings::Canonical))
+                .map(str::to_owned)
                 .collect()
         } else {
             let set: BTreeSet<String> = request.languages.iter().cloned().collect();
             set.into_iter().collect()
         };
-        if let Some(bad) = languages
-            .iter()
-            .find(|l| !ctx_projections::check::is_safe_token(l))
-        {
+        if let Some(bad) = languages.iter().find(|l| !ctx_model::is_safe_token(l)) {
             return Err(RuntimeError::Invalid(format!(
                 "language {bad:?} must be a lowercase token"
             )));
@@ -941,17 +920,6 @@ impl Runtime {
     }
 }
 
-fn truncate(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// The consent challenge `challenge_digest` of this data directory's broker as it stands at
 /// `now` (pending, decided or expired).
 pub fn challenge_record(
@@ -977,7 +945,7 @@ pub fn challenge_record(
 /// challenge and claim the install, and the store's eligibility gate would then refuse it on every
 /// attempt, leaving the claim indeterminate and the session busy.
 pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
-    use crate::skill_cas::SKILL_KIND;
+    use ctx_model::CapabilityKind;
     let entry = loaded
         .catalog()
         .entries()
@@ -989,7 +957,7 @@ pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<Stri
     if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
         return None;
     }
-    Some(if kind == SKILL_KIND {
+    Some(if kind == CapabilityKind::Skill.as_str() {
         "the skill store installs no skill that expands permissions or needs credentials".to_owned()
     } else {
         format!(

@@ -8,6 +8,7 @@
 //! keeps a holder record per engine session on the journal, and a deactivation removes the
 //! host's entry only when no other session holds it.
 
+use ctx_model::CapabilityKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,24 +16,18 @@ use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
 };
 use ctx_journal::{InputError, ReadError};
-use ctx_projections::ProtocolError;
-use ctx_projections::check::{sha256_hex, sha256_hex_bytes};
-use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{HostAction, Json};
+use ctx_model::{
+    HostAction, InstallExecutionBinding, Json, ProtocolError, sha256_hex, sha256_hex_bytes,
+};
 
 use crate::activation::{
     ActivationError, ActivationOutcome, ActivationRequest, ActivationTarget, Actuator,
-    CapabilityKind, ConflictReason, JournalLedger,
+    ConflictReason, JournalLedger,
 };
 use crate::hosts::{AgentHost, HostHome};
-use ctx_service::catalog::LoadedCatalog;
-use ctx_service::managed::{ActivationDriver, ActuatorObservation};
+use ctx_projections::streams::{HOST_ACTIVATION_HOLDER_KIND, HOST_ACTIVATION_HOLDERS_NAMESPACE};
+use ctx_service::{ActivationDriver, ActuatorObservation, LoadedCatalog};
 
-/// Stream namespace of the engine sessions holding a host entry: key = host ‖ kind ‖ name ‖
-/// project.
-pub const HOLDERS_NAMESPACE: &str = "ctx.host-activation-holders";
-/// Kind of a holder record.
-pub const HOLDER_KIND: &str = "ctx.host-activation-holder.v1";
 /// How many holder records of one entry are read at most.
 const HOLDER_RECORDS_MAX: usize = 4096;
 
@@ -89,10 +84,12 @@ impl<'a> HostActivationDriver<'a> {
         let (kind, name) = id
             .split_once(':')
             .ok_or_else(|| DriverError::NoKind { id: id.to_owned() })?;
-        let kind = CapabilityKind::parse(kind).ok_or_else(|| DriverError::Kind {
-            id: id.to_owned(),
-            kind: kind.to_owned(),
-        })?;
+        let kind = CapabilityKind::parse(kind)
+            .filter(|k| k.is_installable())
+            .ok_or_else(|| DriverError::Kind {
+                id: id.to_owned(),
+                kind: kind.to_owned(),
+            })?;
         Ok((kind, name.to_owned(), id.to_owned()))
     }
 
@@ -131,7 +128,10 @@ impl<'a> HostActivationDriver<'a> {
     /// its project, so a deactivation finds where its activation went).
     fn holders_stream(&self, kind: CapabilityKind, name: &str) -> Result<StreamId, DriverError> {
         let key = format!("{}\n{kind}\n{name}", self.host);
-        Ok(StreamId::derive(HOLDERS_NAMESPACE, key.as_bytes())?)
+        Ok(StreamId::derive(
+            HOST_ACTIVATION_HOLDERS_NAMESPACE,
+            key.as_bytes(),
+        )?)
     }
 
     /// Records that the engine session of `action` holds (or released) the capability's entry
@@ -153,7 +153,7 @@ impl<'a> HostActivationDriver<'a> {
             ("holder", Json::str(&holder)),
             ("operation", Json::str(operation)),
             ("project", Json::opt_str(project.as_deref())),
-            ("schema", Json::str(HOLDER_KIND)),
+            ("schema", Json::str(HOST_ACTIVATION_HOLDER_KIND)),
         ])
         .to_string()
         .into_bytes();
@@ -167,7 +167,12 @@ impl<'a> HostActivationDriver<'a> {
         let append = StreamAppend::new(
             stream,
             ExpectedRevision::Any,
-            vec![NewRecord::new(event_id, HOLDER_KIND, self.now, payload)],
+            vec![NewRecord::new(
+                event_id,
+                HOST_ACTIVATION_HOLDER_KIND,
+                self.now,
+                payload,
+            )],
         );
         match self.journal.append(append) {
             Ok(_) | Err(AppendError::Conflict { .. }) => Ok(()),

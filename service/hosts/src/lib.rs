@@ -13,6 +13,10 @@
 //! Dependencies point one way: hosts → service → projections → journal.
 #![forbid(unsafe_code)]
 
+// Public, with its own curated list: at the root its `ActivationReport` and `failpoints` would
+// collide with ctx-service's root names of the same spelling and another meaning (the engine's
+// activation report, the managed service's fail points), which the adapters and tests import
+// beside them.
 pub mod activation;
 mod host_actuator;
 mod host_files;
@@ -20,7 +24,7 @@ mod hosts;
 mod profile;
 mod session;
 
-pub use host_actuator::{HOLDER_KIND, HOLDERS_NAMESPACE, HostActivationDriver};
+pub use host_actuator::HostActivationDriver;
 pub use host_files::{
     HOST_FILE_ATTEMPTS, HOST_FILE_LOCK_WAIT, HOST_FILE_MAX_BYTES, HostFileError,
     JSON_EDIT_DEPTH_MAX, JsonEditError, JsonNode, UpdateOutcome, append_element, json_text,
@@ -32,9 +36,8 @@ pub use hosts::{
 };
 pub use profile::{AgentLayout, CLAUDE, CODEX, HandlerStyle, HostProfile, McpLayout};
 pub use session::{
-    HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HOST_SESSION_KIND,
-    HOST_SESSION_NAMESPACE, HookContext, HookInput, HookReply, SessionError, failure_json,
-    read_session, run_hook, session_stream,
+    HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HookContext, HookInput,
+    HookReply, SessionError, failure_json, read_session, run_hook, session_stream,
 };
 
 /// True when the fail point `name` is configured to fire (feature `failpoints`; always false

@@ -14,17 +14,14 @@ use ctx_journal::{
     AppendError, ExpectedRevision, InputError, Journal, NewRecord, OpenError, OpenOptions,
     ReadError, StreamAppend, StreamId, Timestamp,
 };
-use ctx_projections::check::{UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
+use ctx_model::{Json, JsonError, UtcMicros, is_token, sha256_hex, sha256_hex_bytes};
 use ctx_projections::consent_store::ChallengeState;
-use ctx_projections::{Json, JsonError};
-use ctx_service::managed::{
-    ActivationReport, JOURNAL_LOCK_WAIT, ManagedDesiredSetRequest, ManagedQueryRequest,
+use ctx_projections::streams::{HOST_SESSION_KIND, HOST_SESSION_NAMESPACE};
+use ctx_service::{
+    ActivationReport, IngestError, InstallConsentPolicy, JOURNAL_LOCK_WAIT, Layout,
+    ManagedDesiredSetRequest, ManagedQueryRequest, PolicyStoreError, Runtime, RuntimeError,
+    ServiceError, WorkRequest, challenge_record, ingest_catalog, logical_id, uninstallable,
 };
-use ctx_service::policy::{InstallConsentPolicy, PolicyStoreError};
-use ctx_service::runtime::{
-    Runtime, RuntimeError, WorkRequest, challenge_record, logical_id, uninstallable,
-};
-use ctx_service::{IngestError, Layout, ServiceError, ingest_catalog};
 
 use crate::host_actuator::HostActivationDriver;
 use crate::hosts::{AgentHost, HookEvent, HostHome, HostHomeError};
@@ -38,10 +35,6 @@ pub const HOOK_TEXT_MAX_CHARS: usize = 10_000;
 /// The longest host session id: with the host's name and a prompt's digest it must stay a
 /// 128-byte token.
 pub const HOOK_SESSION_ID_MAX_BYTES: usize = 96;
-/// Journal record kind of a hook call on a host session's stream.
-pub const HOST_SESSION_KIND: &str = "ctx.host-session.v1";
-/// Stream namespace of host sessions: the key is `host ‖ "\n" ‖ session id`.
-pub const HOST_SESSION_NAMESPACE: &str = "ctx.host-session";
 /// How many of a session's records a hook reads.
 const SESSION_RECORDS_READ_MAX: usize = 1024;
 /// How many of a session's latest queries a hook advances activations of.

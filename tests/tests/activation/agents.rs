@@ -4,9 +4,10 @@ use std::fs;
 
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
-    ActivationError, ActivationOutcome, CODEX_AGENT_HEADER, CapabilityKind, ConflictReason,
-    DeactivationOutcome, TargetStatus,
+    ActivationError, ActivationOutcome, CODEX_AGENT_HEADER, ConflictReason, DeactivationOutcome,
+    TargetStatus,
 };
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, catalog, names};
 use crate::support;
@@ -51,10 +52,7 @@ fn claude_agent_file_is_the_catalog_bytes_in_ctxs_subfolder() {
         ["code-reviewer.md"]
     );
     // The state digest of an agent file is the plain SHA-256 of its bytes.
-    assert_eq!(
-        report.state,
-        ctx_projections::check::sha256_hex_bytes(&body)
-    );
+    assert_eq!(report.state, ctx_model::sha256_hex_bytes(&body));
 
     let head = f.head();
     let again = f

@@ -6,14 +6,15 @@ use std::fs;
 use std::time::Instant;
 
 use ctx_hosts::AgentHost;
-use ctx_hosts::activation::{ActivationError, ActivationTarget, CapabilityKind};
+use ctx_hosts::activation::{ActivationError, ActivationTarget};
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, names};
 use crate::support;
 
 /// `(kind, name, body)` of every skill, agent and MCP server material in the sample catalog.
 fn materials() -> Vec<(CapabilityKind, String, Vec<u8>)> {
-    let root = ctx_service::catalog::sample_catalog_dir();
+    let root = ctx_service::sample_catalog_dir();
     let mut out = Vec::new();
     for (dir, kind) in [
         ("skills", CapabilityKind::Skill),

@@ -4,9 +4,10 @@ use std::fs;
 
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
-    ActivationError, ActivationOutcome, CapabilityKind, ConflictReason, Operation, OutcomeResult,
-    TargetStatus, failpoints,
+    ActivationError, ActivationOutcome, ConflictReason, Operation, OutcomeResult, TargetStatus,
+    failpoints,
 };
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, catalog, names};
 use crate::support::FailPoints;

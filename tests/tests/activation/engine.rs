@@ -11,13 +11,11 @@ use ctx_hosts::activation::{
 };
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, OpenOptions, Timestamp};
-use ctx_projections::check::UtcMicros;
-use ctx_service::managed::{
-    ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError, activation_failpoints as service,
+use ctx_model::UtcMicros;
+use ctx_service::{
+    ActivationReport, InstallConsentPolicy, Layout, ManagedDesiredSetRequest, ManagedQueryRequest,
+    Runtime, ServiceError, WorkRequest, activation_failpoints as service, logical_id,
 };
-use ctx_service::policy::InstallConsentPolicy;
-use ctx_service::runtime::{Runtime, WorkRequest, logical_id};
-use ctx_service::{Layout, managed::ActivationReport};
 
 use crate::support::{self, FailPoints, run_ctx};
 

@@ -7,12 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ctx_hosts::activation::{
-    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ActivationError, ActivationRequest,
-    ActivationTarget, Actuator, CapabilityKind, JournalLedger,
+    ACTIVATION_INDEX_KEY, ActivationError, ActivationRequest, ActivationTarget, Actuator,
+    JournalLedger,
 };
 use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, StreamId};
-use ctx_projections::check::sha256_hex_bytes;
+use ctx_model::{CapabilityKind, sha256_hex_bytes};
+// The ledger names its streams with ctx_projections::streams (one table); the tests keep
+// their short names.
+use ctx_projections::streams::HOST_ACTIVATION_INDEX_NAMESPACE as ACTIVATION_INDEX_NAMESPACE;
 
 use crate::support;
 

@@ -5,14 +5,19 @@ use std::fs;
 use std::sync::Arc;
 
 use ctx_hosts::AgentHost;
-use ctx_hosts::activation::{
-    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
-    ACTIVATION_TARGET_KIND, ActivationOutcome, CapabilityKind, LedgerRecord, TargetStatus,
-};
+use ctx_hosts::activation::{ACTIVATION_INDEX_KEY, ActivationOutcome, LedgerRecord, TargetStatus};
 use ctx_journal::StreamId;
-use ctx_projections::Json;
+use ctx_model::testkit::Session;
+use ctx_model::{CapabilityKind, Json};
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
-use ctx_projections::testkit::Session;
+// The ledger names its streams with ctx_projections::streams (one table); the tests keep
+// their short names.
+use ctx_projections::streams::{
+    HOST_ACTIVATION_INDEX_NAMESPACE as ACTIVATION_INDEX_NAMESPACE,
+    HOST_ACTIVATION_NAMESPACE as ACTIVATION_NAMESPACE,
+    HOST_ACTIVATION_RECORD_KIND as ACTIVATION_RECORD_KIND,
+    HOST_ACTIVATION_TARGET_KIND as ACTIVATION_TARGET_KIND,
+};
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
 use ctx_projections::{Projections, domain_projections};
 
@@ -74,7 +79,7 @@ fn ledger_records_are_canonical_json_in_one_stream_per_target() {
     let stream = StreamId::derive(ACTIVATION_NAMESPACE, &key).unwrap();
     let records = f.journal.read_stream(&stream, 1, 100).unwrap();
     assert_eq!(records.len(), 4, "intent, outcome, intent, outcome");
-    let state = ctx_projections::check::sha256_hex_bytes(&body);
+    let state = ctx_model::sha256_hex_bytes(&body);
     let digest = format!("\"{state}\"");
     let null = "null".to_owned();
     let expected = [

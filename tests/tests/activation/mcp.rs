@@ -6,9 +6,10 @@ use std::path::Path;
 
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
-    ActivationError, ActivationOutcome, ActivationTarget, CapabilityKind, ConflictReason,
-    DeactivationOutcome, TargetStatus,
+    ActivationError, ActivationOutcome, ActivationTarget, ConflictReason, DeactivationOutcome,
+    TargetStatus,
 };
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, catalog};
 use crate::support;

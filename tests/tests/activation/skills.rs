@@ -5,9 +5,10 @@ use std::os::unix::fs::symlink;
 
 use ctx_hosts::AgentHost;
 use ctx_hosts::activation::{
-    ActivationError, ActivationOutcome, ActivationTarget, CapabilityKind, ConflictReason,
-    DeactivationOutcome, STAGING_DIR_NAME, TargetStatus,
+    ActivationError, ActivationOutcome, ActivationTarget, ConflictReason, DeactivationOutcome,
+    STAGING_DIR_NAME, TargetStatus,
 };
+use ctx_model::CapabilityKind;
 
 use super::fixture::{Fixture, catalog, mode, names, skill_body};
 use crate::support;
@@ -79,10 +80,7 @@ fn codex_skill_links_the_same_store_directory() {
     let codex_link = f.home().join(".agents/skills/python");
     assert_eq!(fs::read_link(&codex_link).unwrap(), f.store_dir(&body));
     assert_eq!(fs::read(codex_link.join("SKILL.md")).unwrap(), body);
-    assert_eq!(
-        names(&f.store()),
-        [ctx_projections::check::sha256_hex_bytes(&body)]
-    );
+    assert_eq!(names(&f.store()), [ctx_model::sha256_hex_bytes(&body)]);
 
     f.deactivate(AgentHost::Codex, SKILL, "python").unwrap();
     assert!(fs::symlink_metadata(&codex_link).is_err());
@@ -260,9 +258,7 @@ fn names_that_would_shadow_or_escape_are_refused_before_anything_is_touched() {
     );
     assert!(
         !f.store()
-            .join(ctx_projections::check::sha256_hex_bytes(&skill_body(
-                "python", "x"
-            )))
+            .join(ctx_model::sha256_hex_bytes(&skill_body("python", "x")))
             .exists()
     );
 }

@@ -10,10 +10,11 @@ use std::time::Instant;
 
 use ctx_cli::EXIT_INTEGRITY;
 use ctx_journal::{Journal, NewRecord, Record, StreamAppend, StreamId, Timestamp, files};
+use ctx_model::Json;
+use ctx_model::testkit::Session;
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock, engine_stream};
-use ctx_projections::testkit::Session;
 use ctx_projections::testkit::lifecycle::{OpaqueNormalizer, run_lifecycle};
-use ctx_projections::{Json, Projections, domain_projections};
+use ctx_projections::{Projections, domain_projections};
 use redb::{ReadableDatabase, TableDefinition};
 
 use crate::support::{self, CtxRun, run_ctx};

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::support::{self, CtxRun, ctx_binary, run_ctx, run_ctx_env};
 

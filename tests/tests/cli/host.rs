@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::support::{self, CtxRun, run_ctx};
 
@@ -240,7 +240,7 @@ fn a_consent_gated_install_runs_across_separate_processes() {
     assert_eq!(skill_files(&data), vec![sha.to_owned()]);
     let body = std::fs::read(data.join("skills").join(sha)).expect("the installed skill");
     let expected =
-        std::fs::read(ctx_service::catalog::sample_catalog_dir().join("skills/terraform/SKILL.md"))
+        std::fs::read(ctx_service::sample_catalog_dir().join("skills/terraform/SKILL.md"))
             .expect("the sample body");
     assert_eq!(body, expected, "the installed skill is the catalog's body");
 

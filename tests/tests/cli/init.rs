@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::support::{self, CtxRun, ctx_binary, run_ctx_env};
 

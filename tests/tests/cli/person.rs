@@ -3,7 +3,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::support::{self, CtxRun, run_ctx, run_ctx_env};
 

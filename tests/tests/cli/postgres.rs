@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use ctx_journal::files::{DATABASE_FILE, KEY_FILE};
 use ctx_journal_pg::{available, gate, shared};
-use ctx_projections::Json;
+use ctx_model::Json;
 
 use crate::support::{self, CtxRun, run_ctx, run_ctx_env};
 

@@ -11,19 +11,18 @@ use std::ops::ControlFlow;
 use std::sync::Mutex;
 
 use ctx_journal::Journal;
-use ctx_projections::check::UtcMicros;
+use ctx_model::testkit::ops::{Op, event_for};
+use ctx_model::{
+    ActionKind, EffectKind, EngineEvent, EngineState, EventKind, HostAction, Installation,
+    SessionStatus, Surrogate, Transition, UtcMicros, testkit,
+};
+use ctx_projections::AttachReport;
 use ctx_projections::engine::{
     ACTIVATION_CLAIMS_TABLE, ACTIVATION_EXPIRIES_TABLE, ACTIVATION_OUTCOMES_TABLE,
     ACTIVATION_SETTLEMENTS_TABLE, ActivationGuard, AuthorizeError, EffectRefusal, GuardEffect,
     INSTALL_CLAIMS_TABLE, INSTALL_EXPIRIES_TABLE, INSTALL_OUTCOMES_TABLE,
     INSTALL_SETTLEMENTS_TABLE, InstallGuard, InstallOutcome, OutcomeError, ProcessError,
     replay_audit_journal,
-};
-use ctx_projections::testkit;
-use ctx_projections::testkit::ops::{Op, event_for};
-use ctx_projections::{
-    ActionKind, AttachReport, EffectKind, EngineEvent, EngineState, EventKind, HostAction,
-    Installation, SessionStatus, Surrogate, Transition,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -1,9 +1,9 @@
 //! Regressions for the states the random histories once found stuck: every pending effect can
 //! still be settled or retired, and a plan may release several active capabilities at once.
 
+use ctx_model::testkit::RowKind;
+use ctx_model::{ActionKind, EffectKind, HostAction, Json, testkit};
 use ctx_projections::engine::{ActivationGuard, ProcessError};
-use ctx_projections::testkit::{self, RowKind};
-use ctx_projections::{ActionKind, EffectKind, HostAction, Json};
 
 use super::{Host, activation_material, binding, expiry};
 
@@ -31,8 +31,7 @@ fn activate(h: &mut Host, action: &HostAction) -> Vec<HostAction> {
         )
         .unwrap();
     let status = h.engine().activation_execution_status(action).unwrap();
-    h.s.now =
-        ctx_projections::check::UtcMicros::parse(status.observed_at.as_deref().unwrap()).unwrap();
+    h.s.now = ctx_model::UtcMicros::parse(status.observed_at.as_deref().unwrap()).unwrap();
     h.sync_clock();
     let e = h.s.applied(action);
     let t = h.engine().process_activation_receipt(&e, &guard).unwrap();
@@ -193,7 +192,7 @@ fn a_rollback_activation_can_be_claimed_and_settled() {
         "x is back"
     );
     // Whatever the path, the session can always end and clean up.
-    let e = h.s.empty(ctx_projections::EventKind::SessionEnded);
+    let e = h.s.empty(ctx_model::EventKind::SessionEnded);
     let r = h.engine().process(&e, None);
     assert!(
         !matches!(r, Err(ProcessError::Reducer(_))),

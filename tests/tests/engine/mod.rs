@@ -9,10 +9,11 @@ mod scenarios;
 use std::sync::Arc;
 
 use ctx_journal::Journal;
-use ctx_projections::check::UtcMicros;
+use ctx_model::testkit::Session;
+use ctx_model::{
+    EngineEvent, EngineState, EventKind, HostAction, Json, Surrogate, UtcMicros, testkit,
+};
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock};
-use ctx_projections::testkit::{self, Session};
-use ctx_projections::{EngineEvent, EngineState, EventKind, HostAction, Json, Surrogate};
 
 use crate::support;
 

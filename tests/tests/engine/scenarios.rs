@@ -6,12 +6,12 @@ use std::ops::ControlFlow;
 use std::sync::Barrier;
 
 use ctx_journal::Journal;
+use ctx_model::testkit::RowKind;
+use ctx_model::{ActionKind, HostAction, Installation, Json, testkit};
 use ctx_projections::engine::{
     AuthorizeError, GuardEffect, INSTALL_CLAIMS_TABLE, INSTALL_EXPIRIES_TABLE,
     INSTALL_OUTCOMES_TABLE, INSTALL_SETTLEMENTS_TABLE, InstallOutcome, ProcessError,
 };
-use ctx_projections::testkit::{self, RowKind};
-use ctx_projections::{ActionKind, HostAction, Installation, Json};
 
 use super::{Host, binding, catalog_row, descriptor, expiry, install_material};
 use crate::support;

@@ -4,7 +4,7 @@
 //! (broker, actuator, actuator target) is missing or drifted.
 //!
 //! The seed's monkeypatches map to the service's named fail points
-//! (`ctx_service::managed::failpoints`): a patch that does extra work and continues is a
+//! (`ctx_service::failpoints`): a patch that does extra work and continues is a
 //! `fail::cfg_callback` at that seam, a patch that raises is `fail::cfg(point, "return")`.
 
 use std::fs;
@@ -13,14 +13,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
+use ctx_model::{ActionKind, EngineEvent, EventKind, HostAction, Json};
 use ctx_projections::engine::ManualClock;
-use ctx_projections::{ActionKind, EngineEvent, EventKind, HostAction, Json};
-use ctx_service::managed::failpoints;
-use ctx_service::planning::adapter::AdapterPorts;
-use ctx_service::planning::benefit::NetBenefitPolicy;
-use ctx_service::policy::InstallConsentPolicy;
 use ctx_service::{
-    EngineComposition, ManagedQueryServiceResult, ServiceError, open_engine_composition,
+    AdapterPorts, EngineComposition, InstallConsentPolicy, ManagedQueryServiceResult,
+    NetBenefitPolicy, ServiceError, failpoints, open_engine_composition,
     open_managed_query_service,
 };
 

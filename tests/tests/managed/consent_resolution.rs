@@ -6,19 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
-use ctx_projections::check::UtcMicros;
+use ctx_model::{ActionKind, EventKind, HostAction, Json, UtcMicros};
 use ctx_projections::consent_store::{
     ChallengeState, ConsentStoreError, SignedHumanDecisionAssertion,
 };
-use ctx_projections::{ActionKind, EventKind, HostAction, Json};
-use ctx_service::decision::{
-    DecisionError, Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
-    TrustedHumanDecisionVerifierRegistry,
-};
-use ctx_service::managed::failpoints;
 use ctx_service::{
+    DecisionError, Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
     ManagedConsentResolutionResult, ManagedDesiredSetResult, ManagedQueryService, ServiceError,
-    open_managed_query_service,
+    TrustedHumanDecisionVerifierRegistry, failpoints, open_managed_query_service,
 };
 
 use super::assert_not_impl;
@@ -319,7 +314,7 @@ fn test_service_signed_denial_never_invokes_install_driver() {
 // Seeds 42–52, 57–62, 70 and the Ed25519 device key.
 //
 // The seed's monkeypatches map to the service's named fail points
-// (`ctx_service::managed::failpoints`): a patch that raises is `fail::cfg(point, "return")`, a
+// (`ctx_service::failpoints`): a patch that raises is `fail::cfg(point, "return")`, a
 // patch that does extra work and continues is `fail::cfg_callback(point, ..)`. Each test says
 // which seam it uses and why.
 // ------------------------------------------------------------------------------------------------

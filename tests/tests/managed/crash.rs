@@ -29,13 +29,13 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use ctx_model::{ActionKind, HostAction, Installation, Json};
 use ctx_projections::consent_store::{CONSENT_STORE_PROJECTION, ConsentStore};
 use ctx_projections::engine::{
     ENGINE_BENEFIT_AUDIT_PROJECTION, ENGINE_EFFECTS_PROJECTION, ENGINE_STATE_PROJECTION, Engine,
     EngineOptions, InstallOutcome,
 };
 use ctx_projections::query_store::QUERY_STORE_PROJECTION;
-use ctx_projections::{ActionKind, HostAction, Installation, Json};
 use ctx_service::skill_cas::{
     BodySourceError, LOCK_SUFFIX, STAGE_PREFIX, SkillBodySource, SkillCasRuntimeConfig,
 };

@@ -2,11 +2,10 @@
 
 use std::sync::Barrier;
 
-use ctx_projections::{EventKind, Json};
-use ctx_service::managed::failpoints;
+use ctx_model::{EventKind, Json};
 use ctx_service::{
     DesiredResultParts, ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryService,
-    ServiceError, open_engine_composition,
+    ServiceError, failpoints, open_engine_composition,
 };
 
 use super::assert_not_impl;

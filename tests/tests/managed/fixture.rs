@@ -9,26 +9,23 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ctx_projections::check::{UtcMicros, sha256_hex, sha256_hex_bytes};
+use ctx_journal::Journal;
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate, UtcMicros,
+    sha256_hex, sha256_hex_bytes,
+};
 use ctx_projections::consent_store::ConsentStore;
 use ctx_projections::engine::{Clock, ManualClock, engine_stream};
-use ctx_projections::journal::Journal;
 use ctx_projections::query_store::QueryStore;
-use ctx_projections::{
-    CURRENT_WORK_SCHEMA, EngineEvent, EventKind, HostAction, Json, ScopeRef, Surrogate,
-};
-use ctx_service::catalog::{CapabilityCandidate, LoadedCatalog, WorkObservation, load_catalog_dir};
-use ctx_service::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
-use ctx_service::planning::benefit::{BenefitCandidate, NetBenefitPolicy};
-use ctx_service::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
-use ctx_service::planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
-use ctx_service::policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore};
-use ctx_service::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 use ctx_service::skill_cas::{BodySourceError, SkillBodySource, SkillCasRuntimeConfig};
 use ctx_service::{
-    ConsentBrokerConfig, InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority,
-    ManagedQueryRequest, ManagedQueryService, ManagedQueryServiceConfig,
-    open_managed_query_service,
+    AdapterPorts, ArtifactHandle, ArtifactRegistry, AuthenticatedNetBenefitPlanner,
+    BenefitAuditSink, BenefitCandidate, BenefitFactsPort, CapabilityCandidate, CatalogBenefitFacts,
+    ConsentBrokerConfig, IngestInputs, InputAuthorityError, InstallConsentMode,
+    InstallConsentPolicy, InstallPolicyStore, LoadedCatalog, ManagedQueryInput,
+    ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
+    ManagedQueryServiceConfig, NetBenefitPolicy, PortError, ReplayDecisionPlannerV3, SinkError,
+    WorkObservation, load_catalog_dir, open_managed_query_service,
 };
 
 use crate::support;
@@ -790,8 +787,8 @@ pub const CONSENT_TEST_SECRET: &[u8] = b"managed-query-consent-test-key";
 pub const CONSENT_AUTHENTICATOR: &str = "managed-test-authenticator";
 
 /// The registry of the seed: one HMAC-SHA256 verifier for the test principal.
-pub fn verifier_registry() -> Arc<ctx_service::decision::TrustedHumanDecisionVerifierRegistry> {
-    use ctx_service::decision::{
+pub fn verifier_registry() -> Arc<ctx_service::TrustedHumanDecisionVerifierRegistry> {
+    use ctx_service::{
         HmacSha256Verifier, HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry,
     };
     let verifier = Arc::new(HmacSha256Verifier::new(CONSENT_TEST_SECRET).unwrap());
@@ -850,7 +847,7 @@ pub fn assertion_payload(challenge_digest: &str, spec: &AssertionSpec) -> Vec<u8
     })
     .unwrap();
     let proof = if spec.valid_proof {
-        ctx_service::decision::hmac_sha256_proof(CONSENT_TEST_SECRET, &unsigned.signing_bytes())
+        ctx_service::hmac_sha256_proof(CONSENT_TEST_SECRET, &unsigned.signing_bytes())
     } else {
         b"invalid-proof".to_vec()
     };

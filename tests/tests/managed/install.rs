@@ -3,13 +3,13 @@
 
 use std::sync::{Arc, Barrier};
 
-use ctx_projections::check::{UtcMicros, sha256_hex};
-use ctx_projections::{ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json};
-use ctx_service::managed::failpoints;
-use ctx_service::policy::{InstallConsentPolicy, InstallPolicyStore};
+use ctx_model::{
+    ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json, UtcMicros, sha256_hex,
+};
 use ctx_service::{
-    DesiredResultParts, EngineComposition, ManagedDesiredSetResult, ManagedQueryService,
-    ServiceError, open_engine_composition, open_managed_query_service,
+    DesiredResultParts, EngineComposition, InstallConsentPolicy, InstallPolicyStore,
+    ManagedDesiredSetResult, ManagedQueryService, ServiceError, failpoints,
+    open_engine_composition, open_managed_query_service,
 };
 use std::os::unix::fs::PermissionsExt as _;
 

@@ -3,11 +3,10 @@
 use std::collections::BTreeSet;
 use std::sync::Barrier;
 
+use ctx_model::{EventKind, RandomSeed};
 use ctx_projections::query_store::QueryStoreError;
-use ctx_projections::{EventKind, RandomSeed};
-use ctx_service::registry::IngestInputs;
 use ctx_service::{
-    ManagedActionSummary, ManagedConsentChallengeProjection, ManagedQueryRequest,
+    IngestInputs, ManagedActionSummary, ManagedConsentChallengeProjection, ManagedQueryRequest,
     ManagedQueryService, ManagedQueryServiceResult, PreparedManagedQuery, ServiceError,
     open_engine_composition, open_managed_query_service,
 };
@@ -602,8 +601,7 @@ fn tamper(data_dir: &std::path::Path, position: u64, old: &str, new: &str) {
     }
     use redb::{ReadableDatabase as _, TableDefinition};
     const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("journal.records");
-    let db = redb::Database::open(data_dir.join(ctx_projections::journal::files::DATABASE_FILE))
-        .unwrap();
+    let db = redb::Database::open(data_dir.join(ctx_journal::files::DATABASE_FILE)).unwrap();
     let mut value = {
         let txn = db.begin_read().unwrap();
         let table = txn.open_table(RECORDS).unwrap();
@@ -755,19 +753,19 @@ fn test_runtime_package_exports_managed_desired_set_contract() {
     }
     assert!(same(
         PhantomData::<ctx_service::ManagedDesiredSetRequest>,
-        PhantomData::<ctx_service::managed::ManagedDesiredSetRequest>
+        PhantomData::<ctx_service::ManagedDesiredSetRequest>
     ));
     assert!(same(
         PhantomData::<ctx_service::ManagedDesiredSetResult>,
-        PhantomData::<ctx_service::managed::ManagedDesiredSetResult>
+        PhantomData::<ctx_service::ManagedDesiredSetResult>
     ));
     assert!(same(
         PhantomData::<ctx_service::ManagedConsentResolutionResult>,
-        PhantomData::<ctx_service::managed::ManagedConsentResolutionResult>
+        PhantomData::<ctx_service::ManagedConsentResolutionResult>
     ));
     assert!(same(
         PhantomData::<ctx_service::ServiceError>,
-        PhantomData::<ctx_service::managed::ServiceError>
+        PhantomData::<ctx_service::ServiceError>
     ));
     let busy = ServiceError::Busy("another managed desired choice is pending on this stream");
     let conflict =

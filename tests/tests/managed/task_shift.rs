@@ -3,15 +3,14 @@
 
 use std::sync::Arc;
 
-use ctx_projections::check::UtcMicros;
-use ctx_projections::engine::{InstallOutcome, ManualClock};
-use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{
-    ActionKind, EngineEvent, EventKind, INSTALL_RECEIPT_SCHEMA_V3, Json, MATERIAL_RECEIPT_SCHEMA_V3,
+use ctx_model::{
+    ActionKind, CapabilityKind, EngineEvent, EventKind, INSTALL_RECEIPT_SCHEMA_V3,
+    InstallExecutionBinding, Json, MATERIAL_RECEIPT_SCHEMA_V3, UtcMicros,
 };
-use ctx_service::catalog::CapabilityKind;
-use ctx_service::registry::IngestInputs;
-use ctx_service::{ManagedActionSummary, ManagedQueryRequest, open_engine_composition};
+use ctx_projections::engine::{InstallOutcome, ManualClock};
+use ctx_service::{
+    IngestInputs, ManagedActionSummary, ManagedQueryRequest, open_engine_composition,
+};
 
 use super::fixture::{self, Options, digest, observation_payload, setup_with, surrogate};
 
@@ -51,7 +50,7 @@ fn field(value: &Json, key: &str) -> Json {
 }
 
 /// The receipt identity fields every `ActionApplied` carries, plus its verification.
-fn receipt_payload(action: &ctx_projections::HostAction, verification: Json) -> Json {
+fn receipt_payload(action: &ctx_model::HostAction, verification: Json) -> Json {
     Json::object([
         ("action_id", Json::str(&action.action_id)),
         ("action_kind", Json::str(action.kind.as_str())),

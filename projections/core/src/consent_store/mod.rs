@@ -5,11 +5,11 @@
 //! decision lifecycle: `pending` → `decision-ready` → `reserved` → `settled`, with release,
 //! re-authentication, reconciliation against journal evidence, recovery and sticky expiry.
 //!
-//! - The broker identity is revision 1 of the stream `StreamId::derive("ctx.consent-broker",
+//! - The broker identity is revision 1 of the stream `StreamId::derive(IDENTITY_STREAM_NAMESPACE,
 //!   "identity")` (kind [`IDENTITY_KIND`]), written with the first challenge (same append); each
 //!   raise of the trusted-time floor is a later revision ([`TRUSTED_TIME_KIND`]), appended in the
 //!   same atomic batch as the record that uses a verified decision.
-//! - Each challenge has its own stream `StreamId::derive("ctx.consent", challenge_id)`; revision 1
+//! - Each challenge has its own stream `StreamId::derive(CHALLENGE_STREAM_NAMESPACE, challenge_id)`; revision 1
 //!   (kind [`CHALLENGE_KIND`], appended with `NoStream`, event id `ctx-consent-challenge:` +
 //!   challenge digest) carries the challenge's canonical JSON, byte for byte the reference's
 //!   `challenge_json`; its `occurred_at` is `created_at`. Every state change is a later revision

@@ -3,7 +3,7 @@
 //! the compact reference in the engine state; this projection keeps the full result.
 //!
 //! Each result is one journal record of kind [`BENEFIT_RESULT_KIND`] on the stream
-//! `StreamId::derive("ctx.benefit-audit", result_digest)`, appended with `NoStream`, event id
+//! `StreamId::derive(BENEFIT_AUDIT_NAMESPACE, result_digest)`, appended with `NoStream`, event id
 //! `benefit-result:` + digest; its payload is the result's canonical ASCII JSON text.
 
 use ctx_journal::{HookError, HookTxn, PAYLOAD_MAX_BYTES, RecordView, StreamId};

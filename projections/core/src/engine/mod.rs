@@ -48,8 +48,3 @@ pub use record::{
     TRANSITION_JSON_MAX_BYTES, decode_view, engine_stream, transition_from_canonical_text,
 };
 pub use record::{GuardError, TransitionTextError};
-
-// Compatibility re-export for downstream crates until their imports move to
-// `ctx_projections::streams` (issue 18, step 2); removed then. See the compatibility block at the
-// end of `lib.rs`.
-pub use crate::streams::ENGINE_RECORD_KIND;

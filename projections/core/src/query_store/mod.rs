@@ -1,7 +1,7 @@
 //! The managed query store (spec/projections.md §7) as a projection of the journal: no
 //! separate database. Specified in `spec/projections.md`, section "query.store".
 //!
-//! Each managed query has its own journal stream `StreamId::derive("ctx.query", logical_query_id)`:
+//! Each managed query has its own journal stream `StreamId::derive(QUERY_STREAM_NAMESPACE, logical_query_id)`:
 //! revision 1 is the registration (kind [`QUERY_REGISTRATION_KIND`], appended with `NoStream`,
 //! event id = the `query_ref`), revision 2 the planned mark (kind [`QUERY_PLANNED_KIND`], appended
 //! with `Exact(1)`), and from revision 3 on its desired sets, as a strict chain of pairs: a

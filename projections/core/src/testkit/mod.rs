@@ -4,7 +4,3 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod lifecycle;
-
-// Compatibility re-export for downstream crates until their imports move to ctx_model (issue 18,
-// step 2); removed then. See the compatibility block at the end of `lib.rs`.
-pub use ctx_model::testkit::*;

@@ -12,7 +12,8 @@
 //! form, which is what the host acts on — and, for `load` skills, the material itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
 
-use ctx_projections::Json;
+use ctx_model::CapabilityKind;
+use ctx_model::Json;
 
 use super::*;
 

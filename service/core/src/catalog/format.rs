@@ -6,11 +6,11 @@
 //! each entry field by field, then cross-entry rules) so the same bad catalog always yields the
 //! same first error.
 
+use ctx_model::CapabilityKind;
 use std::collections::{BTreeMap, BTreeSet};
 
-use ctx_projections::Json;
-use ctx_projections::check::{
-    TOKEN_MAX_CHARS, is_capability_identity, is_capability_name, is_safe_token, is_sha,
+use ctx_model::{
+    Json, TOKEN_MAX_CHARS, is_capability_identity, is_capability_name, is_safe_token, is_sha,
 };
 
 use super::error::{CatalogError, EntryRef};
@@ -49,49 +49,6 @@ const INSTALL_KEYS: [&str; 5] = [
     "result",
 ];
 const RESULT_KEYS: [&str; 3] = ["path", "sha256", "size_bytes"];
-
-/// The four capability kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CapabilityKind {
-    Skill,
-    Agent,
-    McpServer,
-    Harness,
-}
-
-impl CapabilityKind {
-    pub const ALL: [CapabilityKind; 4] = [
-        CapabilityKind::Skill,
-        CapabilityKind::Agent,
-        CapabilityKind::McpServer,
-        CapabilityKind::Harness,
-    ];
-
-    /// The wire spelling (`skill`, `agent`, `mcp-server`, `harness`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapabilityKind::Skill => "skill",
-            CapabilityKind::Agent => "agent",
-            CapabilityKind::McpServer => "mcp-server",
-            CapabilityKind::Harness => "harness",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<CapabilityKind> {
-        CapabilityKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-
-    /// Whether an install plan may target this kind (every kind but `harness`).
-    pub fn is_installable(self) -> bool {
-        self != CapabilityKind::Harness
-    }
-}
-
-impl std::fmt::Display for CapabilityKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A body file declared by an entry: where it lives (relative to the catalog directory) and the
 /// exact bytes it must hold.
@@ -596,7 +553,7 @@ fn exact_object<'a>(
     v: &'a Json,
     field: &str,
     keys: &[&str],
-) -> Result<&'a ctx_projections::JsonMap, CatalogError> {
+) -> Result<&'a ctx_model::JsonMap, CatalogError> {
     let Some(m) = v.as_obj() else {
         return Err(cx.err(
             field,
@@ -617,7 +574,7 @@ fn exact_object<'a>(
 
 fn digest(
     cx: &EntryCx,
-    m: &ctx_projections::JsonMap,
+    m: &ctx_model::JsonMap,
     prefix: &str,
     key: &str,
 ) -> Result<String, CatalogError> {
@@ -633,11 +590,7 @@ fn digest(
     }
 }
 
-fn parse_body(
-    cx: &EntryCx,
-    m: &ctx_projections::JsonMap,
-    prefix: &str,
-) -> Result<BodyRef, CatalogError> {
+fn parse_body(cx: &EntryCx, m: &ctx_model::JsonMap, prefix: &str) -> Result<BodyRef, CatalogError> {
     let path = match m.get("path").and_then(Json::as_str) {
         Some(p) if is_body_path(p) => p.to_owned(),
         other => {

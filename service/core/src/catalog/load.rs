@@ -10,7 +10,7 @@ use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use ctx_projections::check::sha256_hex_bytes;
+use ctx_model::sha256_hex_bytes;
 
 use super::error::CatalogError;
 use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES};

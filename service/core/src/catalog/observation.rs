@@ -7,9 +7,10 @@
 
 use std::collections::BTreeSet;
 
-use ctx_projections::check::{TOKEN_MAX_CHARS, is_safe_token};
+use ctx_model::{TOKEN_MAX_CHARS, is_safe_token};
 
 use super::error::ObservationError;
+use super::work::{Spellings, TokenRule, canonical_language, language, tokenize};
 
 /// Most signals of an observation, in tokens.
 pub const SIGNALS_MAX_TOKENS: usize = 32;
@@ -206,22 +207,22 @@ pub fn normalize_public_work(work: &PublicWork<'_>) -> Result<WorkObservation, O
     }
 
     let mut groups: Vec<Vec<String>> = Vec::with_capacity(5);
-    groups.push(tokenize(repo_name(work.repo_slug), true));
+    groups.push(tokenize(repo_name(work.repo_slug), TokenRule::Identifier));
     let (query_spans, query_rest) = backtick_spans(work.query);
     let (task_spans, task_rest) = backtick_spans(work.task);
     groups.push(
         query_spans
             .iter()
             .chain(&task_spans)
-            .flat_map(|s| tokenize(s, true))
+            .flat_map(|s| tokenize(s, TokenRule::Identifier))
             .collect(),
     );
-    groups.push(tokenize(&query_rest, false));
-    groups.push(tokenize(&task_rest, false));
+    groups.push(tokenize(&query_rest, TokenRule::Text));
+    groups.push(tokenize(&task_rest, TokenRule::Text));
     groups.push(
         work.repo_facts
             .iter()
-            .flat_map(|f| tokenize(f, true))
+            .flat_map(|f| tokenize(f, TokenRule::Identifier))
             .collect(),
     );
 
@@ -293,61 +294,6 @@ fn backtick_spans(text: &str) -> (Vec<String>, String) {
     (spans, rest)
 }
 
-/// Case-folded `[a-z0-9]+` runs after camel-case splitting; in identifier mode an all-ASCII
-/// alphanumeric text with an acronym run (`HTTPServer`) first yields its compact form too.
-fn tokenize(text: &str, identifier: bool) -> Vec<String> {
-    let mut out = Vec::new();
-    let chars: Vec<char> = text.chars().collect();
-    if identifier
-        && !chars.is_empty()
-        && chars.iter().all(char::is_ascii_alphanumeric)
-        && has_acronym_run(&chars)
-    {
-        out.push(truncate(&text.to_ascii_lowercase()));
-    }
-    let mut split = String::with_capacity(text.len() + 8);
-    for (i, &c) in chars.iter().enumerate() {
-        if i > 0 {
-            let prev = chars[i - 1];
-            let next = chars.get(i + 1).copied();
-            let lower_to_upper =
-                (prev.is_ascii_lowercase() || prev.is_ascii_digit()) && c.is_ascii_uppercase();
-            let acronym_end = prev.is_ascii_uppercase()
-                && c.is_ascii_uppercase()
-                && next.is_some_and(|n| n.is_ascii_lowercase());
-            if lower_to_upper || acronym_end {
-                split.push(' ');
-            }
-        }
-        split.push(c.to_ascii_lowercase());
-    }
-    for run in split.split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit())) {
-        if !run.is_empty() {
-            out.push(truncate(run));
-        }
-    }
-    out
-}
-
-fn has_acronym_run(chars: &[char]) -> bool {
-    let mut caps = 0;
-    for &c in chars {
-        if c.is_ascii_uppercase() {
-            caps += 1;
-        } else {
-            if caps >= 3 && c.is_ascii_lowercase() {
-                return true;
-            }
-            caps = 0;
-        }
-    }
-    false
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(TOKEN_MAX_CHARS).collect()
-}
-
 /// Maps inflections to one form and drops generic words and language names.
 fn specific(token: String) -> Option<String> {
     let token = match token.as_str() {
@@ -359,35 +305,13 @@ fn specific(token: String) -> Option<String> {
     if token.is_empty()
         || token.len() > TOKEN_MAX_CHARS
         || GENERIC_WORDS.contains(&token.as_str())
-        || LANGUAGE_TOKENS.contains(&token.as_str())
+        // Language names never become signals: they are carried canonically in `languages`.
+        || language(&token, Spellings::Any).is_some()
     {
         return None;
     }
     Some(token)
 }
-
-/// Language names never become signals: they are carried canonically in `languages`.
-const LANGUAGE_TOKENS: [&str; 19] = [
-    "c",
-    "cpp",
-    "cplusplus",
-    "csharp",
-    "dotnet",
-    "go",
-    "golang",
-    "java",
-    "javascript",
-    "js",
-    "node",
-    "nodejs",
-    "php",
-    "py",
-    "python",
-    "rs",
-    "rust",
-    "ts",
-    "typescript",
-];
 
 /// English and coding words too generic to select a capability (our list; the reference's exact
 /// list is not reproduced).
@@ -511,21 +435,3 @@ const GENERIC_WORDS: [&str; 118] = [
     "would",
     "you",
 ];
-
-/// The canonical language of a host's language field, or `None` if it names none we know.
-pub fn canonical_language(language: &str) -> Option<&'static str> {
-    let l = language.trim().to_lowercase();
-    Some(match l.as_str() {
-        "c" => "c",
-        "cpp" | "c++" | "cplusplus" => "cpp",
-        "csharp" | "c#" | "dotnet" => "csharp",
-        "go" | "golang" => "go",
-        "java" => "java",
-        "javascript" | "js" | "node" | "nodejs" => "javascript",
-        "php" => "php",
-        "python" | "py" => "python",
-        "rust" | "rs" => "rust",
-        "typescript" | "ts" => "typescript",
-        _ => return None,
-    })
-}

@@ -8,13 +8,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ctx_projections::Json;
-use ctx_projections::check::cja_digest;
+use ctx_model::{Json, cja_digest};
 
 use super::error::RetrievalError;
-use super::format::{CapabilityKind, CatalogEntry};
+use super::format::CatalogEntry;
 use super::observation::WorkObservation;
 use super::snapshot::{CATALOG_ENTRY_PROJECTION, Catalog, tags_json};
+use ctx_model::CapabilityKind;
 
 /// Default size of the candidate pool, in entries (reference `candidate_limit`).
 pub const CANDIDATE_POOL_DEFAULT_ENTRIES: usize = 50;

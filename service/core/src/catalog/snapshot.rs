@@ -10,15 +10,14 @@ use std::sync::{Mutex, PoisonError};
 
 use sha2::{Digest as _, Sha256};
 
-use ctx_projections::Json;
-use ctx_projections::check::cja_digest;
-use ctx_projections::identity::{
-    InstallDescriptorInput, MaterialDescriptorInput, catalog_capability_identity,
+use ctx_model::{
+    InstallDescriptorInput, Json, MaterialDescriptorInput, catalog_capability_identity, cja_digest,
     install_plan_descriptor, material_descriptor, material_identity,
 };
 
 use super::error::{CatalogError, EntryRef};
-use super::format::{CATALOG_SCHEMA, CapabilityKind, CatalogEntry, parse_document, strs};
+use super::format::{CATALOG_SCHEMA, CatalogEntry, parse_document, strs};
+use ctx_model::CapabilityKind;
 
 /// Schema of the namespace document hashed into `catalog_namespace_digest`.
 pub const NAMESPACE_SCHEMA: &str = "ctx.catalog-namespace-v1";
@@ -127,7 +126,7 @@ impl Catalog {
         let mut material_descriptors = Vec::with_capacity(entries.len());
         let mut install_descriptors = Vec::with_capacity(entries.len());
         for (index, entry) in &parsed.entries {
-            let fail = |field: &str, e: ctx_projections::ProtocolError| CatalogError::Entry {
+            let fail = |field: &str, e: ctx_model::ProtocolError| CatalogError::Entry {
                 entry: EntryRef {
                     index: *index,
                     id: Some(entry.id.clone()),
@@ -328,7 +327,7 @@ fn installation_snapshot(entries: &[&CatalogEntry]) -> String {
 fn describe_material(
     entry: &CatalogEntry,
     snapshot: &str,
-) -> Result<Json, ctx_projections::ProtocolError> {
+) -> Result<Json, ctx_model::ProtocolError> {
     let kind = entry.kind.as_str();
     match &entry.material {
         Some(m) => {
@@ -360,7 +359,7 @@ fn describe_material(
 fn describe_install(
     entry: &CatalogEntry,
     snapshot: &str,
-) -> Result<Option<Json>, ctx_projections::ProtocolError> {
+) -> Result<Option<Json>, ctx_model::ProtocolError> {
     let Some(i) = &entry.install else {
         return Ok(None);
     };

@@ -1,12 +1,12 @@
 //! Tests of the catalog format, loader and retrieval over the shipped sample catalog.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
 
+use ctx_model::CapabilityKind;
 use std::fs;
 use std::path::Path;
 
-use ctx_projections::Json;
-use ctx_projections::identity::{
-    validate_catalog_identity, validate_install_plan_descriptor, validate_material_descriptor,
+use ctx_model::{
+    Json, validate_catalog_identity, validate_install_plan_descriptor, validate_material_descriptor,
 };
 
 use super::*;
@@ -119,7 +119,7 @@ fn digests_depend_on_content_not_layout() {
         a.installation_snapshot_digest(),
         a.retrieval_snapshot_digest(),
     ] {
-        assert!(ctx_projections::check::is_sha(d));
+        assert!(ctx_model::is_sha(d));
     }
     // A label change moves the content and retrieval digests, not the material snapshot.
     let changed = text.replacen("Idiomatic Rust:", "Idiomatic Rust -", 1);
@@ -151,7 +151,7 @@ fn base() -> Json {
 }
 
 /// Applies `f` to entry `i` of the base catalog.
-fn edit(i: usize, f: impl FnOnce(&mut ctx_projections::JsonMap)) -> String {
+fn edit(i: usize, f: impl FnOnce(&mut ctx_model::JsonMap)) -> String {
     let mut doc = base();
     if let Json::Obj(m) = &mut doc
         && let Some(Json::Arr(items)) = m.get_mut("capabilities")
@@ -162,7 +162,7 @@ fn edit(i: usize, f: impl FnOnce(&mut ctx_projections::JsonMap)) -> String {
     doc.to_cj()
 }
 
-fn set(path: &str, value: Json) -> impl FnOnce(&mut ctx_projections::JsonMap) {
+fn set(path: &str, value: Json) -> impl FnOnce(&mut ctx_model::JsonMap) {
     let path: Vec<String> = path.split('.').map(str::to_owned).collect();
     move |m| {
         let mut cur = m;
@@ -401,11 +401,11 @@ fn malformed_entries_name_entry_and_field() {
 
 /// Lets a case change an entry's id and kind together.
 trait ChainKind {
-    fn chain_kind(self, kind: &'static str) -> Box<dyn FnOnce(&mut ctx_projections::JsonMap)>;
+    fn chain_kind(self, kind: &'static str) -> Box<dyn FnOnce(&mut ctx_model::JsonMap)>;
 }
 
-impl<F: FnOnce(&mut ctx_projections::JsonMap) + 'static> ChainKind for F {
-    fn chain_kind(self, kind: &'static str) -> Box<dyn FnOnce(&mut ctx_projections::JsonMap)> {
+impl<F: FnOnce(&mut ctx_model::JsonMap) + 'static> ChainKind for F {
+    fn chain_kind(self, kind: &'static str) -> Box<dyn FnOnce(&mut ctx_model::JsonMap)> {
         Box::new(move |m| {
             self(m);
             m.insert("kind".into(), Json::str(kind));
@@ -632,7 +632,7 @@ fn retrieval_is_deterministic_bounded_and_well_formed() {
         assert!(c.normalized_score_ppm <= SCORE_MAX_PPM);
         assert!(!c.reason_codes.is_empty() && c.reason_codes.is_sorted());
         assert!(c.matching_signals.is_sorted());
-        assert!(ctx_projections::check::is_sha(&c.source_digest));
+        assert!(ctx_model::is_sha(&c.source_digest));
         let install = c.actionability == Actionability::Install;
         assert_eq!(c.install_descriptor_digest.is_some(), install);
         assert_eq!(c.install_plan_digest.is_some(), install);

@@ -22,11 +22,11 @@ pub use ed25519::{
     ED25519_PUBLIC_KEY_BYTES, ED25519_SEED_BYTES, ED25519_SIGNATURE_BYTES, Ed25519Signer,
     Ed25519Verifier,
 };
-pub use hmac_sha256::{HMAC_SECRET_MIN_BYTES, HmacSha256Verifier, hmac_sha256_proof};
-pub use registry::{
-    HumanDecisionVerifierRegistration, PINNED_PROCESS_MISMATCH, PinnedVerifier,
-    REGISTRATION_PROCESS_MISMATCH, REGISTRY_PROCESS_MISMATCH, TrustedHumanDecisionVerifierRegistry,
-};
+pub use hmac_sha256::{HmacSha256Verifier, hmac_sha256_proof};
+pub use registry::{HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry};
+// Used by this module's unit tests only.
+#[cfg(test)]
+use hmac_sha256::HMAC_SECRET_MIN_BYTES;
 
 /// The verifier port (spec/decisions.md §6): checks an authenticator's proof over the exact signing
 /// bytes. Only `true` accepts. An implementation also enforces its own authenticator-specific

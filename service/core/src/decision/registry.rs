@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use ctx_projections::check::{is_sha, is_token};
+use ctx_model::{is_sha, is_token};
 use ctx_projections::consent_store::SignedHumanDecisionAssertion;
 
 use super::{DecisionError, HumanDecisionVerifier, ct_eq, invalid};

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use ctx_projections::check::sha256_hex;
+use ctx_model::sha256_hex;
 use ctx_projections::consent_store::{AssertionFields, SignedHumanDecisionAssertion};
 
 use super::*;

@@ -10,11 +10,11 @@
 //! receipt is the record, `ActionApplied` when the host no longer reads the capability,
 //! `ActionFailed` when the actuator refused (a person's edit is never destroyed).
 
-use ctx_projections::ProtocolError;
-use ctx_projections::contract::expected_material_receipt;
+use ctx_model::{
+    ActionKind, EffectKind, EngineEvent, EventKind, HostAction, InstallExecutionBinding,
+    ProtocolError, SessionStatus, expected_material_receipt,
+};
 use ctx_projections::engine::{ActivationGuard, AuthorizeError, Engine, ProcessError};
-use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{ActionKind, EffectKind, EngineEvent, EventKind, HostAction, SessionStatus};
 
 use super::error::ServiceError;
 use super::install::{RECEIPT_ATTEMPTS_MAX, action_receipt};
@@ -307,7 +307,7 @@ fn deactivate(
     };
     let event_id = format!(
         "ctx-deactivation-receipt-{}",
-        ctx_projections::check::sha256_hex(&action.action_id)
+        ctx_model::sha256_hex(&action.action_id)
     );
     for _ in 0..RECEIPT_ATTEMPTS_MAX {
         let revision = engine.snapshot(&action.scope)?.revision();
@@ -357,7 +357,7 @@ mod tests {
     use crate::managed::{ManagedDesiredSetRequest, ManagedQueryRequest};
     use crate::policy::InstallConsentPolicy;
     use crate::runtime::{Runtime, WorkRequest, logical_id};
-    use ctx_projections::check::{UtcMicros, sha256_hex};
+    use ctx_model::{UtcMicros, sha256_hex};
 
     /// An actuator that records what it was asked and answers as told.
     #[derive(Debug, Default)]

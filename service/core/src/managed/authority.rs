@@ -3,14 +3,15 @@
 //! the service builds from durable facts only — so that recovery rebuilds them byte for byte and
 //! never mints a decision.
 
-use ctx_projections::check::cja_digest;
+use ctx_model::{
+    ActionKind, EngineEvent, EventKind, HostAction, InstallExecutionBinding, Installation, Json,
+    cja_digest,
+};
 use ctx_projections::consent_store::{
     ChallengeInputs, InstallConsentChallenge, derive_install_consent_challenge,
 };
 use ctx_projections::engine::{Engine, JournaledEvent, ProcessError, Snapshot};
-use ctx_projections::identity::InstallExecutionBinding;
 use ctx_projections::query_store::{DesiredSetRecord, QueryRecord, QueryStore, QueryStoreError};
-use ctx_projections::{ActionKind, EngineEvent, EventKind, HostAction, Installation, Json};
 
 use super::error::ServiceError;
 use super::install::InstallActuators;

@@ -7,11 +7,9 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use ctx_journal::{AppendError, Journal, OpenOptions, StreamAppend};
+use ctx_model::{EngineEvent, EventKind, Json, NORMALIZER_VERSION_DEFAULT, ScopeRef, Transition};
 use ctx_projections::engine::{
     BenefitAuditError, Clock, Engine, EngineOptions, ProcessWithError, StoreError,
-};
-use ctx_projections::{
-    EngineEvent, EventKind, Json, NORMALIZER_VERSION_DEFAULT, ScopeRef, Transition,
 };
 
 use super::error::{ServiceError, invalid, projection};
@@ -308,7 +306,7 @@ impl EngineComposition {
                      reuse its original revision",
                 );
             }
-            if state.session_status != ctx_projections::SessionStatus::Active {
+            if state.session_status != ctx_model::SessionStatus::Active {
                 return projection("managed query session has ended");
             }
             if !state.pending_effects.is_empty() || !state.pending_consents.is_empty() {

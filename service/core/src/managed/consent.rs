@@ -2,11 +2,11 @@
 //! head, routed through the current install policy, published as a durable broker challenge
 //! when a human must decide, with the head re-checked around every durable step.
 
+use ctx_model::{HostAction, Json};
 use ctx_projections::consent_store::{
     ChallengeInputs, ChallengeState, ConsentStore, derive_install_consent_challenge,
 };
 use ctx_projections::engine::{Engine, Snapshot};
-use ctx_projections::{HostAction, Json};
 
 use super::authority::consent_requests;
 use super::error::ServiceError;

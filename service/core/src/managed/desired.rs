@@ -1,8 +1,7 @@
 //! The desired-set request and result (spec/service.md §1) and the status rules of
 //! spec/service.md §6.1.
 
-use ctx_projections::Json;
-use ctx_projections::check::is_sha;
+use ctx_model::{Json, is_sha};
 use ctx_projections::query_store::{DesiredSetRecord, is_desired_set_ref, is_query_ref};
 
 use super::error::{ServiceError, invalid};
@@ -143,7 +142,8 @@ impl ManagedDesiredSetRequest {
 /// The five statuses of a desired-set result.
 pub mod status {
     pub const RECONCILED: &str = "reconciled";
-    pub const CONSENT_REQUIRED: &str = "consent-required";
+    /// The same status as the consent resolution's (one definition).
+    pub use crate::managed::resolution::outcome::CONSENT_REQUIRED;
     pub const EFFECT_PENDING: &str = "effect-pending";
     pub const MANUAL_DEFERRED: &str = "manual-deferred";
     pub const LIFECYCLE_DEFERRED: &str = "lifecycle-deferred";

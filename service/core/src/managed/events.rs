@@ -2,8 +2,7 @@
 //! `IntentObserved` at revision 1, bound to an artifact — as every composition of the service
 //! builds them (the `ctx` runtime, the tests' fixture, the fuzz harness).
 
-use ctx_projections::check::sha256_hex;
-use ctx_projections::{EngineEvent, EventKind, Json, PrivacyLabel, RandomSeed, ScopeRef};
+use ctx_model::{EngineEvent, EventKind, Json, PrivacyLabel, RandomSeed, ScopeRef, sha256_hex};
 
 use crate::registry::ArtifactHandle;
 

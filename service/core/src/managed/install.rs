@@ -10,12 +10,13 @@
 
 use std::sync::Arc;
 
-use ctx_projections::contract::expected_install_receipt;
+use ctx_model::{
+    CapabilityKind, EngineEvent, EventKind, HostAction, InstallExecutionBinding, Json, Transition,
+    expected_install_receipt,
+};
 use ctx_projections::engine::{
     AuthorizeError, Engine, InstallGuard, InstallOutcome, OutcomeError, ProcessError,
 };
-use ctx_projections::identity::InstallExecutionBinding;
-use ctx_projections::{EngineEvent, EventKind, HostAction, Json, Transition};
 
 use super::error::ServiceError;
 use crate::failpoint::FailPointFired;
@@ -66,12 +67,10 @@ impl InstallActuators {
     /// The store that installs `kind`: the skill CAS for skills, the material store for agents and
     /// MCP servers.
     fn store_for(&self, kind: &str) -> Option<&Arc<SkillCasRuntimeConfig>> {
-        if kind == crate::skill_cas::SKILL_KIND {
-            self.skill.as_ref()
-        } else if crate::skill_cas::MATERIAL_KINDS.contains(&kind) {
-            self.material.as_ref()
-        } else {
-            None
+        match CapabilityKind::parse(kind)? {
+            CapabilityKind::Skill => self.skill.as_ref(),
+            CapabilityKind::Agent | CapabilityKind::McpServer => self.material.as_ref(),
+            CapabilityKind::Harness => None,
         }
     }
 
@@ -130,6 +129,11 @@ impl InstallActuators {
 
 /// What one execution did. Carries no path, command, content, credential or token.
 #[derive(Debug)]
+#[expect(
+    dead_code,
+    reason = "the whole report is kept for callers; the crate's own callers read only the outcome, \
+              settlement and binding digest since `managed` stopped being a public module"
+)]
 pub struct InstallExecutionReport {
     pub outcome: InstallOutcome,
     pub claim_was_new: bool,

@@ -26,24 +26,18 @@ mod service;
 mod tests;
 
 pub use activate::{
-    ACTIVATION_STEPS_MAX, ActivationDriver, ActivationReport, ActuatorObservation,
-    failpoints as activation_failpoints,
+    ActivationDriver, ActivationReport, ActuatorObservation, failpoints as activation_failpoints,
 };
 pub use composition::{EngineComposition, JOURNAL_LOCK_WAIT, open_engine_composition};
-pub use desired::{
-    DESIRED_CAPABILITIES_MAX, DesiredResultParts, ManagedDesiredSetRequest,
-    ManagedDesiredSetResult, reason as desired_reason, status as desired_status,
-};
+pub use desired::{DesiredResultParts, ManagedDesiredSetRequest, ManagedDesiredSetResult};
 pub use error::{InputAuthorityError, ServiceError};
 pub use events::{PlanningEventsSpec, observation_payload, planning_events};
-pub use reconcile::{lease_id, owner_id};
 pub use request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
-pub use resolution::{
-    ManagedConsentResolutionResult, ResolvedChallenge, outcome as resolution_outcome,
-};
+pub use resolution::ManagedConsentResolutionResult;
+pub use resolution::outcome::CONSENT_REQUIRED;
 pub use result::{
-    ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedCapabilitySelection,
-    ManagedConsentChallengeProjection, ManagedQueryServiceResult, PreparedManagedQuery,
+    ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
+    ManagedQueryServiceResult, PreparedManagedQuery,
 };
 pub use service::{
     ConsentBrokerConfig, ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service,

@@ -6,17 +6,16 @@
 //! engine event together with its commit mark (one append) — two fsyncs.
 
 use ctx_journal::StreamAppend;
-use ctx_projections::check::{UtcMicros, cja_digest, is_sha, sha256_hex};
+use ctx_model::{
+    ActionKind, CommittedPlan, EffectKind, EngineEvent, EngineState, EventKind, HostAction,
+    InstallExecutionBinding, Installation, Json, Transition, UtcMicros, cja_digest, is_sha,
+    sha256_hex,
+};
 use ctx_projections::engine::{
     AuthorizeError, Engine, InstallOutcome, JournaledEvent, ProcessError, ProcessWithError,
     Snapshot,
 };
-use ctx_projections::identity::InstallExecutionBinding;
 use ctx_projections::query_store::{DesiredSetRecord, QueryRecord, QueryStore, QueryStoreError};
-use ctx_projections::{
-    ActionKind, CommittedPlan, EffectKind, EngineEvent, EngineState, EventKind, HostAction,
-    Installation, Json, Transition,
-};
 
 use super::authority::{consent_requests, descriptor_of, envelope_event};
 use super::composition::EngineComposition;
@@ -369,7 +368,7 @@ impl ManagedQueryService {
 
 /// `"ctx-desired:" + H(CJA({schema, stream}))`: one owner per engine stream, whatever the query,
 /// host or exposure (spec/service.md §6).
-pub fn owner_id(scope: &ctx_projections::ScopeRef) -> String {
+pub fn owner_id(scope: &ctx_model::ScopeRef) -> String {
     format!(
         "ctx-desired:{}",
         cja_digest(&Json::object([
@@ -643,7 +642,7 @@ fn commit_desired(
 pub(crate) fn authoritative_head(
     engine: &Engine,
     snapshot: &Snapshot,
-    scope: &ctx_projections::ScopeRef,
+    scope: &ctx_model::ScopeRef,
 ) -> Result<JournaledEvent, ServiceError> {
     let Some(rec) = engine.journaled_event(scope, snapshot.revision())? else {
         return Err(ServiceError::Identity(

@@ -1,7 +1,6 @@
 //! The public request, the trusted intake value and the input authority (spec/service.md §1).
 
-use ctx_projections::EngineEvent;
-use ctx_projections::check::{is_sha, is_token};
+use ctx_model::{EngineEvent, is_sha, is_token};
 
 use super::error::{InputAuthorityError, ServiceError, invalid};
 use crate::registry::ArtifactHandle;

@@ -3,7 +3,7 @@
 //! `recover_consent`) arrive with the signed-decision slice; the value and its invariants are
 //! part of the public contract now.
 
-use ctx_projections::check::{is_sha, is_token};
+use ctx_model::{is_sha, is_token};
 
 use super::error::ServiceError;
 use super::result::{

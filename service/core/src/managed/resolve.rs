@@ -2,13 +2,12 @@
 //! published consent challenge without a human, or commit a fresh signed human decision.
 
 use ctx_journal::StreamAppend;
-use ctx_projections::check::{cja_digest, is_sha};
+use ctx_model::{EngineEvent, EventKind, Json, Transition, cja_digest, is_sha};
 use ctx_projections::consent_store::{
     ChallengeRecord, ChallengeState, ConsentStore, DecisionEvidence, HumanDecision,
     InstallConsentChallenge, ReconciliationOutcome, Reservation, SignedHumanDecisionAssertion,
 };
 use ctx_projections::engine::{Engine, ProcessError, ProcessWithError};
-use ctx_projections::{EngineEvent, EventKind, Json, Transition};
 
 use super::authority::{
     AuthorityChecks, ConsentAuthority, DecisionIdentity, classify_settled_install,
@@ -119,7 +118,7 @@ impl ManagedQueryService {
         record: &ChallengeRecord,
         parent: &ctx_projections::query_store::QueryRecord,
         authority: ConsentAuthority,
-        now: ctx_projections::check::UtcMicros,
+        now: ctx_model::UtcMicros,
     ) -> Result<ManagedConsentResolutionResult, ServiceError> {
         let challenge = record.challenge();
         let Ok(identity) = decision_identity(record) else {
@@ -202,7 +201,7 @@ impl ManagedQueryService {
     }
 
     /// The trusted clock, as the engine reads it.
-    pub(crate) fn now(&self) -> Result<ctx_projections::check::UtcMicros, ServiceError> {
+    pub(crate) fn now(&self) -> Result<ctx_model::UtcMicros, ServiceError> {
         self.config
             .clock
             .now()
@@ -373,9 +372,9 @@ fn consent_expiry(
 
 fn check_expiry_transition(
     t: &Transition,
-    event: &ctx_projections::EngineEvent,
+    event: &ctx_model::EngineEvent,
     challenge: &InstallConsentChallenge,
-    install_action: &ctx_projections::HostAction,
+    install_action: &ctx_model::HostAction,
 ) -> Result<(), ServiceError> {
     let diagnosed = t.diagnostics.iter().any(|d| {
         d.get_str("code") == Some("install_consent_expired")

@@ -2,9 +2,10 @@
 //! plan at a journal head. Every value is service-issued: private fields, no public constructor,
 //! no `Clone`, no serialization (spec/service.md §1), so a host cannot forge or persist one.
 
-use ctx_projections::check::{is_capability_identity, is_sha, is_token};
+use ctx_model::{
+    ACTIVE_CAPABILITIES_MAX, HostAction, Json, ScopeRef, is_capability_identity, is_sha, is_token,
+};
 use ctx_projections::engine::Snapshot;
-use ctx_projections::{ACTIVE_CAPABILITIES_MAX, HostAction, Json, ScopeRef};
 
 use super::error::{ServiceError, projection};
 

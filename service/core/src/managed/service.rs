@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ctx_journal::Journal;
+use ctx_model::{EngineEvent, EventKind, Json, Transition};
 use ctx_projections::consent_store::ConsentStore;
 use ctx_projections::engine::Clock;
 use ctx_projections::query_store::{QueryRecord, QueryStore, QueryStoreError, is_query_ref};
-use ctx_projections::{EngineEvent, EventKind, Json, Transition};
 
 use super::composition::{EngineComposition, build_planner, check_captured, open_journal};
 use super::consent::{ConsentContext, publish_current_consent};
@@ -137,7 +137,7 @@ pub fn open_managed_query_service(
     if config.data_dir.starts_with(root) || root.starts_with(&config.data_dir) {
         return invalid("data_dir and the registry root: persistence paths must be distinct");
     }
-    if !ctx_projections::check::is_safe_token(&config.planner_version) {
+    if !ctx_model::is_safe_token(&config.planner_version) {
         return invalid("planner_version must be a canonical safe token");
     }
     if config.ports.material.is_none() {
@@ -170,9 +170,9 @@ pub fn open_managed_query_service(
         }
     };
     if config.consent.as_ref().is_some_and(|c| {
-        !ctx_projections::check::is_token(&c.audience)
-            || !ctx_projections::check::is_sha(&c.workspace_identity_digest)
-            || !ctx_projections::check::is_sha(&c.release_root_digest)
+        !ctx_model::is_token(&c.audience)
+            || !ctx_model::is_sha(&c.workspace_identity_digest)
+            || !ctx_model::is_sha(&c.release_root_digest)
     }) {
         return invalid("consent_broker must name a token audience and two SHA-256 digests");
     }

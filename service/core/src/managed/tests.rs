@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ctx_projections::check::{UtcMicros, sha256_hex};
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, EngineEvent, Json, ScopeRef, Surrogate, UtcMicros, sha256_hex,
+};
 use ctx_projections::engine::ManualClock;
 use ctx_projections::query_store::QueryStoreError;
-use ctx_projections::{CURRENT_WORK_SCHEMA, EngineEvent, Json, ScopeRef, Surrogate};
 
 use super::composition::EngineAuditSink;
 use super::*;

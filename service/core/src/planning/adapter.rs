@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ctx_projections::check::{cj_digest, is_safe_token, is_sha};
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, EngineState, Json, Surrogate, authorized_material_from_catalog,
+    catalog_capability_identity, cj_digest, is_safe_token, is_sha,
+};
 use ctx_projections::engine::{DecisionPlanner, PlanningContext, SeamError};
-use ctx_projections::identity::{authorized_material_from_catalog, catalog_capability_identity};
-use ctx_projections::{CURRENT_WORK_SCHEMA, EngineState, Json, Surrogate};
 
 use super::benefit::{BenefitCandidate, CANDIDATE_POOL_MAX_ITEMS};
 use super::plan_v3::{
@@ -624,7 +625,7 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
         let id = Some(presentation.capability_id.as_str());
         let kind = Some(presentation.kind.as_str());
         // "install bundle does not match presentation or installation snapshot"
-        if d.get_str("schema") != Some(ctx_projections::identity::INSTALL_DESCRIPTOR_SCHEMA_V2)
+        if d.get_str("schema") != Some(ctx_model::INSTALL_DESCRIPTOR_SCHEMA_V2)
             || d.get_str("capability_id") != id
             || d.get_str("kind") != kind
             || d.get_str("descriptor_digest") != presentation.install_descriptor_digest.as_deref()

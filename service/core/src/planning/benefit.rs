@@ -10,13 +10,14 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use ctx_projections::Json;
-use ctx_projections::check::{
-    CAPABILITY_KINDS, cja_digest, is_capability_name, is_safe_token, is_sha,
+use ctx_model::{
+    BENEFIT_CANDIDATES_MAX_ITEMS, BENEFIT_POLICY_SCHEMA_ID, BENEFIT_RESULT_SCHEMA_ID,
+    BENEFIT_SEARCH_MAX_EVALUATIONS, BENEFIT_SELECTION_ALGORITHM_ID, CapabilityKind, Json,
+    cja_digest, is_capability_name, is_safe_token, is_sha,
 };
 
-/// Largest candidate pool one selection accepts.
-pub const CANDIDATE_POOL_MAX_ITEMS: usize = 512;
+/// Largest candidate pool one selection accepts: ctx-model's bound as a length.
+pub const CANDIDATE_POOL_MAX_ITEMS: usize = BENEFIT_CANDIDATES_MAX_ITEMS as usize;
 /// Largest canonical result text (32 MiB).
 pub const BENEFIT_RESULT_JSON_MAX_BYTES: usize = 33_554_432;
 /// Most capabilities one selection may choose (the global five-item bound).
@@ -27,14 +28,11 @@ pub const PPM_SCALE: i64 = 1_000_000;
 pub const QUANTITY_MAX_UNITS: i64 = 1_000_000;
 /// Most entries in one coverage, complement or conflict list.
 pub const RELATION_KEYS_MAX_ITEMS: usize = 64;
-/// Most candidate evaluations one search may spend before it fails closed.
-pub const SEARCH_MAX_EVALUATIONS: u64 = 1_000_000;
+/// Most candidate evaluations one search may spend before it fails closed: ctx-model's bound as a
+/// counter.
+pub const SEARCH_MAX_EVALUATIONS: u64 = BENEFIT_SEARCH_MAX_EVALUATIONS as u64;
 /// The signed utility bound: every utility lies in `[-(2^63 - 1), 2^63 - 1]`.
 pub const UTILITY_MAX_U: i64 = i64::MAX;
-
-pub const NET_BENEFIT_POLICY_SCHEMA_ID: &str = "ctx.net-benefit-policy-v3";
-pub const SELECTION_ALGORITHM_ID: &str = "ctx.greedy-bounded-subset-exchange-v1";
-pub const BENEFIT_RESULT_SCHEMA_ID: &str = "ctx.benefit-selection-result-v1";
 
 /// Why the net-benefit model refused a value. Display is the reference's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,7 +115,7 @@ fn check_digest(field: &str, value: &str) -> Result<(), BenefitError> {
 pub fn is_declared_capability_id(value: &str) -> bool {
     is_safe_token(value)
         && value.split_once(':').is_some_and(|(kind, name)| {
-            CAPABILITY_KINDS.contains(&kind) && is_capability_name(name)
+            CapabilityKind::parse(kind).is_some() && is_capability_name(name)
         })
 }
 
@@ -270,7 +268,7 @@ impl ResourceCosts {
         Ok(())
     }
 
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(self) -> Json {
         Json::object(self.fields().map(|(k, v)| (k, Json::Int(v))))
     }
 }
@@ -358,7 +356,7 @@ impl EvidenceSummary {
         if validated > effective {
             return invalid("validated outcomes cannot exceed effective outcomes");
         }
-        if self.kind == "skill" {
+        if self.kind == CapabilityKind::Skill.as_str() {
             if effective > exposed {
                 return invalid("skill effective outcomes cannot exceed exposures");
             }
@@ -487,9 +485,7 @@ impl BenefitCandidate {
             ("conflicts", strs(&self.conflicts)),
             (
                 "costs",
-                self.costs
-                    .as_ref()
-                    .map_or(Json::Null, ResourceCosts::to_json),
+                self.costs.map_or(Json::Null, ResourceCosts::to_json),
             ),
             ("coverage_keys", strs(&self.coverage_keys)),
             (
@@ -740,8 +736,11 @@ impl NetBenefitPolicy {
             "calibration_digest",
             Json::str(self.calibration_digest.as_str()),
         ));
-        pairs.push(("policy_schema_id", Json::str(NET_BENEFIT_POLICY_SCHEMA_ID)));
-        pairs.push(("selection_algorithm_id", Json::str(SELECTION_ALGORITHM_ID)));
+        pairs.push(("policy_schema_id", Json::str(BENEFIT_POLICY_SCHEMA_ID)));
+        pairs.push((
+            "selection_algorithm_id",
+            Json::str(BENEFIT_SELECTION_ALGORITHM_ID),
+        ));
         Json::object(pairs)
     }
 

@@ -3,40 +3,26 @@
 //! the plan with its ready / abstained / degraded rules, the `ctx.decision.capability-plan`
 //! version 3 decision surrogate, and the [`AuthenticatedNetBenefitPlanner`].
 //!
-//! The emitted JSON is exactly what `ctx_projections::plan` validates: the reducer re-checks the
+//! The emitted JSON is exactly what ctx-model's plan validators check: the reducer re-checks the
 //! decision value with `validate_capability_plan_v3_value` before it commits a plan, so a value
 //! built here is also run through that validator before it is handed out.
 
 use std::collections::BTreeSet;
 
-use ctx_projections::check::{
-    CAPABILITY_KINDS, cj_digest, is_capability_name, is_safe_token, is_sha,
+use ctx_model::{
+    BENEFIT_POLICY_SCHEMA_ID, BENEFIT_RESULT_SCHEMA_ID, BENEFIT_SELECTION_ALGORITHM_ID,
+    CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3, CapabilityKind, DEGRADATION_CODES,
+    INSTALL_DESCRIPTOR_SCHEMA_V2, Json, MATCHING_SIGNALS_MAX_ITEMS, PRESENTATION_ACTIONABILITY,
+    REASON_CODES_MAX_ITEMS, ReplayError, SCORE_MAX_PPM, Surrogate, SurrogateRole, cj_digest,
+    descriptor_matches_result_material, is_capability_name, is_safe_token, is_sha,
+    validate_authorized_material, validate_catalog_identity, validate_install_plan_descriptor,
+    validate_material_identity, validate_surrogate,
 };
-use ctx_projections::identity::{
-    INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
-    validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
-};
-use ctx_projections::plan::{CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3};
-use ctx_projections::{Json, ReplayError, Surrogate, SurrogateRole, validate_surrogate};
 
 use super::benefit::{
-    Availability, BENEFIT_RESULT_SCHEMA_ID, BenefitCandidate, BenefitError, BenefitSelection,
-    BenefitSelectionResult, CANDIDATE_POOL_MAX_ITEMS, NET_BENEFIT_POLICY_SCHEMA_ID,
-    NetBenefitPolicy, SEARCH_MAX_EVALUATIONS, SELECTED_MAX_ITEMS, SELECTION_ALGORITHM_ID, Tier,
+    Availability, BenefitCandidate, BenefitError, BenefitSelection, BenefitSelectionResult,
+    CANDIDATE_POOL_MAX_ITEMS, NetBenefitPolicy, SEARCH_MAX_EVALUATIONS, SELECTED_MAX_ITEMS, Tier,
 };
-
-pub use ctx_projections::plan::{
-    DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM,
-};
-/// Every actionability a presentation may declare; schema v3 plans only the first three.
-pub const PRESENTATION_ACTIONABILITY: [&str; 6] = [
-    "load",
-    "install",
-    "manual",
-    "unavailable",
-    "blocked",
-    "none",
-];
 
 /// Why a planning value was refused. Display is the reference's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -147,7 +133,7 @@ impl CapabilityPresentation {
         if !is_safe_token(&self.capability_id) {
             return invalid("capability_id must be a canonical safe token");
         }
-        if !CAPABILITY_KINDS.contains(&self.kind.as_str()) {
+        if CapabilityKind::parse(&self.kind).is_none() {
             return invalid("kind is not a recommendable capability kind");
         }
         if !is_capability_name(&self.name) {
@@ -506,7 +492,7 @@ impl CapabilityBenefitProjection {
         Ok(())
     }
 
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(self) -> Json {
         Json::object([
             (
                 "individual_net_benefit_u",
@@ -637,9 +623,9 @@ impl BenefitAuditReference {
         BenefitAuditReference {
             result_schema_id: BENEFIT_RESULT_SCHEMA_ID.to_owned(),
             result_digest: result.result_digest.clone(),
-            policy_schema_id: NET_BENEFIT_POLICY_SCHEMA_ID.to_owned(),
+            policy_schema_id: BENEFIT_POLICY_SCHEMA_ID.to_owned(),
             policy_digest: policy.policy_digest(),
-            selection_algorithm_id: SELECTION_ALGORITHM_ID.to_owned(),
+            selection_algorithm_id: BENEFIT_SELECTION_ALGORITHM_ID.to_owned(),
             calibration_digest: policy.calibration_digest.clone(),
             requested_limit: result.requested_limit,
             candidate_pool_count: result.candidate_pool_count,

@@ -6,20 +6,17 @@
 //! and remembers every output, so a port may be backed by anything (a file, a database, a
 //! service) as long as equal digests mean equal answers.
 
+use ctx_model::CapabilityKind;
 use std::sync::Arc;
 
-use ctx_projections::Json;
-use ctx_projections::check::{cj_digest, is_sha};
-use ctx_projections::identity::{
-    INSTALL_DESCRIPTOR_SCHEMA_V2, MATERIAL_DESCRIPTOR_SCHEMA_V2,
-    descriptor_matches_result_material, validate_catalog_identity,
+use ctx_model::{
+    INSTALL_DESCRIPTOR_SCHEMA_V2, Json, MATERIAL_DESCRIPTOR_SCHEMA_V2, cj_digest,
+    descriptor_matches_result_material, is_sha, validate_catalog_identity,
     validate_install_plan_descriptor, validate_material_descriptor, validate_material_identity,
 };
 
 use super::benefit::{Availability, BenefitCandidate, EvidenceSummary, ResourceCosts};
-use crate::catalog::{
-    Actionability, CapabilityCandidate, CapabilityKind, Catalog, WorkObservation, retrieve,
-};
+use crate::catalog::{Actionability, CapabilityCandidate, Catalog, WorkObservation, retrieve};
 
 /// Why a port did not answer. Only [`PortError::CandidateAuthorityUnavailable`] and
 /// [`PortError::SourceUnavailable`] are soft; anything else fails the whole decision.

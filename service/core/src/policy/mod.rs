@@ -17,14 +17,13 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use error::{PolicyError, PolicyStoreError, RoutingError};
+pub use error::PolicyStoreError;
 pub use model::{
     DecisionBasis, InstallAuthorizationDecision, InstallConsentMode, InstallConsentPolicy,
-    POLICY_KEYS, POLICY_SCHEMA, REASON_CREDENTIALS, REASON_PER_INSTALL,
-    REASON_PERMISSION_EXPANSION, REASON_PREAPPROVED, route_install_authorization,
+    route_install_authorization,
 };
 pub use routing::{InstallConsentDirective, route_install_consent_request};
-pub use store::{
-    CURRENT_FILE, DEFAULT_ROOT_RELATIVE, HeldInstallPolicy, InstallPolicyStore, LOCK_POLL,
-    LOCK_SUFFIX, LOCK_WAIT, MAX_POLICY_FILE_BYTES, SNAPSHOTS_DIR,
-};
+pub use store::InstallPolicyStore;
+// Used by this module's unit tests only.
+#[cfg(test)]
+use store::{CURRENT_FILE, HeldInstallPolicy, SNAPSHOTS_DIR};

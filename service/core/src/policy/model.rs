@@ -1,9 +1,7 @@
 //! The install consent policy value (spec/policy.md §2) and install authorization routing
 //! (spec/policy.md §6, §7, `route_install_authorization`).
 
-use ctx_projections::Json;
-use ctx_projections::check::{cja_digest, is_sha};
-use ctx_projections::identity::validate_install_plan_descriptor;
+use ctx_model::{CapabilityKind, Json, cja_digest, is_sha, validate_install_plan_descriptor};
 
 use super::error::PolicyError;
 
@@ -97,11 +95,11 @@ impl InstallConsentPolicy {
 
     /// The mode governing installs of `kind` (`skill`, `agent`, `mcp-server`).
     pub fn mode_for(&self, kind: &str) -> Result<InstallConsentMode, PolicyError> {
-        match kind {
-            "skill" => Ok(self.skill_mode),
-            "agent" => Ok(self.agent_mode),
-            "mcp-server" => Ok(self.mcp_server_mode),
-            _ => Err(PolicyError::NotInstallableKind),
+        match CapabilityKind::parse(kind) {
+            Some(CapabilityKind::Skill) => Ok(self.skill_mode),
+            Some(CapabilityKind::Agent) => Ok(self.agent_mode),
+            Some(CapabilityKind::McpServer) => Ok(self.mcp_server_mode),
+            Some(CapabilityKind::Harness) | None => Err(PolicyError::NotInstallableKind),
         }
     }
 

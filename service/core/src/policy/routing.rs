@@ -2,17 +2,14 @@
 //! `RequestConsent` action to its schema-v3 plan row, its install plan descriptor and the
 //! still-current policy, and say whether a person must be asked.
 
-use ctx_projections::check::{INSTALLABLE_KINDS, is_capability_identity, is_safe_token, is_sha};
-use ctx_projections::contract::validate_action;
-use ctx_projections::identity::validate_install_plan_descriptor;
-use ctx_projections::plan::validate_plan_row_v3;
-use ctx_projections::{ActionKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, Json};
+use ctx_model::{
+    ActionKind, CapabilityKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, Json,
+    is_capability_identity, is_safe_token, is_sha, validate_action,
+    validate_install_plan_descriptor, validate_plan_row_v3,
+};
 
 use super::error::RoutingError;
 use super::model::{DecisionBasis, InstallConsentPolicy, route_install_authorization};
-
-/// The only action kind a consent may request.
-const REQUESTED_ACTION_KIND: &str = "InstallCapability";
 
 /// The host-neutral result of routing one consent request: what to show a person, or the
 /// automatic grant the policy already gives. Values are validated at construction, so every
@@ -51,7 +48,7 @@ impl InstallConsentDirective {
         if !is_capability_identity(&self.kind, &self.capability_id) {
             return invalid("kind and capability_id must form one canonical identity".into());
         }
-        if !INSTALLABLE_KINDS.contains(&self.kind.as_str()) {
+        if !CapabilityKind::parse(&self.kind).is_some_and(CapabilityKind::is_installable) {
             return invalid("kind is not an installable capability kind".into());
         }
         for (name, value) in [
@@ -182,7 +179,7 @@ impl InstallConsentDirective {
     }
 
     /// The `UserDecision` payload for `decision` (`granted` or `denied`): exactly the eight keys
-    /// the reducer expects (`ctx_projections::USER_DECISION_KEYS`).
+    /// the reducer expects (`ctx_model::USER_DECISION_KEYS`).
     pub fn decision_payload(&self, decision: &str) -> Result<Json, RoutingError> {
         if !matches!(decision, "granted" | "denied") {
             return Err(RoutingError::Decision);
@@ -196,7 +193,10 @@ impl InstallConsentDirective {
                 Json::str(&self.policy_snapshot_digest),
             ),
             ("requested_action_id", Json::str(&self.requested_action_id)),
-            ("requested_action_kind", Json::str(REQUESTED_ACTION_KIND)),
+            (
+                "requested_action_kind",
+                Json::str(ActionKind::InstallCapability.as_str()),
+            ),
             (
                 "requested_action_content_digest",
                 Json::str(&self.requested_action_content_digest),
@@ -263,7 +263,7 @@ pub fn route_install_consent_request(
         && payload.get("result_material") == authority.get("result_material")
         && payload.get("install_plan_descriptor") == Some(descriptor)
         && payload.get_str("policy_snapshot_digest") == Some(policy.policy_digest().as_str())
-        && payload.get_str("requested_action_kind") == Some(REQUESTED_ACTION_KIND);
+        && payload.get_str("requested_action_kind") == Some(ActionKind::InstallCapability.as_str());
     if !bound {
         return Err(RoutingError::Mismatch);
     }

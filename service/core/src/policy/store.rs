@@ -33,8 +33,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ctx_projections::check::is_sha;
-use ctx_projections::{Json, JsonError};
+use ctx_model::{Json, JsonError, is_sha};
 
 use super::error::PolicyStoreError;
 use super::model::InstallConsentPolicy;

@@ -8,14 +8,11 @@ use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ctx_projections::contract::{
-    consent_request_payload_v3, install_payload_v3, install_rollback, install_verification,
-};
-use ctx_projections::identity::{InstallDescriptorInput, install_plan_descriptor};
-use ctx_projections::testkit::{RowKind, digest, row, scope};
-use ctx_projections::{
-    ActionKind, HostAction, INSTALLER_ID, Json, PrivacyLabel, USER_DECISION_KEYS, action_id,
-    consent_id,
+use ctx_model::testkit::{RowKind, digest, row, scope};
+use ctx_model::{
+    ActionKind, HostAction, INSTALLER_ID, InstallDescriptorInput, Json, PrivacyLabel,
+    USER_DECISION_KEYS, action_id, consent_id, consent_request_payload_v3, install_payload_v3,
+    install_plan_descriptor, install_rollback, install_verification,
 };
 
 use super::*;
@@ -826,7 +823,7 @@ fn consent_request_routes_to_a_prompt_under_ask_each_time() {
     let descriptor = row_descriptor(&row);
     let policy = InstallConsentPolicy::safe_default();
     let request = consent_request(&row, &policy.policy_digest());
-    ctx_projections::contract::validate_action(&request).unwrap();
+    ctx_model::validate_action(&request).unwrap();
     let d = route_install_consent_request(&request, &row, &descriptor, &policy).unwrap();
     assert!(d.requires_prompt());
     assert_eq!(d.decision_basis(), DecisionBasis::Interactive);
@@ -990,10 +987,10 @@ fn consent_requests_that_do_not_bind_are_refused() {
     let other = descriptor_for_row_kind("skill");
     assert_eq!(route(&request, &row, &other, &policy), MISMATCH);
     // A row of another capability.
-    let other_row = ctx_projections::testkit::row(RowKind::Install, "skill", "other");
+    let other_row = ctx_model::testkit::row(RowKind::Install, "skill", "other");
     assert_eq!(route(&request, &other_row, &descriptor, &policy), MISMATCH);
     // A load row cannot carry an install consent.
-    let load_row = ctx_projections::testkit::row(RowKind::Load, "skill", "demo");
+    let load_row = ctx_model::testkit::row(RowKind::Load, "skill", "demo");
     assert_eq!(route(&request, &load_row, &descriptor, &policy), MISMATCH);
 
     // Malformed inputs are untyped.

@@ -7,16 +7,14 @@
 
 use std::sync::Arc;
 
+use ctx_model::{ARTIFACT_OBSERVATION_PROVIDER, ObservationRef, Surrogate};
 use ctx_projections::engine::{ObservationNormalizer, SeamError};
-use ctx_projections::{ObservationRef, Surrogate};
 
 use crate::catalog::LoadedCatalog;
 
 use super::error::RegistryError;
 use super::manifest::Manifest;
 
-/// `provider_id` of every artifact observation reference.
-pub const ARTIFACT_OBSERVATION_PROVIDER_ID: &str = "ctx-managed-artifact-observation-v1";
 /// Prefix of the `opaque_id` of an artifact observation reference; the manifest digest follows.
 pub const ARTIFACT_OBSERVATION_OPAQUE_PREFIX: &str = "manifest-";
 
@@ -41,7 +39,7 @@ impl ArtifactHandle {
         registry_token: u64,
     ) -> ArtifactHandle {
         let observation_reference = ObservationRef {
-            provider_id: ARTIFACT_OBSERVATION_PROVIDER_ID.to_owned(),
+            provider_id: ARTIFACT_OBSERVATION_PROVIDER.to_owned(),
             opaque_id: format!("{ARTIFACT_OBSERVATION_OPAQUE_PREFIX}{manifest_digest}"),
             content_digest: manifest.observation_surrogate.value_digest.clone(),
         };
@@ -106,7 +104,7 @@ impl ArtifactHandle {
         &self.manifest.observation_surrogate
     }
 
-    /// `{provider_id: "ctx-managed-artifact-observation-v1", opaque_id: "manifest-" + manifest
+    /// `{provider_id: ARTIFACT_OBSERVATION_PROVIDER, opaque_id: "manifest-" + manifest
     /// digest, content_digest: surrogate value digest}`: the reference a decision event carries.
     pub fn observation_reference(&self) -> &ObservationRef {
         &self.observation_reference

@@ -6,9 +6,7 @@
 //! there is exactly one accepted spelling of every manifest and its digest cannot be steered by
 //! whitespace, key order or escapes.
 
-use ctx_projections::check::{is_safe_token, is_sha, sha256_hex_bytes};
-use ctx_projections::{Json, Surrogate};
-use ctx_projections::{JsonError, ReplayError};
+use ctx_model::{Json, JsonError, ReplayError, Surrogate, is_safe_token, is_sha, sha256_hex_bytes};
 
 use super::MANIFEST_MAX_BYTES;
 use super::surrogate::SurrogateError;

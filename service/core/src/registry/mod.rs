@@ -18,14 +18,11 @@ mod surrogate;
 mod tests;
 
 pub use error::RegistryError;
-pub use handle::{
-    ARTIFACT_OBSERVATION_OPAQUE_PREFIX, ARTIFACT_OBSERVATION_PROVIDER_ID, ArtifactHandle,
-    ArtifactObservationNormalizer, CapturedAuthority,
-};
-pub use manifest::{MANIFEST_SCHEMA, REGISTRY_VERSION};
-pub use store::{
-    ARTIFACTS_DIR, ArtifactRegistry, IngestInputs, MANIFESTS_DIR, PUBLICATION_LOCK_FILE,
-};
+pub use handle::{ArtifactHandle, CapturedAuthority};
+pub use store::{ArtifactRegistry, IngestInputs};
+// Used by this module's unit tests only.
+#[cfg(test)]
+use store::{ARTIFACTS_DIR, MANIFESTS_DIR, PUBLICATION_LOCK_FILE};
 
 /// Largest manifest body accepted or written.
 pub const MANIFEST_MAX_BYTES: usize = 32 * 1024;

@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ctx_projections::Surrogate;
-use ctx_projections::check::{is_safe_token, is_sha, sha256_hex_bytes};
+use ctx_model::{Surrogate, is_safe_token, is_sha, sha256_hex_bytes};
 
 use crate::catalog::{CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, LoadedCatalog, load_catalog};
 

@@ -5,8 +5,9 @@
 //! nothing that looks like a credential: a token pasted into a signal would otherwise be stored
 //! in clear in two durable places.
 
-use ctx_projections::ReplayError;
-use ctx_projections::{CURRENT_WORK_SCHEMA, Json, Surrogate, SurrogateRole, validate_surrogate};
+use ctx_model::{
+    CURRENT_WORK_SCHEMA, Json, ReplayError, Surrogate, SurrogateRole, validate_surrogate,
+};
 
 use crate::catalog::ObservationError;
 use crate::catalog::WorkObservation;

@@ -5,9 +5,8 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use ctx_projections::check::sha256_hex;
+use ctx_model::{CURRENT_WORK_SCHEMA, Json, ObservationRef, Surrogate, sha256_hex};
 use ctx_projections::engine::ObservationNormalizer as _;
-use ctx_projections::{CURRENT_WORK_SCHEMA, Json, ObservationRef, Surrogate};
 
 use super::*;
 use crate::catalog::{LoadedCatalog, load_catalog_dir, sample_catalog_dir};
@@ -139,7 +138,7 @@ fn ingest_binds_every_digest_and_the_observation_reference() {
         .join(format!("{}.json", handle.manifest_digest()));
     let bytes = fs::read(&manifest_path).unwrap();
     assert_eq!(
-        ctx_projections::check::sha256_hex_bytes(&bytes),
+        ctx_model::sha256_hex_bytes(&bytes),
         handle.manifest_digest()
     );
     assert!(bytes.len() <= MANIFEST_MAX_BYTES);

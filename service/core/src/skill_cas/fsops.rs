@@ -13,7 +13,7 @@ use std::ops::RangeInclusive;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use ctx_projections::check::{is_sha, sha256_hex_bytes};
+use ctx_model::{is_sha, sha256_hex_bytes};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat};
 use rustix::io::Errno;
 

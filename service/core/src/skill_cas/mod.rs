@@ -25,12 +25,11 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use ctx_projections::check::{cja_digest, is_sha, is_trimmed, sha256_hex_bytes};
-use ctx_projections::identity::{
-    INSTALL_DESCRIPTOR_SCHEMA_V2, InstallExecutionBinding, descriptor_matches_result_material,
+use ctx_model::{
+    ActionKind, CapabilityKind, HostAction, INSTALL_DESCRIPTOR_SCHEMA_V2, InstallExecutionBinding,
+    Json, cja_digest, descriptor_matches_result_material, is_sha, is_trimmed, sha256_hex_bytes,
     validate_install_plan_descriptor, validate_material_identity,
 };
-use ctx_projections::{ActionKind, HostAction, Json};
 
 pub use error::{Cause, SkillCasError};
 pub use fsops::{LOCK_TIMEOUT, STAGE_LIMIT, STAGE_SUFFIX};
@@ -42,8 +41,6 @@ use fsops::{create_stage, lock_content};
 use recovery::{CasState, ContentAddress, Synced, recover};
 use root::{RootIdentity, capture, with_pinned};
 
-/// The only capability kind the skill CAS installs.
-pub const SKILL_KIND: &str = "skill";
 /// Schema of the observation verification document.
 pub const OBSERVATION_SCHEMA: &str = "ctx.skill-cas-observation-v1";
 
@@ -56,21 +53,20 @@ const NOT_ELIGIBLE: &str = "install authority is not eligible for the skill CAS"
 /// credentials. A host can ask this before choosing a capability; `connect` asks it again of the
 /// descriptor (a missing flag counts as set).
 pub fn installs(kind: &str, permission_expansion: bool, credential_requirement: bool) -> bool {
-    kind == SKILL_KIND && !permission_expansion && !credential_requirement
+    CapabilityKind::parse(kind) == Some(CapabilityKind::Skill)
+        && !permission_expansion
+        && !credential_requirement
 }
-
-/// The kinds a material store installs (ctx's addition to the reference): agents and MCP servers,
-/// whatever their flags. Their install publishes the consented catalog bytes only; what they may
-/// do is the person's consent to give, which the install policy demands for every flagged
-/// install, and what the host does with them is the activation's business.
-pub const MATERIAL_KINDS: [&str; 2] = ["agent", "mcp-server"];
 
 /// What a content-addressed store admits (its eligibility gate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CasGate {
     /// The reference's skill CAS: a `skill` without permission expansion or credentials.
     Skills,
-    /// A material store: an agent or an MCP server ([`MATERIAL_KINDS`]).
+    /// A material store (ctx's addition to the reference): an agent or an MCP server, whatever
+    /// their flags. Their install publishes the consented catalog bytes only; what they may do is
+    /// the person's consent to give, which the install policy demands for every flagged install,
+    /// and what the host does with them is the activation's business.
     Materials,
 }
 
@@ -84,7 +80,10 @@ impl CasGate {
     ) -> bool {
         match self {
             CasGate::Skills => installs(kind, permission_expansion, credential_requirement),
-            CasGate::Materials => MATERIAL_KINDS.contains(&kind),
+            CasGate::Materials => matches!(
+                CapabilityKind::parse(kind),
+                Some(CapabilityKind::Agent | CapabilityKind::McpServer)
+            ),
         }
     }
 }

@@ -4,8 +4,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use ctx_projections::Json;
-use ctx_projections::check::cj_digest;
+use ctx_model::{Json, cj_digest};
 use rustix::fs::{CWD, Mode, OFlags};
 use rustix::io::Errno;
 

@@ -8,15 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ctx_projections::check::{cj_digest, sha256_hex_bytes};
-use ctx_projections::contract::install_payload_v3;
-use ctx_projections::identity::{
-    InstallDescriptorInput, InstallExecutionBinding, build_material_identity,
-    catalog_capability_identity, install_plan_descriptor,
-};
-use ctx_projections::testkit::{digest, scope};
-use ctx_projections::{
-    ActionKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID, Json, PrivacyLabel, action_id,
+use ctx_model::testkit::{digest, scope};
+use ctx_model::{
+    ActionKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID, InstallDescriptorInput,
+    InstallExecutionBinding, Json, PrivacyLabel, action_id, build_material_identity,
+    catalog_capability_identity, cj_digest, install_payload_v3, install_plan_descriptor,
+    sha256_hex_bytes,
 };
 
 use super::*;

@@ -16,7 +16,7 @@ use std::io::ErrorKind;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-use ctx_projections::check::sha256_hex_bytes;
+use ctx_model::sha256_hex_bytes;
 
 use super::error::{ActivationError, ConflictReason};
 use super::fsx::{Content, Dir, EntryType, read_followed};

@@ -10,7 +10,7 @@ use ctx_journal::{AppendError, InputError, ReadError};
 
 use crate::hosts::AgentHost;
 
-use super::CapabilityKind;
+use ctx_model::CapabilityKind;
 
 /// Why the target holds something ctx will not replace or remove.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +178,7 @@ pub enum LedgerRecordError {
     #[error("the payload is not UTF-8")]
     NotUtf8,
     #[error(transparent)]
-    Json(#[from] ctx_projections::JsonError),
+    Json(#[from] ctx_model::JsonError),
     #[error("the payload is not an object")]
     NotObject,
     #[error("{field} is missing")]

@@ -1,8 +1,8 @@
 //! The activation ledger: what ctx intended and did at each host target, on the ctx journal.
 //!
-//! One stream per target (namespace [`ACTIVATION_NAMESPACE`], key `host ‖ 0 ‖ kind ‖ 0 ‖ path
-//! [‖ 0 ‖ entry]`), holding records of kind [`ACTIVATION_RECORD_KIND`] that alternate intent,
-//! outcome, intent, outcome. One more stream (namespace [`ACTIVATION_INDEX_NAMESPACE`]) lists
+//! One stream per target (namespace [`HOST_ACTIVATION_NAMESPACE`], key `host ‖ 0 ‖ kind ‖ 0 ‖ path
+//! [‖ 0 ‖ entry]`), holding records of kind [`HOST_ACTIVATION_RECORD_KIND`] that alternate intent,
+//! outcome, intent, outcome. One more stream (namespace [`HOST_ACTIVATION_INDEX_NAMESPACE`]) lists
 //! every target once, written in the same atomic append as the target's first record, so
 //! recovery and inspection read one short stream instead of scanning the journal.
 //! Layout and invariants: `spec/activation.md` §4.
@@ -14,25 +14,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
 };
-use ctx_projections::Json;
-use ctx_projections::check::{is_capability_identity, is_sha, sha256_hex_bytes};
+use ctx_model::{Json, is_capability_identity, is_sha, sha256_hex_bytes};
 
 use crate::hosts::AgentHost;
 
-use super::CapabilityKind;
 use super::error::LedgerError;
 use super::error::LedgerRecordError;
+use ctx_model::CapabilityKind;
+use ctx_projections::streams::{
+    HOST_ACTIVATION_INDEX_NAMESPACE, HOST_ACTIVATION_NAMESPACE, HOST_ACTIVATION_RECORD_KIND,
+    HOST_ACTIVATION_TARGET_KIND,
+};
 
-/// Namespace of the per-target streams.
-pub const ACTIVATION_NAMESPACE: &str = "ctx.host-activation";
-/// Namespace of the target index stream.
-pub const ACTIVATION_INDEX_NAMESPACE: &str = "ctx.host-activation-index";
 /// Key of the target index stream.
 pub const ACTIVATION_INDEX_KEY: &[u8] = b"targets";
-/// Kind of an intent or outcome record.
-pub const ACTIVATION_RECORD_KIND: &str = "ctx.host-activation.v1";
-/// Kind of a target index record.
-pub const ACTIVATION_TARGET_KIND: &str = "ctx.host-activation-target.v1";
 /// Longest target path plus entry, in bytes: the stream key must stay within the journal's
 /// `STREAM_KEY_MAX_BYTES` (1024) with the host and kind in front.
 pub const TARGET_TEXT_MAX_BYTES: usize = 960;
@@ -70,7 +65,10 @@ impl TargetKey {
 
     /// The target's stream in the ctx journal.
     pub fn stream(&self) -> Result<StreamId, LedgerError> {
-        Ok(StreamId::derive(ACTIVATION_NAMESPACE, &self.stream_key())?)
+        Ok(StreamId::derive(
+            HOST_ACTIVATION_NAMESPACE,
+            &self.stream_key(),
+        )?)
     }
 
     /// A short name for the staging entries of one intent: 16 hex digits of the stream key's
@@ -106,6 +104,7 @@ impl TargetKey {
         let kind = value
             .get_str("kind")
             .and_then(CapabilityKind::parse)
+            .filter(|k| k.is_installable())
             .ok_or(LedgerRecordError::Kind)?;
         let path = value
             .get_str("path")
@@ -414,7 +413,7 @@ impl JournalLedger {
 
     fn index_stream() -> Result<StreamId, LedgerError> {
         Ok(StreamId::derive(
-            ACTIVATION_INDEX_NAMESPACE,
+            HOST_ACTIVATION_INDEX_NAMESPACE,
             ACTIVATION_INDEX_KEY,
         )?)
     }
@@ -439,7 +438,7 @@ impl ActivationLedger for JournalLedger {
             let before = out.len();
             self.journal
                 .visit_stream(&stream, from, READ_CHUNK_RECORDS, |view| {
-                    let decoded = if view.kind == ACTIVATION_RECORD_KIND {
+                    let decoded = if view.kind == HOST_ACTIVATION_RECORD_KIND {
                         LedgerRecord::decode(view.payload)
                     } else {
                         Err(LedgerRecordError::StrayKind {
@@ -491,7 +490,7 @@ impl ActivationLedger for JournalLedger {
             .map(|(r, revision)| {
                 NewRecord::new(
                     format!("ctx-activation:{}:{revision}", stream.to_hex()),
-                    ACTIVATION_RECORD_KIND,
+                    HOST_ACTIVATION_RECORD_KIND,
                     at,
                     r.encode(),
                 )
@@ -510,7 +509,7 @@ impl ActivationLedger for JournalLedger {
                 ExpectedRevision::Any,
                 vec![NewRecord::new(
                     format!("ctx-activation-target:{}", stream.to_hex()),
-                    ACTIVATION_TARGET_KIND,
+                    HOST_ACTIVATION_TARGET_KIND,
                     at,
                     Json::object(target.to_json()).to_cj().into_bytes(),
                 )],
@@ -531,7 +530,7 @@ impl ActivationLedger for JournalLedger {
         let mut out: Vec<TargetKey> = Vec::new();
         let mut failure = None;
         self.journal.visit_stream(&stream, 1, usize::MAX, |view| {
-            let decoded = if view.kind == ACTIVATION_TARGET_KIND {
+            let decoded = if view.kind == HOST_ACTIVATION_TARGET_KIND {
                 std::str::from_utf8(view.payload)
                     .map_err(|_| LedgerRecordError::NotUtf8)
                     .and_then(|t| Ok(Json::parse(t)?))

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use ctx_projections::Json;
+use ctx_model::Json;
 use toml_edit::{Array, DocumentMut, InlineTable, Item, Table};
 
 use crate::host_files::{

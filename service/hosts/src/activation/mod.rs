@@ -28,11 +28,10 @@ mod mcp;
 mod names;
 mod store;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ctx_projections::check::{is_capability_identity, sha256_hex_bytes};
+use ctx_model::{CapabilityKind, is_capability_identity, sha256_hex_bytes};
 
 use crate::hosts::{AgentHost, HostHome};
 use crate::profile::{AgentLayout, McpLayout};
@@ -44,8 +43,7 @@ pub use entry::STAGING_DIR_NAME;
 pub use error::LedgerRecordError;
 pub use error::{ActivationError, ConflictReason, LedgerError};
 pub use ledger::{
-    ACTIVATION_INDEX_KEY, ACTIVATION_INDEX_NAMESPACE, ACTIVATION_NAMESPACE, ACTIVATION_RECORD_KIND,
-    ACTIVATION_TARGET_KIND, ActivationLedger, JournalLedger, LedgerRecord, Operation, Outcome,
+    ACTIVATION_INDEX_KEY, ActivationLedger, JournalLedger, LedgerRecord, Operation, Outcome,
     OutcomeResult, Resolution, TARGET_TEXT_MAX_BYTES, TargetHistory, TargetKey,
 };
 pub use names::{
@@ -74,41 +72,6 @@ pub mod failpoints {
     pub const AFTER_INTENT: &str = "activation-after-intent";
     /// The atomic step ran; the outcome is not journaled.
     pub const AFTER_APPLY: &str = "activation-after-apply";
-}
-
-/// What is activated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CapabilityKind {
-    Skill,
-    Agent,
-    McpServer,
-}
-
-impl CapabilityKind {
-    pub const ALL: [CapabilityKind; 3] = [
-        CapabilityKind::Skill,
-        CapabilityKind::Agent,
-        CapabilityKind::McpServer,
-    ];
-
-    /// The catalog's spelling: `skill`, `agent`, `mcp-server`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapabilityKind::Skill => "skill",
-            CapabilityKind::Agent => "agent",
-            CapabilityKind::McpServer => "mcp-server",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<CapabilityKind> {
-        CapabilityKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
-
-impl fmt::Display for CapabilityKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// Where a capability is (de)activated: host, kind, a checked name and, for Claude Code MCP
@@ -804,6 +767,10 @@ impl Actuator {
                     host: target.host,
                     name,
                 })
+            }
+            // Unreachable: `ActivationTarget::new` refuses a kind that is not installable.
+            (CapabilityKind::Harness, _, _) => {
+                return Err(names::not_activatable(target.kind, &name));
             }
         };
         Ok(place)

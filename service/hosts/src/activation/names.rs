@@ -7,8 +7,8 @@
 use crate::hosts::AgentHost;
 use crate::profile::CLAUDE_BUNDLED_SKILLS;
 
-use super::CapabilityKind;
 use super::error::ActivationError;
+use ctx_model::CapabilityKind;
 
 /// Longest skill name (Agent Skills specification), in bytes.
 pub const SKILL_NAME_MAX_BYTES: usize = 64;
@@ -50,6 +50,17 @@ pub(crate) fn check(
             .map_err(refuse),
         CapabilityKind::Agent => check_agent(name).map_err(refuse),
         CapabilityKind::McpServer => check_server(name).map_err(refuse),
+        CapabilityKind::Harness => Err(not_activatable(kind, name)),
+    }
+}
+
+/// The refusal of a kind that is not installable (a harness is loaded, never put on a host);
+/// before the one `ctx_model::CapabilityKind`, activation's own kind could not name it.
+pub(crate) fn not_activatable(kind: CapabilityKind, name: &str) -> ActivationError {
+    ActivationError::InvalidName {
+        kind,
+        name: name.to_owned(),
+        reason: "ctx activates only skills, agents and MCP servers on an agent host",
     }
 }
 

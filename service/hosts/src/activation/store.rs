@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ctx_projections::check::sha256_hex_bytes;
+use ctx_model::sha256_hex_bytes;
 
 use super::error::ActivationError;
 use super::fsx::{Content, Dir, effective_uid};

@@ -4,9 +4,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ctx_journal::{Journal, OpenOptions};
+use ctx_model::testkit::Session;
+use ctx_model::{ObservationRef, SurrogateRole, testkit, validate_surrogate};
 use ctx_projections::engine::{Engine, EngineOptions, ManualClock, ObservationNormalizer};
-use ctx_projections::testkit::{self, Session, lifecycle::observed_intent};
-use ctx_projections::{ObservationRef, SurrogateRole, validate_surrogate};
+use ctx_projections::testkit::lifecycle::observed_intent;
 
 use super::*;
 use crate::catalog::{load_catalog_dir, sample_catalog_dir};

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use ctx_projections::check::sha256_hex;
+use ctx_model::sha256_hex;
 
 fn d(label: &str) -> String {
     sha256_hex(label)

@@ -4,8 +4,8 @@ use std::cell::RefCell;
 
 use super::*;
 use crate::planning::benefit::{EvidenceSummary, ResourceCosts};
-use ctx_projections::plan::{validate_capability_plan_v3_value, validate_plan_row_v3};
-use ctx_projections::testkit::{self, RowKind, Session};
+use ctx_model::testkit::{RowKind, Session};
+use ctx_model::{testkit, validate_capability_plan_v3_value, validate_plan_row_v3};
 
 /// Stores results in memory and acknowledges a digest chosen by `mode`.
 #[derive(Debug, Default)]
@@ -124,11 +124,11 @@ fn planned_decision_is_accepted_and_committed_by_the_reducer() {
     assert_eq!(surrogate.value_digest, plan.decision_digest());
     let mut s = Session::new("s1");
     let started = s.started("managing");
-    let (state, _) = ctx_projections::reduce(None, &testkit::input(&started, None)).unwrap();
+    let (state, _) = ctx_model::reduce(None, &testkit::input(&started, None)).unwrap();
     s.revision = state.revision;
     let intent = s.intent();
     let (state, transition) =
-        ctx_projections::reduce(Some(&state), &testkit::input(&intent, Some(surrogate))).unwrap();
+        ctx_model::reduce(Some(&state), &testkit::input(&intent, Some(surrogate))).unwrap();
     let committed = state.committed_plan.as_ref().unwrap();
     assert_eq!(committed.status, "ready");
     assert_eq!(committed.decision_digest, plan.decision_digest());
@@ -170,13 +170,12 @@ fn abstained_plans_carry_the_benefit_code_and_commit() {
         validate_capability_plan_v3_value(&plan.to_json()).unwrap();
         let mut s = Session::new("s2");
         let started = s.started("managing");
-        let (state, _) = ctx_projections::reduce(None, &testkit::input(&started, None)).unwrap();
+        let (state, _) = ctx_model::reduce(None, &testkit::input(&started, None)).unwrap();
         s.revision = state.revision;
         let intent = s.intent();
         let surrogate = plan.decision_surrogate().unwrap();
         let (state, _) =
-            ctx_projections::reduce(Some(&state), &testkit::input(&intent, Some(surrogate)))
-                .unwrap();
+            ctx_model::reduce(Some(&state), &testkit::input(&intent, Some(surrogate))).unwrap();
         let committed = state.committed_plan.unwrap();
         assert_eq!(committed.status, "abstained");
         assert_eq!(committed.abstention_code.as_deref(), Some(code));
