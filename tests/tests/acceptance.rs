@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod activation;
+mod architecture;
 mod cli;
 mod engine;
 mod journal;
