@@ -4,11 +4,11 @@
 //! - the raw bytes: `ctx_journal::decode_record_value` (the `decode_record` target's raw check)
 //!   and `SignedHumanDecisionAssertion::decode`;
 //! - the bytes, when they are UTF-8: the strict `Json::parse`, and what it accepts:
-//!   `ManagedDesiredSetRequest::from_json`, `InstallConsentPolicy::from_json`,
+//!   `DesiredSetRequest::from_json`, `InstallConsentPolicy::from_json`,
 //!   `InstallConsentChallenge::from_json`;
 //! - the bytes as (lossy) text: `InstallConsentChallenge::from_json_text`, `Catalog::parse`, and,
 //!   whole and split at `\n` into fields, `is_query_ref`, `is_desired_set_ref`,
-//!   `ManagedDesiredSetRequest::new`, `ManagedQueryRequest::new`;
+//!   `DesiredSetRequest::new`, `QueryRequest::new`;
 //! - a text `Catalog::parse` accepts, as `catalog.json` in this process's temp dir:
 //!   `load_catalog_dir`.
 //!
@@ -33,7 +33,7 @@ use ctx_projections::consent_store::{
 use ctx_projections::query_store::{is_desired_set_ref, is_query_ref};
 use ctx_service::{
     CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, HmacSha256Verifier,
-    InstallConsentPolicy, ManagedDesiredSetRequest, ManagedQueryRequest, ServiceError,
+    InstallConsentPolicy, DesiredSetRequest, QueryRequest, ServiceError,
     hmac_sha256_proof, is_body_path, load_catalog_dir,
 };
 
@@ -161,14 +161,14 @@ fn json(text: &str) -> Option<Json> {
 }
 
 fn desired_set_json(value: &Json) {
-    let r = match ManagedDesiredSetRequest::from_json(value) {
+    let r = match DesiredSetRequest::from_json(value) {
         Ok(r) => r,
         Err(e) => {
             assert!(
                 matches!(e, ServiceError::Invalid(_)),
                 "desired-set request refused with {e:?}"
             );
-            refused("ManagedDesiredSetRequest::from_json", &e);
+            refused("DesiredSetRequest::from_json", &e);
             return;
         }
     };
@@ -192,7 +192,7 @@ fn desired_set_json(value: &Json) {
             Json::opt_str(r.expected_previous_desired_set_ref()),
         ),
     ]);
-    match ManagedDesiredSetRequest::from_json(&again) {
+    match DesiredSetRequest::from_json(&again) {
         Ok(r2) => {
             assert_eq!(r2.query_ref(), r.query_ref());
             assert_eq!(r2.logical_choice_id(), r.logical_choice_id());
@@ -307,7 +307,7 @@ fn requests(text: &str) {
 
 fn desired_request(query_ref: &str, choice: &str, ids: &[&str], previous: Option<&str>) {
     let expected = model_desired_request(query_ref, choice, ids, previous);
-    match ManagedDesiredSetRequest::new(query_ref, choice, ids, previous) {
+    match DesiredSetRequest::new(query_ref, choice, ids, previous) {
         Ok(r) => {
             assert!(
                 expected,
@@ -326,19 +326,19 @@ fn desired_request(query_ref: &str, choice: &str, ids: &[&str], previous: Option
         Err(e) => {
             assert!(!expected, "a valid desired-set request was refused: {e}");
             assert!(matches!(e, ServiceError::Invalid(_)), "refused with {e:?}");
-            refused("ManagedDesiredSetRequest::new", &e);
+            refused("DesiredSetRequest::new", &e);
         }
     }
 }
 
 fn query_request(logical_query_id: &str, work_ref: &str) {
     let expected = model_sha(logical_query_id) && model_token(work_ref, false);
-    match ManagedQueryRequest::new(logical_query_id, work_ref) {
+    match QueryRequest::new(logical_query_id, work_ref) {
         Ok(r) => {
             assert!(expected, "a query request the model refuses was accepted");
             assert_eq!(r.logical_query_id(), logical_query_id);
             assert_eq!(r.current_work_ref(), work_ref);
-            match ManagedQueryRequest::new(r.logical_query_id(), r.current_work_ref()) {
+            match QueryRequest::new(r.logical_query_id(), r.current_work_ref()) {
                 Ok(again) => assert_eq!(again, r),
                 Err(e) => panic!("an accepted query request does not validate again: {e}"),
             }
@@ -346,7 +346,7 @@ fn query_request(logical_query_id: &str, work_ref: &str) {
         Err(e) => {
             assert!(!expected, "a valid query request was refused: {e}");
             assert!(matches!(e, ServiceError::Invalid(_)), "refused with {e:?}");
-            refused("ManagedQueryRequest::new", &e);
+            refused("QueryRequest::new", &e);
         }
     }
 }
@@ -634,7 +634,7 @@ mod tests {
             Err(e) => panic!("{name}: {e}"),
         };
         assert!(
-            ManagedDesiredSetRequest::from_json(&parsed("seed-desired-set-request.json")).is_ok()
+            DesiredSetRequest::from_json(&parsed("seed-desired-set-request.json")).is_ok()
         );
         assert!(InstallConsentPolicy::from_json(&parsed("seed-policy.json")).is_ok());
         assert!(InstallConsentChallenge::from_json_text(&text("seed-challenge.json")).is_ok());
@@ -642,7 +642,7 @@ mod tests {
         assert!(Catalog::parse(&text("seed-catalog-no-bodies.json")).is_ok());
         let fields = text("seed-request-fields");
         let f: Vec<&str> = fields.split('\n').collect();
-        assert!(ManagedDesiredSetRequest::new(f[0], f[1], &f[3..], Some(f[2])).is_ok());
+        assert!(DesiredSetRequest::new(f[0], f[1], &f[3..], Some(f[2])).is_ok());
         for (_, bytes) in seeds() {
             check(&bytes);
         }

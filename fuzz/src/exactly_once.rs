@@ -1,5 +1,5 @@
 //! The `exactly_once` target: an arbitrary, bounded program of managed-service operations on two
-//! `ManagedQueryService` handles opened on one data directory, over two sessions (two engine
+//! `QueryService` handles opened on one data directory, over two sessions (two engine
 //! streams: once a session's install succeeded, its activation stays pending — the service does
 //! not activate — and that session refuses new choices, so a second one keeps a run going) —
 //! prepare and reopen (two logical labels, a work reference, its host alias, the second session's
@@ -73,12 +73,12 @@ use ctx_service::{
     AdapterPorts, ArtifactRegistry, AuthenticatedNetBenefitPlanner, BenefitAuditSink,
     BenefitFactsPort, CatalogBenefitFacts, ConsentBrokerConfig, HmacSha256Verifier,
     HumanDecisionVerifierRegistration, IngestInputs, InputAuthorityError, InstallConsentMode,
-    InstallConsentPolicy, InstallPolicyStore, ManagedConsentResolutionResult,
-    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryInput,
-    ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
-    ManagedQueryServiceConfig, ManagedQueryServiceResult, NetBenefitPolicy,
-    ReplayDecisionPlannerV3, ServiceError, SinkError, TrustedHumanDecisionVerifierRegistry,
-    failpoints, hmac_sha256_proof, load_catalog_dir, open_managed_query_service,
+    InstallConsentPolicy, InstallPolicyStore, ConsentResolutionResult,
+    DesiredSetRequest, DesiredSetResult, QueryInput,
+    QueryInputAuthority, QueryRequest, QueryService,
+    QueryServiceConfig, QueryServiceResult, NetBenefitPolicy,
+    ReplayDecisionPlanner, ServiceError, SinkError, TrustedHumanDecisionVerifierRegistry,
+    failpoints, hmac_sha256_proof, load_catalog_dir, open_query_service,
 };
 
 /// Most steps run per program; the rest of a longer program is ignored.
@@ -367,8 +367,8 @@ struct Inputs {
     events: [(EngineEvent, EngineEvent); 2],
 }
 
-impl ManagedQueryInputAuthority for Inputs {
-    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError> {
+impl QueryInputAuthority for Inputs {
+    fn resolve(&self, current_work_ref: &str) -> Result<QueryInput, InputAuthorityError> {
         let Some(session) = session_of(current_work_ref) else {
             return Err(InputAuthorityError::new(
                 "current-work reference is unavailable",
@@ -379,7 +379,7 @@ impl ManagedQueryInputAuthority for Inputs {
             .registry
             .reopen(&self.manifest_digest, &self.planning_environment_digest)
             .map_err(|e| InputAuthorityError::new(e.to_string()))?;
-        Ok(ManagedQueryInput::new(
+        Ok(QueryInput::new(
             handle,
             session_started.clone(),
             decision_event.clone(),
@@ -407,7 +407,7 @@ fn fixture() -> &'static Fixture {
         ports.facts = facts.clone();
         let policy = NetBenefitPolicy::new(&digest("managed-service-calibration"), 1);
         let identity = ok(
-            ReplayDecisionPlannerV3::new(
+            ReplayDecisionPlanner::new(
                 ok(
                     AuthenticatedNetBenefitPlanner::new(policy.clone(), AckSink),
                     "planner",
@@ -646,8 +646,8 @@ struct DesiredSpec {
 }
 
 impl DesiredSpec {
-    fn request(&self) -> Result<ManagedDesiredSetRequest, ServiceError> {
-        ManagedDesiredSetRequest::new(
+    fn request(&self) -> Result<DesiredSetRequest, ServiceError> {
+        DesiredSetRequest::new(
             &self.query_ref,
             &self.choice,
             &self.ids,
@@ -659,9 +659,9 @@ impl DesiredSpec {
 /// What an operation returned.
 enum Done {
     /// A prepare or reopen result, with the session of its request (when the harness knows it).
-    Query(ManagedQueryServiceResult, Option<usize>),
-    Desired(ManagedDesiredSetResult),
-    Consent(ManagedConsentResolutionResult),
+    Query(QueryServiceResult, Option<usize>),
+    Desired(DesiredSetResult),
+    Consent(ConsentResolutionResult),
     /// Nothing to send (no request known yet).
     Skipped,
 }
@@ -689,9 +689,9 @@ fn open_service(
     policy_root: &Path,
     clock: &Arc<ManualClock>,
     skill_cas: &Arc<SkillCasRuntimeConfig>,
-) -> ManagedQueryService {
+) -> QueryService {
     let clock: Arc<dyn Clock> = clock.clone();
-    let config = ManagedQueryServiceConfig {
+    let config = QueryServiceConfig {
         data_dir: data_dir.to_path_buf(),
         registry: fx.registry.clone(),
         input_authority: fx.inputs.clone(),
@@ -709,7 +709,7 @@ fn open_service(
         }),
         verifier_registry: Some(fx.verifiers.clone()),
     };
-    ok(open_managed_query_service(config), "open a service handle")
+    ok(open_query_service(config), "open a service handle")
 }
 
 struct Harness {
@@ -720,7 +720,7 @@ struct Harness {
     body: Arc<Body>,
     skill_cas: Arc<SkillCasRuntimeConfig>,
     policy_store: InstallPolicyStore,
-    handles: [ManagedQueryService; 2],
+    handles: [QueryService; 2],
     /// The persisted policy pre-approves skills.
     preapproving: bool,
     queries: Vec<String>,
@@ -811,7 +811,7 @@ impl Harness {
         }
     }
 
-    fn open(&self) -> ManagedQueryService {
+    fn open(&self) -> QueryService {
         open_service(
             self.fx,
             &self.data_dir,
@@ -939,7 +939,7 @@ impl Harness {
             Op::Prepare { label, work } => {
                 let work_ref = WORK_REFS[usize::from(work % 4)];
                 let request =
-                    ManagedQueryRequest::new(&digest(&format!("query-{}", label % 2)), work_ref)?;
+                    QueryRequest::new(&digest(&format!("query-{}", label % 2)), work_ref)?;
                 let session = session_of(work_ref);
                 self.handles[handle]
                     .prepare(&request)

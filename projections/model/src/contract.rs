@@ -498,7 +498,7 @@ pub fn validate_action(action: &HostAction) -> Result<(), ProtocolError> {
 // Builders (pure) for the exact values contract 3 demands
 
 /// The v3 InstallCapability payload.
-pub fn install_payload_v3(
+pub fn install_payload(
     kind: &str,
     catalog_identity: &Json,
     result_material: &Json,
@@ -518,7 +518,7 @@ pub fn install_payload_v3(
 
 /// The v3 RequestConsent payload: the install payload with the consent-request schema plus the
 /// identity of the precomputed install action it asks about.
-pub fn consent_request_payload_v3(
+pub fn consent_request_payload(
     install_payload: &Json,
     requested_action_id: &str,
     requested_action_content_digest: &str,
@@ -546,7 +546,7 @@ pub fn consent_request_payload_v3(
 }
 
 /// The v3 material action payload (Activate, PrepareExposure, Deactivate).
-pub fn material_payload_v3(
+pub fn material_payload(
     kind: &str,
     catalog_identity: &Json,
     material_identity: &Json,
@@ -610,7 +610,7 @@ pub fn material_rollback(kind: ActionKind, exposure_id: &str, source_digest: &st
 
 /// Validates an `ActionApplied.verification` for reducer v3: an install or material receipt of
 /// the matching action kind, with exact fields and typed identities naming one capability.
-pub fn validate_receipt_verification_v3(
+pub fn validate_receipt_verification(
     action_kind: ActionKind,
     verification: &Json,
 ) -> Result<(), ProtocolError> {
@@ -805,7 +805,7 @@ pub(crate) mod tests {
     pub(crate) fn install_action() -> HostAction {
         let descriptor = demo_install_descriptor();
         let mut a = base(ActionKind::InstallCapability);
-        a.payload = install_payload_v3(
+        a.payload = install_payload(
             "skill",
             &demo_catalog(),
             &demo_material(),
@@ -832,7 +832,7 @@ pub(crate) mod tests {
             .unwrap()
         };
         let mut a = base(kind);
-        a.payload = material_payload_v3("skill", &catalog, &demo_material(), &authorized);
+        a.payload = material_payload("skill", &catalog, &demo_material(), &authorized);
         a.lease_id = Some("lease-1".into());
         a.required_host_feature = Some("activation".into());
         a.expires_at = Some("2026-01-01T01:00:00Z".into());
@@ -867,7 +867,7 @@ pub(crate) mod tests {
         consent.consent_id = Some("consent-1".into());
         consent.required_host_feature = Some("installation-consent".into());
         consent.precondition_revision = 2;
-        consent.payload = consent_request_payload_v3(
+        consent.payload = consent_request_payload(
             &install.payload,
             &install.action_id,
             &install.content_digest(),
@@ -992,9 +992,9 @@ pub(crate) mod tests {
     fn receipts_match_their_actions() {
         let install = install_action();
         let receipt = expected_install_receipt(&install);
-        validate_receipt_verification_v3(ActionKind::InstallCapability, &receipt).unwrap();
+        validate_receipt_verification(ActionKind::InstallCapability, &receipt).unwrap();
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::ActivateCapability,
                 &receipt
             )),
@@ -1002,17 +1002,16 @@ pub(crate) mod tests {
         );
         let activate = material_action(ActionKind::ActivateCapability, true);
         let material_receipt = expected_material_receipt(&activate);
-        validate_receipt_verification_v3(ActionKind::ActivateCapability, &material_receipt)
-            .unwrap();
+        validate_receipt_verification(ActionKind::ActivateCapability, &material_receipt).unwrap();
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::InstallCapability,
                 &material_receipt
             )),
             "material receipt schema does not match action_kind"
         );
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::PrepareExposure,
                 &material_receipt
             )),
@@ -1020,7 +1019,7 @@ pub(crate) mod tests {
         );
         let legacy = Json::object([("host_state", Json::str("installed"))]);
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::InstallCapability,
                 &legacy
             )),
@@ -1028,7 +1027,7 @@ pub(crate) mod tests {
         );
         let other = Json::object([("schema", Json::str("ctx.other"))]);
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::InstallCapability,
                 &other
             )),
@@ -1037,7 +1036,7 @@ pub(crate) mod tests {
         let mut extra = receipt.as_obj().unwrap().clone();
         extra.insert("zzz".into(), Json::Null);
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::InstallCapability,
                 &Json::Obj(extra)
             )),
@@ -1046,7 +1045,7 @@ pub(crate) mod tests {
         let mut missing = receipt.as_obj().unwrap().clone();
         missing.remove("installer_digest");
         assert_eq!(
-            msg(validate_receipt_verification_v3(
+            msg(validate_receipt_verification(
                 ActionKind::InstallCapability,
                 &Json::Obj(missing)
             )),

@@ -25,10 +25,10 @@ pub mod testkit;
 mod vocab;
 
 pub use contract::{
-    PROMPT_CONTEXT_RECEIPT_SCHEMA_V1, consent_request_payload_v3, expected_install_receipt,
-    expected_material_receipt, install_payload_v3, install_rollback, install_verification,
-    material_payload_v3, material_rollback, material_verification, validate_action,
-    validate_receipt_verification_v3,
+    PROMPT_CONTEXT_RECEIPT_SCHEMA_V1, consent_request_payload, expected_install_receipt,
+    expected_material_receipt, install_payload, install_rollback, install_verification,
+    material_payload, material_rollback, material_verification, validate_action,
+    validate_receipt_verification,
 };
 pub use digest::{cj_digest, cja_digest, hex, parse_sha, sha256_hex, sha256_hex_bytes};
 pub use identity::{
@@ -58,8 +58,8 @@ pub use model::{
 pub use plan::{
     BENEFIT_AUDIT_KEYS, DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, PLAN_ROW_V3_KEYS,
     REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM, V3_ABSTENTION_CODES, canonical_row_order_key,
-    committed_plan_from_json, row_tier, validate_benefit_audit, validate_capability_plan_v3_value,
-    validate_committed_plan, validate_plan_row_v3,
+    committed_plan_from_json, row_tier, validate_benefit_audit, validate_capability_plan_value,
+    validate_committed_plan, validate_plan_row,
 };
 pub use reducer::{ReduceError, reduce};
 pub use replay::{

@@ -3,8 +3,8 @@
 //! `ctx.decision.capability-plan` version 3 decision surrogate value.
 //!
 //! Two validators exist for a row because the reference has two: the state decoder
-//! ([`validate_plan_row_v3`], messages wrapped as "schema-v3 plan capability identity, benefit, or
-//! authority is invalid: …") and the replay surrogate check ([`validate_capability_plan_v3_value`],
+//! ([`validate_plan_row`], messages wrapped as "schema-v3 plan capability identity, benefit, or
+//! authority is invalid: …") and the replay surrogate check ([`validate_capability_plan_value`],
 //! messages naming `capabilities[i]`, failing with replay error classes). Both accept exactly the
 //! same rows built by the planner.
 
@@ -353,7 +353,7 @@ fn validate_row_content(
 
 /// Validates one schema-v3 plan row as the state decoder does: exactly 13 keys, the benefit
 /// projection and authority shapes, then the wrapped identity/benefit/authority rules.
-pub fn validate_plan_row_v3(row: &Json) -> Result<(), ProtocolError> {
+pub fn validate_plan_row(row: &Json) -> Result<(), ProtocolError> {
     let m = exact_fields(row, &PLAN_ROW_V3_KEYS, "schema-v3 plan capability")?;
     let benefit = exact_fields(
         field(m, "benefit"),
@@ -485,7 +485,7 @@ pub fn validate_committed_plan(plan: &CommittedPlan) -> Result<(), ProtocolError
         validate_benefit_audit(&plan.benefit_audit)?;
     }
     for row in &plan.capabilities {
-        validate_plan_row_v3(row)?;
+        validate_plan_row(row)?;
     }
     let rows = &plan.capabilities;
     if rows.len() > ACTIVE_CAPABILITIES_MAX {
@@ -687,7 +687,7 @@ fn r_signed_utility(value: &Json, name: &str) -> Result<i64, ReplayError> {
 }
 
 /// One 13-key row of a version-3 plan surrogate; returns its canonical order key.
-fn r_row_v3(value: &Json, index: usize) -> Result<(u8, String, String), ReplayError> {
+fn r_row(value: &Json, index: usize) -> Result<(u8, String, String), ReplayError> {
     let name = format!("capabilities[{index}]");
     let m = r_exact(value, &PLAN_ROW_V3_KEYS, "planned capability v3")?;
     r_presentation(m, index)?;
@@ -837,7 +837,7 @@ fn r_row_v3(value: &Json, index: usize) -> Result<(u8, String, String), ReplayEr
 
 /// Validates the value of a `ctx.decision.capability-plan` version 3 decision surrogate
 /// (spec/engine.md §10, last table row).
-pub fn validate_capability_plan_v3_value(value: &Json) -> Result<(), ReplayError> {
+pub fn validate_capability_plan_value(value: &Json) -> Result<(), ReplayError> {
     let m = r_exact(value, &PLAN_VALUE_V3_KEYS, "capability plan v3")?;
     let status = text(m, "status").unwrap_or_default();
     if !matches!(status, "ready" | "abstained" | "degraded") {
@@ -851,7 +851,7 @@ pub fn validate_capability_plan_v3_value(value: &Json) -> Result<(), ReplayError
     let keys = rows
         .iter()
         .enumerate()
-        .map(|(i, row)| r_row_v3(row, i))
+        .map(|(i, row)| r_row(row, i))
         .collect::<Result<Vec<_>, _>>()?;
     let mut ids: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
     ids.sort_unstable();
@@ -1053,9 +1053,9 @@ pub(crate) mod tests {
 
     #[test]
     fn rows_of_each_authority_validate() {
-        validate_plan_row_v3(&load_row()).unwrap();
-        validate_plan_row_v3(&install_row()).unwrap();
-        validate_plan_row_v3(&manual_row("agent:helper")).unwrap();
+        validate_plan_row(&load_row()).unwrap();
+        validate_plan_row(&install_row()).unwrap();
+        validate_plan_row(&manual_row("agent:helper")).unwrap();
         assert_eq!(row_tier(&manual_row("agent:helper")), "advisory");
         assert!(
             canonical_row_order_key(&load_row()) < canonical_row_order_key(&manual_row("agent:a"))
@@ -1066,11 +1066,11 @@ pub(crate) mod tests {
     fn row_rejections() {
         let row = load_row();
         assert_eq!(
-            msg(validate_plan_row_v3(&with(&row, "extra", Json::Null))),
+            msg(validate_plan_row(&with(&row, "extra", Json::Null))),
             "schema-v3 plan capability has unknown field(s): extra"
         );
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "benefit",
                 benefit("advisory")
@@ -1078,7 +1078,7 @@ pub(crate) mod tests {
             format!("{ROW_INVALID}: load authority requires executable benefit facts")
         );
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "actionability",
                 Json::str("manual")
@@ -1088,7 +1088,7 @@ pub(crate) mod tests {
         let mut catalog = demo_catalog().as_obj().unwrap().clone();
         catalog.insert("identity_digest".into(), Json::str(d('f')));
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "catalog_identity",
                 Json::Obj(catalog)
@@ -1096,7 +1096,7 @@ pub(crate) mod tests {
             format!("{ROW_INVALID}: identity_digest does not match catalog identity fields")
         );
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "normalized_score_ppm",
                 Json::Int(1_000_001)
@@ -1106,7 +1106,7 @@ pub(crate) mod tests {
             )
         );
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "reason_codes",
                 Json::Arr(vec![])
@@ -1114,7 +1114,7 @@ pub(crate) mod tests {
             format!("{ROW_INVALID}: reason_codes must explain the candidate")
         );
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "install_plan_digest",
                 Json::str(d('1'))
@@ -1125,7 +1125,7 @@ pub(crate) mod tests {
         );
         let install = install_row();
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &install,
                 "install_plan_digest",
                 Json::str(d('1'))
@@ -1135,7 +1135,7 @@ pub(crate) mod tests {
             )
         );
         assert_eq!(
-            msg(validate_plan_row_v3(&with(
+            msg(validate_plan_row(&with(
                 &row,
                 "authority",
                 Json::object([("type", Json::str("other"))])
@@ -1264,15 +1264,15 @@ pub(crate) mod tests {
 
     #[test]
     fn decision_value_rules() {
-        validate_capability_plan_v3_value(&ready_value()).unwrap();
+        validate_capability_plan_value(&ready_value()).unwrap();
         let install_value = with(
             &ready_value(),
             "capabilities",
             Json::Arr(vec![install_row()]),
         );
-        validate_capability_plan_v3_value(&install_value).unwrap();
+        validate_capability_plan_value(&install_value).unwrap();
         assert_eq!(
-            vmsg(validate_capability_plan_v3_value(&with(
+            vmsg(validate_capability_plan_value(&with(
                 &ready_value(),
                 "extra",
                 Json::Null
@@ -1285,12 +1285,12 @@ pub(crate) mod tests {
             Json::Arr(vec![manual_row("agent:helper"), load_row()]),
         );
         assert_eq!(
-            vmsg(validate_capability_plan_v3_value(&reversed)),
+            vmsg(validate_capability_plan_value(&reversed)),
             "capability plan v3 capabilities must use canonical order"
         );
         let bad_row = with(&load_row(), "benefit", benefit("advisory"));
         assert_eq!(
-            vmsg(validate_capability_plan_v3_value(&with(
+            vmsg(validate_capability_plan_value(&with(
                 &ready_value(),
                 "capabilities",
                 Json::Arr(vec![bad_row])
@@ -1298,7 +1298,7 @@ pub(crate) mod tests {
             "capabilities[0] load authority must be executable"
         );
         let bad_digest = with(&load_row(), "catalog_entry_digest", Json::str("nope"));
-        let err = validate_capability_plan_v3_value(&with(
+        let err = validate_capability_plan_value(&with(
             &ready_value(),
             "capabilities",
             Json::Arr(vec![bad_digest]),
@@ -1316,7 +1316,7 @@ pub(crate) mod tests {
             ("status", Json::str("abstained")),
         ]);
         assert_eq!(
-            vmsg(validate_capability_plan_v3_value(&abstained)),
+            vmsg(validate_capability_plan_value(&abstained)),
             "below-net-benefit abstention is inconsistent"
         );
         let degraded = Json::object([
@@ -1325,6 +1325,6 @@ pub(crate) mod tests {
             ("capabilities", Json::Arr(vec![])),
             ("status", Json::str("degraded")),
         ]);
-        validate_capability_plan_v3_value(&degraded).unwrap();
+        validate_capability_plan_value(&degraded).unwrap();
     }
 }

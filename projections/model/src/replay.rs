@@ -277,7 +277,7 @@ pub fn validate_surrogate(s: &Surrogate, role: SurrogateRole) -> Result<(), Repl
         }
         (SurrogateRole::Observation, CURRENT_WORK_SCHEMA, 1) => validate_current_work(&s.value),
         (SurrogateRole::Decision, CAPABILITY_PLAN_SCHEMA, CAPABILITY_PLAN_VERSION_V3) => {
-            crate::plan::validate_capability_plan_v3_value(&s.value)
+            crate::plan::validate_capability_plan_value(&s.value)
         }
         _ => pfail("surrogate schema is not approved for authoritative replay"),
     }
@@ -466,7 +466,7 @@ fn capability_reference(value: &Json) -> Result<Json, ReplayError> {
 }
 
 /// One v3 desired-set row: the plan row identity plus a lease.
-fn desired_reference_v3(value: &Json) -> Result<Json, ReplayError> {
+fn desired_reference(value: &Json) -> Result<Json, ReplayError> {
     let m = r_exact(value, &V3_REFERENCE_KEYS, "v3 capability reference")?;
     let id = r_token(field(m, "capability_id"), "capability_id")?;
     let kind = r_token(field(m, "kind"), "kind")?;
@@ -526,7 +526,7 @@ fn sanitize_payload(event: &EngineEvent) -> Result<(Json, Option<ObservationRef>
             if has_exact_keys(m, &V3_DESIRED_KEYS) {
                 let rows = r_sequence(field(m, "desired_capabilities"), "desired_capabilities", 5)?
                     .iter()
-                    .map(desired_reference_v3)
+                    .map(desired_reference)
                     .collect::<Result<Vec<_>, _>>()?;
                 let owner = r_token(field(m, "owner_id"), "owner_id")?;
                 let policy =
@@ -714,7 +714,7 @@ fn sanitize_payload(event: &EngineEvent) -> Result<(Json, Option<ObservationRef>
             // the surrogate freeze rules: the verification is journaled verbatim.
             let kind = ActionKind::parse(field(m, "action_kind").as_str().unwrap_or_default())
                 .map_err(from_protocol)?;
-            crate::contract::validate_receipt_verification_v3(kind, verification)
+            crate::contract::validate_receipt_verification(kind, verification)
                 .map_err(from_protocol)?;
             check_frozen(verification, 0)?;
             let mut out = receipt_identity(m)?;

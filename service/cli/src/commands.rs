@@ -12,12 +12,11 @@ use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
 use ctx_service::{
-    CONSENT_AUDIENCE, CONSENT_REQUIRED, CatalogIngest, IngestError, InstallConsentPolicy, Layout,
-    LoadedCatalog, ManagedActionSummary, ManagedConsentChallengeProjection,
-    ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
-    ManagedQueryRequest, ManagedQueryServiceResult, Runtime, RuntimeError, ServiceError,
-    WorkRequest, challenge_record, generate_device_key, ingest_catalog, logical_id,
-    read_device_key, uninstallable,
+    ActionSummary, CONSENT_AUDIENCE, CONSENT_REQUIRED, CatalogIngest, ConsentChallengeProjection,
+    ConsentResolutionResult, DesiredSetRequest, DesiredSetResult, IngestError,
+    InstallConsentPolicy, Layout, LoadedCatalog, QueryRequest, QueryServiceResult, Runtime,
+    RuntimeError, ServiceError, WorkRequest, challenge_record, generate_device_key, ingest_catalog,
+    logical_id, read_device_key, uninstallable,
 };
 
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
@@ -269,7 +268,7 @@ pub(crate) fn dispatch(
             let work = work_request(request)?;
             let work_ref = runtime.observe_work(&work)?;
             let label = request.get_str("label").unwrap_or(work_ref.as_str());
-            let query = ManagedQueryRequest::new(&logical_id("query", label), &work_ref)?;
+            let query = QueryRequest::new(&logical_id("query", label), &work_ref)?;
             let result = runtime.service().prepare(&query)?;
             ok(query_json(&result, runtime.loaded()))
         }
@@ -422,7 +421,7 @@ fn work_request(request: &Json) -> Result<WorkRequest, CommandFailure> {
 
 /// The desired-set request: the service's own JSON, where a `choice_label` may stand in for the
 /// `logical_choice_id` digest.
-fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, CommandFailure> {
+fn desired_request(request: &Json) -> Result<DesiredSetRequest, CommandFailure> {
     let mut value = request.clone();
     if let Json::Obj(map) = &mut value
         && let Some(label) = map.remove("choice_label")
@@ -440,7 +439,7 @@ fn desired_request(request: &Json) -> Result<ManagedDesiredSetRequest, CommandFa
             Json::str(logical_id("choice", label)),
         );
     }
-    Ok(ManagedDesiredSetRequest::from_json(&value)?)
+    Ok(DesiredSetRequest::from_json(&value)?)
 }
 
 /// `ctx key sign`: a signed human decision on a challenge, in its wire form.
@@ -523,7 +522,7 @@ pub(crate) fn opt_str(value: Option<&str>) -> Json {
     value.map_or(Json::Null, Json::str)
 }
 
-fn actions_json(actions: &[ManagedActionSummary]) -> Json {
+fn actions_json(actions: &[ActionSummary]) -> Json {
     Json::Arr(
         actions
             .iter()
@@ -538,7 +537,7 @@ fn actions_json(actions: &[ManagedActionSummary]) -> Json {
     )
 }
 
-fn challenge_projection_json(challenge: Option<&ManagedConsentChallengeProjection>) -> Json {
+fn challenge_projection_json(challenge: Option<&ConsentChallengeProjection>) -> Json {
     challenge.map_or(Json::Null, |c| {
         Json::object([
             ("audience", Json::str(c.audience())),
@@ -574,7 +573,7 @@ fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
     }
 }
 
-pub(crate) fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCatalog) -> Json {
+pub(crate) fn query_json(result: &QueryServiceResult, loaded: &LoadedCatalog) -> Json {
     let prepared = result.prepared();
     let label = |id: &str| {
         loaded
@@ -625,7 +624,7 @@ pub(crate) fn query_json(result: &ManagedQueryServiceResult, loaded: &LoadedCata
     ])
 }
 
-pub(crate) fn desired_json(result: &ManagedDesiredSetResult) -> Json {
+pub(crate) fn desired_json(result: &DesiredSetResult) -> Json {
     Json::object([
         ("actions", actions_json(result.actions())),
         ("capability_ids", strs(result.capability_ids())),
@@ -656,7 +655,7 @@ pub(crate) fn desired_json(result: &ManagedDesiredSetResult) -> Json {
     ])
 }
 
-fn resolution_json(result: &ManagedConsentResolutionResult) -> Json {
+fn resolution_json(result: &ConsentResolutionResult) -> Json {
     Json::object([
         ("actions", actions_json(result.actions())),
         ("capability_id", Json::str(result.capability_id())),

@@ -46,18 +46,17 @@ pub use journal_store::{
     open_journal, route_journal,
 };
 pub use managed::{
-    ActivationDriver, ActivationReport, ActuatorObservation, CONSENT_REQUIRED, ConsentBrokerConfig,
-    DesiredResultParts, EngineComposition, InputAuthorityError, JOURNAL_LOCK_WAIT,
-    ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
-    ManagedConsentResolutionResult, ManagedDesiredSetRequest, ManagedDesiredSetResult,
-    ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
-    ManagedQueryServiceConfig, ManagedQueryServiceResult, PlanningEventsSpec, PreparedManagedQuery,
+    ActionSummary, ActivationDriver, ActivationReport, ActuatorObservation, CONSENT_REQUIRED,
+    CapabilitySelection, ConsentBrokerConfig, ConsentChallengeProjection, ConsentResolutionResult,
+    DesiredResultParts, DesiredSetRequest, DesiredSetResult, EngineComposition,
+    InputAuthorityError, JOURNAL_LOCK_WAIT, PlanningEventsSpec, PreparedQuery, QueryInput,
+    QueryInputAuthority, QueryRequest, QueryService, QueryServiceConfig, QueryServiceResult,
     ServiceError, activation_failpoints, failpoints, observation_payload, open_engine_composition,
-    open_managed_query_service, planning_events,
+    open_query_service, planning_events,
 };
-pub use planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+pub use planning::adapter::{AdapterPorts, ReplayDecisionPlanner};
 pub use planning::benefit::{BenefitCandidate, NetBenefitPolicy};
-pub use planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
+pub use planning::plan::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
 pub use planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
 pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, PolicyStoreError};
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
@@ -72,7 +71,7 @@ pub use runtime::{
 // policy routing (spec/policy.md).
 pub use catalog::{PublicWork, RetrievalError, normalize_public_work, retrieve_with_limit};
 pub use decision::{ED25519_PUBLIC_KEY_BYTES, ED25519_SEED_BYTES, ED25519_SIGNATURE_BYTES};
-pub use planning::plan_v3::required_availability;
+pub use planning::plan::required_availability;
 pub use policy::{
     DecisionBasis, InstallAuthorizationDecision, InstallConsentDirective,
     route_install_authorization, route_install_consent_request,

@@ -32,13 +32,12 @@ use crate::decision::{
     TrustedHumanDecisionVerifierRegistry,
 };
 use crate::managed::{
-    ConsentBrokerConfig, InputAuthorityError, ManagedQueryInput, ManagedQueryInputAuthority,
-    ManagedQueryService, ManagedQueryServiceConfig, PlanningEventsSpec, ServiceError,
-    open_managed_query_service, planning_events,
+    ConsentBrokerConfig, InputAuthorityError, PlanningEventsSpec, QueryInput, QueryInputAuthority,
+    QueryService, QueryServiceConfig, ServiceError, open_query_service, planning_events,
 };
-use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlanner};
 use crate::planning::benefit::NetBenefitPolicy;
-use crate::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
+use crate::planning::plan::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
 use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
 use crate::policy::InstallPolicyStore;
 use crate::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
@@ -390,8 +389,8 @@ struct WorkDirAuthority {
     registry: Arc<ArtifactRegistry>,
 }
 
-impl ManagedQueryInputAuthority for WorkDirAuthority {
-    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError> {
+impl QueryInputAuthority for WorkDirAuthority {
+    fn resolve(&self, current_work_ref: &str) -> Result<QueryInput, InputAuthorityError> {
         let unavailable = || InputAuthorityError::new("current-work reference is unavailable");
         if !is_token(current_work_ref) || !current_work_ref.starts_with("work-") {
             return Err(unavailable());
@@ -410,7 +409,7 @@ impl ManagedQueryInputAuthority for WorkDirAuthority {
             .reopen(&work.manifest_digest, &work.planning_environment_digest)
             .map_err(|_| unavailable())?;
         let (started, intent) = work.events(current_work_ref, &artifact);
-        Ok(ManagedQueryInput::new(artifact, started, intent))
+        Ok(QueryInput::new(artifact, started, intent))
     }
 }
 
@@ -670,7 +669,7 @@ pub struct Runtime {
     planning_environment_digest: String,
     clock: Arc<ManualClock>,
     policy_store: InstallPolicyStore,
-    service: ManagedQueryService,
+    service: QueryService,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -717,7 +716,7 @@ impl Runtime {
         let facts = Arc::new(CatalogBenefitFacts::new(catalog.clone()));
         let ports = AdapterPorts::from_catalog(catalog.clone());
         let policy = NetBenefitPolicy::new(&sha256_hex("ctx-default-calibration-v1"), 1);
-        let planning_environment_digest = ReplayDecisionPlannerV3::new(
+        let planning_environment_digest = ReplayDecisionPlanner::new(
             AuthenticatedNetBenefitPlanner::new(policy.clone(), IdentitySink)
                 .map_err(|e| component("the planner refused")(e.to_string()))?,
             ports.clone(),
@@ -762,7 +761,7 @@ impl Runtime {
         .with_gate(CasGate::Materials);
         let clock = Arc::new(ManualClock::new(now));
         let service_clock: Arc<dyn Clock> = clock.clone();
-        let service = open_managed_query_service(ManagedQueryServiceConfig {
+        let service = open_query_service(QueryServiceConfig {
             data_dir: layout.journal(),
             registry: registry.clone(),
             input_authority: Arc::new(WorkDirAuthority {
@@ -792,7 +791,7 @@ impl Runtime {
         })
     }
 
-    pub fn service(&self) -> &ManagedQueryService {
+    pub fn service(&self) -> &QueryService {
         &self.service
     }
 

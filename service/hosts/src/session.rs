@@ -18,9 +18,9 @@ use ctx_model::{Json, JsonError, UtcMicros, is_token, sha256_hex, sha256_hex_byt
 use ctx_projections::consent_store::ChallengeState;
 use ctx_projections::streams::{HOST_SESSION_KIND, HOST_SESSION_NAMESPACE};
 use ctx_service::{
-    ActivationReport, IngestError, InstallConsentPolicy, JOURNAL_LOCK_WAIT, Layout,
-    ManagedDesiredSetRequest, ManagedQueryRequest, PolicyStoreError, Runtime, RuntimeError,
-    ServiceError, WorkRequest, challenge_record, ingest_catalog, logical_id, uninstallable,
+    ActivationReport, DesiredSetRequest, IngestError, InstallConsentPolicy, JOURNAL_LOCK_WAIT,
+    Layout, PolicyStoreError, QueryRequest, Runtime, RuntimeError, ServiceError, WorkRequest,
+    challenge_record, ingest_catalog, logical_id, uninstallable,
 };
 
 use crate::host_actuator::HostActivationDriver;
@@ -374,7 +374,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         requested_limit: 5,
     };
     let work_ref = runtime.observe_work(&work)?;
-    let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
+    let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
     let prepared = runtime.service().prepare(&query)?;
     let plan_id = prepared.prepared().plan_id();
     let query_ref = prepared.query_ref().to_owned();
@@ -397,12 +397,8 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     } else {
         // One choice per query: a repeated prompt is an exact retry, which resumes installs and
         // publication instead of minting a new choice.
-        let request = ManagedDesiredSetRequest::new(
-            &query_ref,
-            &logical_id("choice", &query_ref),
-            &chosen,
-            None,
-        )?;
+        let request =
+            DesiredSetRequest::new(&query_ref, &logical_id("choice", &query_ref), &chosen, None)?;
         Some(runtime.service().set_desired(&request)?)
     };
     let challenge = desired.as_ref().and_then(|d| d.challenge());

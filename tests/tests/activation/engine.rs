@@ -13,8 +13,8 @@ use ctx_hosts::{AgentHost, HostHome};
 use ctx_journal::{Journal, OpenOptions, Timestamp};
 use ctx_model::UtcMicros;
 use ctx_service::{
-    ActivationReport, InstallConsentPolicy, Layout, ManagedDesiredSetRequest, ManagedQueryRequest,
-    Runtime, ServiceError, WorkRequest, activation_failpoints as service, logical_id,
+    ActivationReport, DesiredSetRequest, InstallConsentPolicy, Layout, QueryRequest, Runtime,
+    ServiceError, WorkRequest, activation_failpoints as service, logical_id,
 };
 
 use crate::support::{self, FailPoints, run_ctx};
@@ -41,9 +41,9 @@ fn chosen(data: &Path) -> (Runtime, String) {
         requested_limit: 5,
     };
     let work_ref = runtime.observe_work(&work).unwrap();
-    let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref).unwrap();
+    let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref).unwrap();
     let prepared = runtime.service().prepare(&query).unwrap();
-    let request = ManagedDesiredSetRequest::new(
+    let request = DesiredSetRequest::new(
         prepared.query_ref(),
         &logical_id("choice", "c"),
         &["skill:go", "skill:go-testing"],

@@ -16,9 +16,8 @@ use std::sync::{Arc, Barrier};
 use ctx_model::{ActionKind, EngineEvent, EventKind, HostAction, Json};
 use ctx_projections::engine::ManualClock;
 use ctx_service::{
-    AdapterPorts, EngineComposition, InstallConsentPolicy, ManagedQueryServiceResult,
-    NetBenefitPolicy, ServiceError, failpoints, open_engine_composition,
-    open_managed_query_service,
+    AdapterPorts, EngineComposition, InstallConsentPolicy, NetBenefitPolicy, QueryServiceResult,
+    ServiceError, failpoints, open_engine_composition, open_query_service,
 };
 
 use super::fixture::{
@@ -154,7 +153,7 @@ pub(super) fn grant_payload(request: &HostAction) -> Json {
 pub(super) fn commit_pending_consent(
     setup: &Setup,
     label: &str,
-) -> (ManagedQueryServiceResult, HostAction) {
+) -> (QueryServiceResult, HostAction) {
     let initial = setup.service.prepare(&setup.request(label)).unwrap();
     let authority = CompositionAuthority::of(setup);
     let composition = authority.open();
@@ -339,7 +338,7 @@ fn test_service_concurrent_challenge_publication_converges_without_replanning() 
 }
 
 // 65
-/// The seed's crash in `ManagedQueryServiceResult._create` is the fail point after the planned
+/// The seed's crash in `QueryServiceResult._create` is the fail point after the planned
 /// mark, before the result is built.
 #[test]
 fn test_service_reopen_recovers_after_challenge_publish_before_result() {
@@ -452,7 +451,7 @@ fn test_service_fails_closed_when_pending_consent_has_no_publication_authority()
     let (initial, _request) = commit_pending_consent(&setup, "pending-consent-query");
     let mut config = setup.config();
     config.policy_store_root = Some(setup.policy_root.clone());
-    let without_broker = open_managed_query_service(config).unwrap();
+    let without_broker = open_query_service(config).unwrap();
 
     let e = expect_err(
         without_broker.reopen(initial.query_ref()),
@@ -471,7 +470,7 @@ fn test_service_rejects_pending_consent_without_a_physical_actuator() {
     let mut config = setup.config();
     config.policy_store_root = Some(setup.policy_root.clone());
     config.consent = Some(consent_config());
-    let no_actuator = open_managed_query_service(config).unwrap();
+    let no_actuator = open_query_service(config).unwrap();
 
     let e = expect_err(
         no_actuator.reopen(initial.query_ref()),

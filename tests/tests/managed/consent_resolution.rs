@@ -11,9 +11,9 @@ use ctx_projections::consent_store::{
     ChallengeState, ConsentStoreError, SignedHumanDecisionAssertion,
 };
 use ctx_service::{
-    DecisionError, Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
-    ManagedConsentResolutionResult, ManagedDesiredSetResult, ManagedQueryService, ServiceError,
-    TrustedHumanDecisionVerifierRegistry, failpoints, open_managed_query_service,
+    ConsentResolutionResult, DecisionError, DesiredSetResult, Ed25519Signer, Ed25519Verifier,
+    HumanDecisionVerifierRegistration, QueryService, ServiceError,
+    TrustedHumanDecisionVerifierRegistry, failpoints, open_query_service,
 };
 
 use super::assert_not_impl;
@@ -27,12 +27,12 @@ use super::fixture::{
 };
 use crate::support::FailPoints;
 
-assert_not_impl!(ManagedConsentResolutionResult, Clone);
-assert_not_impl!(ManagedConsentResolutionResult, serde::Serialize);
+assert_not_impl!(ConsentResolutionResult, Clone);
+assert_not_impl!(ConsentResolutionResult, serde::Serialize);
 
 /// `_prepare_public_consent`: the safe default policy persisted, a prepared query and a desired
 /// choice of its first selection, which requires consent.
-fn prepare_public_consent(setup: &Setup, label: &str) -> (String, ManagedDesiredSetResult) {
+fn prepare_public_consent(setup: &Setup, label: &str) -> (String, DesiredSetResult) {
     setup.ask_each_time();
     let prepared = setup
         .service
@@ -726,7 +726,7 @@ fn test_concurrent_signed_resolution_executes_install_at_most_once() {
     let payload = assertion_payload(challenge.challenge_digest(), &AssertionSpec::default());
     let peer = setup.peer();
     let barrier = Barrier::new(2);
-    let services: [&ManagedQueryService; 2] = [&setup.service, &peer];
+    let services: [&QueryService; 2] = [&setup.service, &peer];
 
     let mut outcomes: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = services
@@ -1033,7 +1033,7 @@ fn test_service_projects_only_a_pending_broker_record() {
 const DEVICE_AUTHENTICATOR: &str = "managed-device-key";
 
 /// The service's configuration with a registry of one Ed25519 verifier for `signer`'s key.
-fn ed25519_service(setup: &Setup, signer: &Ed25519Signer) -> ManagedQueryService {
+fn ed25519_service(setup: &Setup, signer: &Ed25519Signer) -> QueryService {
     let verifier =
         Arc::new(Ed25519Verifier::from_public_key_bytes(&signer.verifying_key_bytes()).unwrap());
     let registration = HumanDecisionVerifierRegistration::new(
@@ -1047,7 +1047,7 @@ fn ed25519_service(setup: &Setup, signer: &Ed25519Signer) -> ManagedQueryService
     config.verifier_registry = Some(Arc::new(
         TrustedHumanDecisionVerifierRegistry::new(vec![registration]).unwrap(),
     ));
-    open_managed_query_service(config).unwrap()
+    open_query_service(config).unwrap()
 }
 
 /// As 40, with the grant signed by an Ed25519 device key the service's registry pins; a

@@ -40,8 +40,7 @@ use ctx_service::skill_cas::{
     BodySourceError, LOCK_SUFFIX, STAGE_PREFIX, SkillBodySource, SkillCasRuntimeConfig,
 };
 use ctx_service::{
-    ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryService, ServiceError,
-    open_managed_query_service,
+    DesiredSetRequest, DesiredSetResult, QueryService, ServiceError, open_query_service,
 };
 
 use super::fixture::{self, INSTALLABLE_SKILL_BODY, Options, Setup, digest, scope, setup_at};
@@ -124,7 +123,7 @@ impl SkillBodySource for RecordingSource {
 
 /// A service on the setup's files whose skill CAS loads through a [`RecordingSource`]. The
 /// fixture's own service is closed first.
-fn recording_service(setup: &Setup, role: &'static str, announce: bool) -> ManagedQueryService {
+fn recording_service(setup: &Setup, role: &'static str, announce: bool) -> QueryService {
     setup.service.close();
     let source: Arc<dyn SkillBodySource> = Arc::new(RecordingSource {
         log: setup.root.join(LOADS_LOG),
@@ -141,19 +140,19 @@ fn recording_service(setup: &Setup, role: &'static str, announce: bool) -> Manag
         )
         .unwrap(),
     ));
-    open_managed_query_service(config).unwrap()
+    open_query_service(config).unwrap()
 }
 
-fn desired_request(query_ref: &str) -> ManagedDesiredSetRequest {
-    ManagedDesiredSetRequest::new(query_ref, &digest(CHOICE_LABEL), &SKILLS, None).unwrap()
+fn desired_request(query_ref: &str) -> DesiredSetRequest {
+    DesiredSetRequest::new(query_ref, &digest(CHOICE_LABEL), &SKILLS, None).unwrap()
 }
 
 /// The end of the drive: activations pending, nothing indeterminate, nothing left to install.
-fn is_stable(result: &ManagedDesiredSetResult) -> bool {
+fn is_stable(result: &DesiredSetResult) -> bool {
     result.status() == "effect-pending" && result.deferred_capability_ids().is_empty()
 }
 
-fn describe(result: &ManagedDesiredSetResult) -> String {
+fn describe(result: &DesiredSetResult) -> String {
     format!(
         "{} {} deferred={} failed={}",
         result.status(),

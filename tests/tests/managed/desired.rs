@@ -4,27 +4,27 @@ use std::sync::Barrier;
 
 use ctx_model::{EventKind, Json};
 use ctx_service::{
-    DesiredResultParts, ManagedDesiredSetRequest, ManagedDesiredSetResult, ManagedQueryService,
-    ServiceError, failpoints, open_engine_composition,
+    DesiredResultParts, DesiredSetRequest, DesiredSetResult, QueryService, ServiceError,
+    failpoints, open_engine_composition,
 };
 
 use super::assert_not_impl;
 use super::fixture::{Options, Setup, digest, request, scope, setup_limit, setup_with};
 use crate::support::FailPoints;
 
-assert_not_impl!(ManagedDesiredSetResult, Clone);
-assert_not_impl!(ManagedDesiredSetResult, serde::Serialize);
-assert_not_impl!(ManagedDesiredSetRequest, Clone);
-assert_not_impl!(ManagedDesiredSetRequest, serde::Serialize);
+assert_not_impl!(DesiredSetResult, Clone);
+assert_not_impl!(DesiredSetResult, serde::Serialize);
+assert_not_impl!(DesiredSetRequest, Clone);
+assert_not_impl!(DesiredSetRequest, serde::Serialize);
 
-/// `ManagedDesiredSetRequest(query_ref=…, logical_choice_id=_digest(label), capability_ids=…)`.
+/// `DesiredSetRequest(query_ref=…, logical_choice_id=_digest(label), capability_ids=…)`.
 pub fn desired(
     query_ref: &str,
     label: &str,
     ids: &[&str],
     previous: Option<&str>,
-) -> ManagedDesiredSetRequest {
-    ManagedDesiredSetRequest::new(query_ref, &digest(label), ids, previous).unwrap()
+) -> DesiredSetRequest {
+    DesiredSetRequest::new(query_ref, &digest(label), ids, previous).unwrap()
 }
 
 fn expect_err<T: std::fmt::Debug>(r: Result<T, ServiceError>, needle: &str) -> ServiceError {
@@ -133,13 +133,13 @@ fn test_desired_request_rejects_unsafe_subsets_exact_tuple() {
         ),
         ("capability_ids", Json::str("skill:test")),
     ]);
-    let e = ManagedDesiredSetRequest::from_json(&json).unwrap_err();
+    let e = DesiredSetRequest::from_json(&json).unwrap_err();
     assert!(e.to_string().contains("exact array"), "{e}");
 }
 
 #[test]
 fn test_desired_request_rejects_unsafe_subsets_unique() {
-    let e = ManagedDesiredSetRequest::new(
+    let e = DesiredSetRequest::new(
         &format!("mqr_{}", "a".repeat(64)),
         &digest("unsafe-desired-request"),
         &["skill:test", "skill:test"],
@@ -154,7 +154,7 @@ fn test_desired_request_rejects_unsafe_subsets_unique() {
 fn test_desired_request_rejects_unsafe_subsets_more_than_five() {
     let ids: Vec<String> = (0..6).map(|i| format!("skill:test-{i}")).collect();
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let e = ManagedDesiredSetRequest::new(
+    let e = DesiredSetRequest::new(
         &format!("mqr_{}", "a".repeat(64)),
         &digest("unsafe-desired-request"),
         &ids,
@@ -221,7 +221,7 @@ fn test_desired_result_factory_enforces_canonical_bounded_outcome_subsets() {
                  failed: Vec<String>,
                  status: &'static str,
                  reason_code: Option<&'static str>| {
-        ManagedDesiredSetResult::validate_parts(
+        DesiredSetResult::validate_parts(
             &record,
             &DesiredResultParts {
                 deferred_capability_ids: deferred,
@@ -316,7 +316,7 @@ fn test_service_accepts_sequential_choices_with_exact_predecessors() {
 }
 
 /// Runs `set_desired` once with `point` configured to fire; the call must fail at that point.
-fn crash_at(setup: &Setup, point: &str, request: &ManagedDesiredSetRequest) {
+fn crash_at(setup: &Setup, point: &str, request: &DesiredSetRequest) {
     fail::cfg(point, "return").unwrap();
     let e = setup.service.set_desired(request).unwrap_err();
     fail::remove(point);
@@ -464,9 +464,9 @@ fn test_two_services_serialize_competing_first_desired_choices() {
         desired(prepared.query_ref(), "desired-two-service-a", &[], None),
         desired(prepared.query_ref(), "desired-two-service-b", &[], None),
     ];
-    let services: [&ManagedQueryService; 2] = [&setup.service, &peer];
+    let services: [&QueryService; 2] = [&setup.service, &peer];
 
-    let outcomes: Vec<Result<ManagedDesiredSetResult, ServiceError>> = std::thread::scope(|s| {
+    let outcomes: Vec<Result<DesiredSetResult, ServiceError>> = std::thread::scope(|s| {
         let handles: Vec<_> = services
             .iter()
             .zip(&requests)
@@ -510,9 +510,9 @@ fn test_two_services_converge_on_the_same_logical_desired_choice() {
         None,
     );
     let barrier = Barrier::new(2);
-    let services: [&ManagedQueryService; 2] = [&setup.service, &peer];
+    let services: [&QueryService; 2] = [&setup.service, &peer];
 
-    let results: Vec<ManagedDesiredSetResult> = std::thread::scope(|s| {
+    let results: Vec<DesiredSetResult> = std::thread::scope(|s| {
         let handles: Vec<_> = services
             .iter()
             .map(|service| {

@@ -22,10 +22,9 @@ use ctx_service::{
     AdapterPorts, ArtifactHandle, ArtifactRegistry, AuthenticatedNetBenefitPlanner,
     BenefitAuditSink, BenefitCandidate, BenefitFactsPort, CapabilityCandidate, CatalogBenefitFacts,
     ConsentBrokerConfig, IngestInputs, InputAuthorityError, InstallConsentMode,
-    InstallConsentPolicy, InstallPolicyStore, LoadedCatalog, ManagedQueryInput,
-    ManagedQueryInputAuthority, ManagedQueryRequest, ManagedQueryService,
-    ManagedQueryServiceConfig, NetBenefitPolicy, PortError, ReplayDecisionPlannerV3, SinkError,
-    WorkObservation, load_catalog_dir, open_managed_query_service,
+    InstallConsentPolicy, InstallPolicyStore, LoadedCatalog, NetBenefitPolicy, PortError,
+    QueryInput, QueryInputAuthority, QueryRequest, QueryService, QueryServiceConfig,
+    ReplayDecisionPlanner, SinkError, WorkObservation, load_catalog_dir, open_query_service,
 };
 
 use crate::support;
@@ -172,8 +171,8 @@ impl InputSpec {
             .unwrap()
     }
 
-    pub fn input(&self) -> ManagedQueryInput {
-        ManagedQueryInput::new(
+    pub fn input(&self) -> QueryInput {
+        QueryInput::new(
             self.handle(),
             self.session_started.clone(),
             self.decision_event.clone(),
@@ -205,8 +204,8 @@ impl InputAuthority {
     }
 }
 
-impl ManagedQueryInputAuthority for InputAuthority {
-    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError> {
+impl QueryInputAuthority for InputAuthority {
+    fn resolve(&self, current_work_ref: &str) -> Result<QueryInput, InputAuthorityError> {
         let spec = self
             .values
             .lock()
@@ -387,7 +386,7 @@ pub struct Setup {
     pub body_source: Arc<BodySource>,
     pub skill_root: PathBuf,
     pub skill_runtime: Arc<SkillCasRuntimeConfig>,
-    pub service: ManagedQueryService,
+    pub service: QueryService,
 }
 
 impl std::fmt::Debug for Setup {
@@ -477,7 +476,7 @@ pub fn setup_at(root: &Path, options: Options) -> Setup {
     let mut ports = AdapterPorts::from_catalog(catalog.clone());
     ports.facts = facts.clone();
     let policy = NetBenefitPolicy::new(&digest("managed-service-calibration"), 1);
-    let identity = ReplayDecisionPlannerV3::new(
+    let identity = ReplayDecisionPlanner::new(
         AuthenticatedNetBenefitPlanner::new(policy.clone(), AckSink).unwrap(),
         ports.clone(),
         PLANNER_VERSION,
@@ -529,7 +528,7 @@ pub fn setup_at(root: &Path, options: Options) -> Setup {
     service_config.skill_cas = Some(skill_runtime.clone());
     service_config.consent = Some(consent_config());
     service_config.verifier_registry = Some(verifier_registry());
-    let service = open_managed_query_service(service_config).unwrap();
+    let service = open_query_service(service_config).unwrap();
     Setup {
         _shared: shared,
         dir: None,
@@ -572,9 +571,9 @@ pub fn config(
     ports: &AdapterPorts,
     policy: &NetBenefitPolicy,
     clock: &Arc<ManualClock>,
-) -> ManagedQueryServiceConfig {
+) -> QueryServiceConfig {
     let clock: Arc<dyn Clock> = clock.clone();
-    ManagedQueryServiceConfig {
+    QueryServiceConfig {
         data_dir: data_dir.to_path_buf(),
         registry: registry.clone(),
         input_authority: inputs.clone(),
@@ -592,8 +591,8 @@ pub fn config(
 
 impl Setup {
     /// The service's configuration without policy, actuator or broker (the seed's bare
-    /// `open_managed_query_service` of the planning tests).
-    pub fn config(&self) -> ManagedQueryServiceConfig {
+    /// `open_query_service` of the planning tests).
+    pub fn config(&self) -> QueryServiceConfig {
         config(
             &self.data_dir,
             &self.registry,
@@ -605,7 +604,7 @@ impl Setup {
     }
 
     /// The full configuration of the setup's service (`_open_peer_service`).
-    pub fn full_config(&self) -> ManagedQueryServiceConfig {
+    pub fn full_config(&self) -> QueryServiceConfig {
         let mut c = self.config();
         c.policy_store_root = Some(self.policy_root.clone());
         c.skill_cas = Some(self.skill_runtime.clone());
@@ -615,8 +614,8 @@ impl Setup {
     }
 
     /// `_open_peer_service`: a second service handle on the same files.
-    pub fn peer(&self) -> ManagedQueryService {
-        open_managed_query_service(self.full_config()).unwrap()
+    pub fn peer(&self) -> QueryService {
+        open_query_service(self.full_config()).unwrap()
     }
 
     /// `persist_install_policy(policy, setup.policy_root)`.
@@ -718,7 +717,7 @@ impl Setup {
     }
 
     /// A request for `work-one` under the logical id `_digest(label)`.
-    pub fn request(&self, label: &str) -> ManagedQueryRequest {
+    pub fn request(&self, label: &str) -> QueryRequest {
         request(label, "work-one")
     }
 
@@ -775,8 +774,8 @@ impl Setup {
 }
 
 /// A request for `work_ref` under the logical id `_digest(label)`.
-pub fn request(label: &str, work_ref: &str) -> ManagedQueryRequest {
-    ManagedQueryRequest::new(&digest(label), work_ref).unwrap()
+pub fn request(label: &str, work_ref: &str) -> QueryRequest {
+    QueryRequest::new(&digest(label), work_ref).unwrap()
 }
 
 // ------------------------------------------------------------------------------------------------

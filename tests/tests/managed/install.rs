@@ -7,9 +7,9 @@ use ctx_model::{
     ActionKind, EffectKind, EngineEvent, EventKind, HostAction, Json, UtcMicros, sha256_hex,
 };
 use ctx_service::{
-    DesiredResultParts, EngineComposition, InstallConsentPolicy, InstallPolicyStore,
-    ManagedDesiredSetResult, ManagedQueryService, ServiceError, failpoints,
-    open_engine_composition, open_managed_query_service,
+    DesiredResultParts, DesiredSetResult, EngineComposition, InstallConsentPolicy,
+    InstallPolicyStore, QueryService, ServiceError, failpoints, open_engine_composition,
+    open_query_service,
 };
 use std::os::unix::fs::PermissionsExt as _;
 
@@ -39,7 +39,7 @@ fn fp_setup(options: Options) -> (FailPoints, Setup) {
     (fp, setup)
 }
 
-fn kinds(result: &ManagedDesiredSetResult) -> Vec<&str> {
+fn kinds(result: &DesiredSetResult) -> Vec<&str> {
     result.actions().iter().map(|a| a.kind()).collect()
 }
 
@@ -53,11 +53,7 @@ fn expect_err<T: std::fmt::Debug>(r: Result<T, ServiceError>, needle: &str) -> S
 }
 
 /// Runs `set_desired` once with `point` configured to fire; the call must fail at that point.
-fn crash_at(
-    service: &ManagedQueryService,
-    point: &str,
-    request: &ctx_service::ManagedDesiredSetRequest,
-) {
+fn crash_at(service: &QueryService, point: &str, request: &ctx_service::DesiredSetRequest) {
     fail::cfg(point, "return").unwrap();
     let e = service.set_desired(request).unwrap_err();
     fail::remove(point);
@@ -389,9 +385,9 @@ fn test_two_services_converge_on_one_preapproved_install_and_receipt() {
         None,
     );
     let barrier = Barrier::new(2);
-    let services: [&ManagedQueryService; 2] = [&setup.service, &peer];
+    let services: [&QueryService; 2] = [&setup.service, &peer];
 
-    let results: Vec<ManagedDesiredSetResult> = std::thread::scope(|s| {
+    let results: Vec<DesiredSetResult> = std::thread::scope(|s| {
         let handles: Vec<_> = services
             .iter()
             .map(|service| {
@@ -432,7 +428,7 @@ fn test_preapproved_install_requires_captured_actuator_before_grant() {
     let query_ref = prepare(&setup, "desired-auto-no-actuator-query");
     let mut config = setup.full_config();
     config.skill_cas = None;
-    let without_actuator = open_managed_query_service(config).unwrap();
+    let without_actuator = open_query_service(config).unwrap();
 
     let e = expect_err(
         without_actuator.set_desired(&desired(
@@ -616,7 +612,7 @@ fn test_preapproved_install_rejects_changed_target_after_committed_decision() {
         &changed_root,
         &changed_source,
     )));
-    let reopened = open_managed_query_service(config).unwrap();
+    let reopened = open_query_service(config).unwrap();
 
     expect_err(reopened.set_desired(&request), "captured actuator");
 
@@ -770,7 +766,7 @@ fn test_desired_result_factory_requires_challenge_action_correspondence() {
     assert!(result.challenge().is_some());
     let record = setup.store().load_latest_desired_set(&query_ref).unwrap();
 
-    let e = ManagedDesiredSetResult::validate_parts(
+    let e = DesiredSetResult::validate_parts(
         &record,
         &DesiredResultParts {
             deferred_capability_ids: vec![],

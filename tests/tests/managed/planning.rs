@@ -6,9 +6,8 @@ use std::sync::Barrier;
 use ctx_model::{EventKind, RandomSeed};
 use ctx_projections::query_store::QueryStoreError;
 use ctx_service::{
-    IngestInputs, ManagedActionSummary, ManagedConsentChallengeProjection, ManagedQueryRequest,
-    ManagedQueryService, ManagedQueryServiceResult, PreparedManagedQuery, ServiceError,
-    open_engine_composition, open_managed_query_service,
+    ActionSummary, ConsentChallengeProjection, IngestInputs, PreparedQuery, QueryRequest,
+    QueryService, QueryServiceResult, ServiceError, open_engine_composition, open_query_service,
 };
 
 use super::assert_not_impl;
@@ -19,36 +18,32 @@ use super::fixture::{
 
 // The seed's `copy.copy`, `copy.deepcopy` and `pickle.dumps` raise `TypeError` on every result:
 // in Rust the result types implement neither `Clone` nor `serde::Serialize`.
-assert_not_impl!(ManagedQueryServiceResult, Clone);
-assert_not_impl!(ManagedQueryServiceResult, serde::Serialize);
-assert_not_impl!(PreparedManagedQuery, Clone);
-assert_not_impl!(PreparedManagedQuery, serde::Serialize);
-assert_not_impl!(ManagedActionSummary, Clone);
-assert_not_impl!(ManagedActionSummary, serde::Serialize);
-assert_not_impl!(ManagedConsentChallengeProjection, Clone);
-assert_not_impl!(ManagedConsentChallengeProjection, serde::Serialize);
-assert_not_impl!(ManagedQueryService, Clone);
-assert_not_impl!(ManagedQueryService, serde::Serialize);
+assert_not_impl!(QueryServiceResult, Clone);
+assert_not_impl!(QueryServiceResult, serde::Serialize);
+assert_not_impl!(PreparedQuery, Clone);
+assert_not_impl!(PreparedQuery, serde::Serialize);
+assert_not_impl!(ActionSummary, Clone);
+assert_not_impl!(ActionSummary, serde::Serialize);
+assert_not_impl!(ConsentChallengeProjection, Clone);
+assert_not_impl!(ConsentChallengeProjection, serde::Serialize);
+assert_not_impl!(QueryService, Clone);
+assert_not_impl!(QueryService, serde::Serialize);
 
 /// A handle may be shared by many threads (the seed's concurrency tests call one service).
 const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
-    send_sync::<ManagedQueryService>();
+    send_sync::<QueryService>();
 };
 
 /// `set(summary.__slots__) == {"action_id", "entity_id", "kind"}`: the summary exposes exactly
 /// these three accessors (checked by naming each; the type has no public fields and no other
 /// accessor, see `service/src/managed/result.rs`).
-fn summary_fields(summary: &ManagedActionSummary) -> (&str, &str, Option<&str>) {
+fn summary_fields(summary: &ActionSummary) -> (&str, &str, Option<&str>) {
     (summary.action_id(), summary.kind(), summary.entity_id())
 }
 
-fn kinds(result: &ManagedQueryServiceResult) -> Vec<&str> {
-    result
-        .actions()
-        .iter()
-        .map(ManagedActionSummary::kind)
-        .collect()
+fn kinds(result: &QueryServiceResult) -> Vec<&str> {
+    result.actions().iter().map(ActionSummary::kind).collect()
 }
 
 fn error_text(e: &ServiceError) -> String {
@@ -251,7 +246,7 @@ fn test_service_concurrent_same_request_converges_to_one_plan() {
 
     // Eight identical requests on four workers, as the seed's `ThreadPoolExecutor(4).map`.
     let barrier = Barrier::new(4);
-    let results: Vec<ManagedQueryServiceResult> = std::thread::scope(|s| {
+    let results: Vec<QueryServiceResult> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4)
             .map(|_| {
                 s.spawn(|| {
@@ -299,7 +294,7 @@ fn test_service_concurrent_distinct_logical_ids_reject_one_before_new_planning()
     ];
 
     let barrier = Barrier::new(2);
-    let outcomes: Vec<Result<ManagedQueryServiceResult, ServiceError>> = std::thread::scope(|s| {
+    let outcomes: Vec<Result<QueryServiceResult, ServiceError>> = std::thread::scope(|s| {
         let workers: Vec<_> = requests
             .iter()
             .map(|request| {
@@ -420,11 +415,11 @@ fn test_service_is_host_neutral_for_equivalent_codex_and_claude_refs() {
 
     let codex = setup
         .service
-        .prepare(&ManagedQueryRequest::new(&logical_id, "codex-turn").unwrap())
+        .prepare(&QueryRequest::new(&logical_id, "codex-turn").unwrap())
         .unwrap();
     let claude = setup
         .service
-        .prepare(&ManagedQueryRequest::new(&logical_id, "claude-hook").unwrap())
+        .prepare(&QueryRequest::new(&logical_id, "claude-hook").unwrap())
         .unwrap();
 
     assert_eq!(codex.query_ref(), claude.query_ref());
@@ -501,7 +496,7 @@ fn test_service_factory_rejects_output_path_aliases_before_use() {
     let mut config = setup.config();
     config.data_dir = setup.root.join("registry");
 
-    expect_err(open_managed_query_service(config), "must be distinct");
+    expect_err(open_query_service(config), "must be distinct");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -521,7 +516,7 @@ fn test_service_factory_with_consent_recovery_authority_does_not_create_journal(
 
     let mut config = setup.config();
     config.data_dir = "relative-journal".into();
-    expect_err(open_managed_query_service(config), "absolute Path");
+    expect_err(open_query_service(config), "absolute Path");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -569,7 +564,7 @@ fn test_service_rejects_malformed_or_corrupt_references() {
         &digest("substituted"),
     );
 
-    let service = open_managed_query_service(fixture::config(
+    let service = open_query_service(fixture::config(
         &data_dir, &registry, &inputs, &ports, &policy, &clock,
     ));
     let e = match service {
@@ -628,7 +623,7 @@ fn tamper(data_dir: &std::path::Path, position: u64, old: &str, new: &str) {
 // ------------------------------------------------------------------------------------------------
 
 /// The seed's `TypeError` for an unknown `raw_prompt` keyword is impossible by type
-/// (`ManagedQueryRequest::new` takes exactly two arguments); `hasattr(result, "transition")` /
+/// (`QueryRequest::new` takes exactly two arguments); `hasattr(result, "transition")` /
 /// `"artifact"` are absent by type (the result's accessors are `query_ref`, `prepared`, `actions`
 /// and `challenge`).
 #[test]
@@ -636,7 +631,7 @@ fn test_service_public_surface_and_result_do_not_leak_authority_or_content() {
     let setup = setup();
     let raw = setup.root.join("raw prompt and secret");
     expect_err(
-        ManagedQueryRequest::new(&digest("privacy-query"), &raw.to_string_lossy()),
+        QueryRequest::new(&digest("privacy-query"), &raw.to_string_lossy()),
         "opaque token",
     );
 
@@ -752,16 +747,16 @@ fn test_runtime_package_exports_managed_desired_set_contract() {
         true
     }
     assert!(same(
-        PhantomData::<ctx_service::ManagedDesiredSetRequest>,
-        PhantomData::<ctx_service::ManagedDesiredSetRequest>
+        PhantomData::<ctx_service::DesiredSetRequest>,
+        PhantomData::<ctx_service::DesiredSetRequest>
     ));
     assert!(same(
-        PhantomData::<ctx_service::ManagedDesiredSetResult>,
-        PhantomData::<ctx_service::ManagedDesiredSetResult>
+        PhantomData::<ctx_service::DesiredSetResult>,
+        PhantomData::<ctx_service::DesiredSetResult>
     ));
     assert!(same(
-        PhantomData::<ctx_service::ManagedConsentResolutionResult>,
-        PhantomData::<ctx_service::ManagedConsentResolutionResult>
+        PhantomData::<ctx_service::ConsentResolutionResult>,
+        PhantomData::<ctx_service::ConsentResolutionResult>
     ));
     assert!(same(
         PhantomData::<ctx_service::ServiceError>,

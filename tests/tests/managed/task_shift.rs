@@ -8,9 +8,7 @@ use ctx_model::{
     InstallExecutionBinding, Json, MATERIAL_RECEIPT_SCHEMA_V3, UtcMicros,
 };
 use ctx_projections::engine::{InstallOutcome, ManualClock};
-use ctx_service::{
-    IngestInputs, ManagedActionSummary, ManagedQueryRequest, open_engine_composition,
-};
+use ctx_service::{ActionSummary, IngestInputs, QueryRequest, open_engine_composition};
 
 use super::fixture::{self, Options, digest, observation_payload, setup_with, surrogate};
 
@@ -78,7 +76,7 @@ fn receipt_payload(action: &ctx_model::HostAction, verification: Json) -> Json {
 ///   that capability (`describe_bundle`).
 /// - `isinstance(committed, CommittedPlanV3)` holds by type: the engine state only carries
 ///   schema-v3 committed plans.
-/// - `not hasattr(shifted.actions[0], "payload")`: `ManagedActionSummary` has no public fields
+/// - `not hasattr(shifted.actions[0], "payload")`: `ActionSummary` has no public fields
 ///   and exactly the accessors `action_id`, `kind`, `entity_id` (named below); at run time its
 ///   debug form names no payload and carries none of the deactivation's authority digests.
 #[test]
@@ -382,7 +380,7 @@ fn test_service_summarizes_task_shift_deactivation_without_exposing_authority() 
     let shifted = setup
         .service
         .prepare(
-            &ManagedQueryRequest::new(
+            &QueryRequest::new(
                 &digest("lifecycle-development"),
                 "work-lifecycle-development",
             )
@@ -406,7 +404,7 @@ fn test_service_summarizes_task_shift_deactivation_without_exposing_authority() 
     assert_eq!(shifted.actions(), reopened.actions());
     assert_eq!(setup.calls(), calls_after_shift);
     // `not hasattr(shifted.actions[0], "payload")`.
-    let summary: &ManagedActionSummary = &shifted.actions()[0];
+    let summary: &ActionSummary = &shifted.actions()[0];
     let (_action_id, _kind, _entity_id): (&str, &str, Option<&str>) =
         (summary.action_id(), summary.kind(), summary.entity_id());
     let repr = format!("{summary:?}");

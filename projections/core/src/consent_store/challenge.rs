@@ -5,7 +5,7 @@ use ctx_model::{
     ActionKind, CapabilityKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
     InstallExecutionBinding, Json, JsonError, JsonMap, SCOPE_KEYS, ScopeRef, UtcMicros, cja_digest,
     has_exact_keys, is_canonical_timestamp, is_capability_identity, is_sha, is_token,
-    validate_plan_row_v3,
+    validate_plan_row,
 };
 
 use super::{ConsentStoreError, binding_error, invalid};
@@ -580,8 +580,8 @@ pub fn derive_install_consent_challenge(
     inputs: &ChallengeInputs<'_>,
 ) -> Result<InstallConsentChallenge, ConsentStoreError> {
     // 1. Types and digests.
-    if validate_plan_row_v3(inputs.selection_row).is_err() {
-        return Err(invalid("selection must be a CapabilityPlanSelectionV3"));
+    if validate_plan_row(inputs.selection_row).is_err() {
+        return Err(invalid("selection must be a CapabilityPlanSelection"));
     }
     if inputs.execution_binding.validate().is_err() {
         return Err(invalid(

@@ -875,7 +875,7 @@ mod derivation {
         broken.insert("extra".into(), Json::Null);
         assert_eq!(
             derive(&p.action, &Json::Obj(broken), &b),
-            "selection must be a CapabilityPlanSelectionV3"
+            "selection must be a CapabilityPlanSelection"
         );
         let mut no_expiry = p.action.clone();
         no_expiry.expires_at = None;

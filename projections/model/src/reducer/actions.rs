@@ -2,8 +2,8 @@
 
 use super::{ReduceError, Step, invalid};
 use crate::contract::{
-    consent_request_payload_v3, install_payload_v3, install_rollback, install_verification,
-    material_payload_v3, material_rollback, material_verification,
+    consent_request_payload, install_payload, install_rollback, install_verification,
+    material_payload, material_rollback, material_verification,
 };
 use crate::json::{Json, JsonMap};
 use crate::model::{ActionKind, HostAction, action_id, consent_id};
@@ -34,7 +34,7 @@ pub(crate) fn material_action(
         .get("catalog_identity")
         .cloned()
         .unwrap_or(Json::Null);
-    let payload = material_payload_v3(
+    let payload = material_payload(
         cap.kind(),
         &catalog_identity,
         &cap.material_identity,
@@ -111,7 +111,7 @@ pub(crate) fn request_consent(step: &mut Step<'_>, capability_id: &str) -> Resul
         .cloned()
         .unwrap_or(Json::Null);
     let consent = consent_id(&step.event_digest, capability_id);
-    let payload = install_payload_v3(
+    let payload = install_payload(
         cap.kind(),
         &catalog_identity,
         result_material,
@@ -144,7 +144,7 @@ pub(crate) fn request_consent(step: &mut Step<'_>, capability_id: &str) -> Resul
         verification: install_verification(),
         rollback: install_rollback(&installer_id),
     };
-    let request_payload = consent_request_payload_v3(
+    let request_payload = consent_request_payload(
         &payload,
         &install.action_id,
         &install.content_digest(),

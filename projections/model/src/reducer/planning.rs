@@ -5,7 +5,7 @@ use super::reconcile::reconcile;
 use super::{ReduceError, Step, invalid, invalid_event};
 use crate::identity::{classify_lineage_promotion, material_identity};
 use crate::json::Json;
-use crate::plan::validate_capability_plan_v3_value;
+use crate::plan::validate_capability_plan_value;
 use crate::replay::Surrogate;
 use crate::shape::is_sha;
 use crate::state::{Activation, CapabilityState, CommittedPlan, EngineState, Installation};
@@ -16,7 +16,7 @@ pub(crate) fn commit_plan(
     decision: &Surrogate,
 ) -> Result<(), ReduceError> {
     let value = &decision.value;
-    validate_capability_plan_v3_value(value).map_err(|e| ReduceError::Invalid(e.to_string()))?;
+    validate_capability_plan_value(value).map_err(|e| ReduceError::Invalid(e.to_string()))?;
     let Some(plan_id) = step.event.correlation_id.clone() else {
         return invalid_event("planning event requires its plan_id as correlation_id");
     };

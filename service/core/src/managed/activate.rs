@@ -18,7 +18,7 @@ use ctx_projections::engine::{ActivationGuard, AuthorizeError, Engine, ProcessEr
 
 use super::error::ServiceError;
 use super::install::{RECEIPT_ATTEMPTS_MAX, action_receipt};
-use super::service::ManagedQueryService;
+use super::service::QueryService;
 
 /// How many receipts one call commits at most: every receipt may emit the next action (an
 /// activation frees capacity, a deactivation makes room), and at most five capabilities are active.
@@ -52,7 +52,7 @@ pub trait ActivationDriver: std::fmt::Debug {
     fn deactivate(&self, action: &HostAction) -> ActuatorObservation;
 }
 
-/// What one [`ManagedQueryService::advance_activations`] did, by capability id.
+/// What one [`QueryService::advance_activations`] did, by capability id.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ActivationReport {
     pub activated: Vec<String>,
@@ -72,7 +72,7 @@ impl ActivationReport {
     }
 }
 
-impl ManagedQueryService {
+impl QueryService {
     /// Carries out the pending activations and deactivations of the query `query_ref` with
     /// `driver` until none is left that it can act on (at most [`ACTIVATION_STEPS_MAX`]).
     pub fn advance_activations(
@@ -144,10 +144,10 @@ impl ManagedQueryService {
     }
 }
 
-impl ManagedQueryService {
+impl QueryService {
     /// Ends the engine session of the query `query_ref` (`SessionEnded`, event id
     /// `ctx-session-ended:<query ref>`), after which reconcile deactivates its active
-    /// capabilities one per revision; [`ManagedQueryService::advance_activations`] carries them
+    /// capabilities one per revision; [`QueryService::advance_activations`] carries them
     /// out. Returns false when the session had ended already.
     pub fn end_session(&self, query_ref: &str) -> Result<bool, ServiceError> {
         let mut state = self.begin()?;
@@ -354,7 +354,7 @@ mod tests {
 
     use super::*;
     use crate::data_dir::Layout;
-    use crate::managed::{ManagedDesiredSetRequest, ManagedQueryRequest};
+    use crate::managed::{DesiredSetRequest, QueryRequest};
     use crate::policy::InstallConsentPolicy;
     use crate::runtime::{Runtime, WorkRequest, logical_id};
     use ctx_model::{UtcMicros, sha256_hex};
@@ -419,7 +419,7 @@ mod tests {
             requested_limit: 5,
         };
         let work_ref = runtime.observe_work(&work).unwrap();
-        let query = ManagedQueryRequest::new(&logical_id("query", &work_ref), &work_ref).unwrap();
+        let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref).unwrap();
         let prepared = runtime.service().prepare(&query).unwrap();
         let loads: Vec<String> = prepared
             .prepared()
@@ -433,13 +433,9 @@ mod tests {
             "the prompt plans catalog-loaded capabilities"
         );
         let ids: Vec<&str> = loads.iter().map(String::as_str).collect();
-        let request = ManagedDesiredSetRequest::new(
-            prepared.query_ref(),
-            &logical_id("choice", "c"),
-            &ids,
-            None,
-        )
-        .unwrap();
+        let request =
+            DesiredSetRequest::new(prepared.query_ref(), &logical_id("choice", "c"), &ids, None)
+                .unwrap();
         runtime.service().set_desired(&request).unwrap();
         let query_ref = prepared.query_ref().to_owned();
         (runtime, query_ref, loads)

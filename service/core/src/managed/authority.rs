@@ -16,8 +16,8 @@ use ctx_projections::query_store::{DesiredSetRecord, QueryRecord, QueryStore, Qu
 use super::error::ServiceError;
 use super::install::InstallActuators;
 use super::reconcile::{exact_parent_plan, head_action_summaries};
-use super::resolution::{ManagedConsentResolutionResult, ResolvedChallenge, outcome};
-use super::result::ManagedConsentChallengeProjection;
+use super::resolution::{ConsentResolutionResult, ResolvedChallenge, outcome};
+use super::result::ConsentChallengeProjection;
 use crate::policy::{InstallConsentPolicy, route_install_consent_request};
 
 /// spec/service.md §10: the planned query and the committed desired choice that own a challenge.
@@ -506,13 +506,13 @@ pub(crate) fn resolution(
     result: &'static str,
     reason_code: &str,
     next: bool,
-) -> Result<ManagedConsentResolutionResult, ServiceError> {
+) -> Result<ConsentResolutionResult, ServiceError> {
     let actions = head_action_summaries(engine, current)?;
     let digest = current
         .head_record_digest()
         .map(|d| d.to_hex())
         .unwrap_or_default();
-    ManagedConsentResolutionResult::new(
+    ConsentResolutionResult::new(
         &ResolvedChallenge {
             challenge_digest: challenge.challenge_digest(),
             capability_id: challenge.capability_id(),
@@ -520,7 +520,7 @@ pub(crate) fn resolution(
         },
         result,
         reason_code,
-        next.then(|| ManagedConsentChallengeProjection::of(challenge)),
+        next.then(|| ConsentChallengeProjection::of(challenge)),
         actions,
         current.revision(),
         &digest,
@@ -534,7 +534,7 @@ pub(crate) fn classify_settled_install(
     current: &Snapshot,
     row: &Json,
     reported: bool,
-) -> Result<ManagedConsentResolutionResult, ServiceError> {
+) -> Result<ConsentResolutionResult, ServiceError> {
     let unavailable = ServiceError::Identity("settled install capability state is unavailable");
     let Some(state) = current.state() else {
         return Err(unavailable);

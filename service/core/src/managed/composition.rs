@@ -13,10 +13,10 @@ use ctx_projections::engine::{
 };
 
 use super::error::{ServiceError, invalid, projection};
-use super::result::{PreparedManagedQuery, project};
-use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+use super::result::{PreparedQuery, project};
+use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlanner};
 use crate::planning::benefit::NetBenefitPolicy;
-use crate::planning::plan_v3::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
+use crate::planning::plan::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
 use crate::registry::{ArtifactHandle, CapturedAuthority, RegistryError};
 
 /// How long an open waits for another process to release the data directory (the reference's
@@ -127,7 +127,7 @@ pub(crate) fn check_captured(
         })
 }
 
-type Planner = ReplayDecisionPlannerV3<EngineAuditSink>;
+type Planner = ReplayDecisionPlanner<EngineAuditSink>;
 
 /// The replay planner over `ports`, checked against everything the artifact pins.
 pub(crate) fn build_planner(
@@ -146,7 +146,7 @@ pub(crate) fn build_planner(
     let sink = EngineAuditSink::default();
     let net_benefit = AuthenticatedNetBenefitPlanner::new(policy, sink.clone())
         .map_err(|e| ServiceError::Invalid(e.to_string()))?;
-    let planner = ReplayDecisionPlannerV3::new(
+    let planner = ReplayDecisionPlanner::new(
         net_benefit,
         ports,
         planner_version,
@@ -217,7 +217,7 @@ impl EngineComposition {
         &self,
         scope: &ScopeRef,
         expected_plan_id: Option<&str>,
-    ) -> Result<PreparedManagedQuery, ServiceError> {
+    ) -> Result<PreparedQuery, ServiceError> {
         self.check_process()?;
         let snapshot = self.engine.snapshot(scope)?;
         project(&snapshot, scope, expected_plan_id)
@@ -229,7 +229,7 @@ impl EngineComposition {
         &self,
         session_started: &EngineEvent,
         decision_event: &EngineEvent,
-    ) -> Result<(PreparedManagedQuery, Transition), ServiceError> {
+    ) -> Result<(PreparedQuery, Transition), ServiceError> {
         self.advance_managed_query_with(session_started, decision_event, |_, _| Ok(Vec::new()))?
             // Without extra records the journal has no extra part to refuse.
             .map_err(|e| ServiceError::Internal(e.to_string()))
@@ -280,11 +280,8 @@ impl EngineComposition {
         &self,
         session_started: &EngineEvent,
         decision_event: &EngineEvent,
-        mut planned: impl FnMut(
-            &PreparedManagedQuery,
-            &Transition,
-        ) -> Result<Vec<StreamAppend>, ServiceError>,
-    ) -> Result<Result<(PreparedManagedQuery, Transition), AppendError>, ServiceError> {
+        mut planned: impl FnMut(&PreparedQuery, &Transition) -> Result<Vec<StreamAppend>, ServiceError>,
+    ) -> Result<Result<(PreparedQuery, Transition), AppendError>, ServiceError> {
         self.check_managed_events(session_started, decision_event)?;
         let scope = &decision_event.scope;
         let started = self.engine.process(session_started, None)?;

@@ -12,13 +12,13 @@ use super::authority::consent_requests;
 use super::error::ServiceError;
 use super::failpoints;
 use super::reconcile::{authoritative_head, require_consent_head_unchanged};
-use super::result::ManagedConsentChallengeProjection;
-use super::service::ManagedQueryService;
+use super::result::ConsentChallengeProjection;
+use super::service::QueryService;
 use crate::policy::{InstallConsentPolicy, route_install_consent_request};
 
 /// What publication works with.
 pub(crate) struct ConsentContext<'a> {
-    pub service: &'a ManagedQueryService,
+    pub service: &'a QueryService,
     pub engine: &'a Engine,
     pub consent_store: Option<&'a ConsentStore>,
 }
@@ -56,7 +56,7 @@ pub(crate) fn publish_current_consent(
     ctx: &ConsentContext<'_>,
     snapshot: &Snapshot,
     expected_plan_id: &str,
-) -> Result<Option<ManagedConsentChallengeProjection>, ServiceError> {
+) -> Result<Option<ConsentChallengeProjection>, ServiceError> {
     let (Some(state), Some(_)) = (snapshot.state(), snapshot.head_record_digest()) else {
         return Err(ServiceError::Identity(
             "managed consent requires an exact current snapshot",
@@ -125,7 +125,7 @@ fn prepare_challenge(
     install_action: &HostAction,
     row: &Json,
     policy: &InstallConsentPolicy,
-) -> Result<Option<ManagedConsentChallengeProjection>, ServiceError> {
+) -> Result<Option<ConsentChallengeProjection>, ServiceError> {
     let authority = row.get("authority").unwrap_or(&Json::Null);
     if authority.get_str("type") != Some("install") {
         return Err(ServiceError::Identity(
@@ -190,5 +190,5 @@ fn prepare_challenge(
     if status.state() != ChallengeState::Pending {
         return Ok(None);
     }
-    Ok(Some(ManagedConsentChallengeProjection::of(&challenge)))
+    Ok(Some(ConsentChallengeProjection::of(&challenge)))
 }

@@ -5,9 +5,7 @@ use ctx_model::{Json, is_sha};
 use ctx_projections::query_store::{DesiredSetRecord, is_desired_set_ref, is_query_ref};
 
 use super::error::{ServiceError, invalid};
-use super::result::{
-    ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedConsentChallengeProjection,
-};
+use super::result::{ACTION_SUMMARIES_MAX, ActionSummary, ConsentChallengeProjection};
 
 /// At most this many capabilities in one desired set.
 pub const DESIRED_CAPABILITIES_MAX: usize = 5;
@@ -28,30 +26,30 @@ pub fn is_request_capability_id(s: &str) -> bool {
 /// Which capabilities of a planned query the host wants (spec/service.md §1). Immutable, not
 /// `Clone`, not serializable. The order of `capability_ids` is not significant: the service
 /// stores them in committed-plan order.
-pub struct ManagedDesiredSetRequest {
+pub struct DesiredSetRequest {
     query_ref: String,
     logical_choice_id: String,
     capability_ids: Vec<String>,
     expected_previous_desired_set_ref: Option<String>,
 }
 
-impl std::fmt::Debug for ManagedDesiredSetRequest {
+impl std::fmt::Debug for DesiredSetRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedDesiredSetRequest")
+        f.debug_struct("DesiredSetRequest")
             .field("query_ref", &self.query_ref)
             .field("logical_choice_id", &self.logical_choice_id)
             .finish_non_exhaustive()
     }
 }
 
-impl ManagedDesiredSetRequest {
+impl DesiredSetRequest {
     /// Validates in the reference's order; the first failure names the field at fault.
     pub fn new(
         query_ref: &str,
         logical_choice_id: &str,
         capability_ids: &[&str],
         expected_previous_desired_set_ref: Option<&str>,
-    ) -> Result<ManagedDesiredSetRequest, ServiceError> {
+    ) -> Result<DesiredSetRequest, ServiceError> {
         if !is_query_ref(query_ref) {
             return invalid("query_ref must be an opaque managed-query reference");
         }
@@ -74,7 +72,7 @@ impl ManagedDesiredSetRequest {
                 "expected_previous_desired_set_ref must be an opaque desired-set reference or None",
             );
         }
-        Ok(ManagedDesiredSetRequest {
+        Ok(DesiredSetRequest {
             query_ref: query_ref.to_owned(),
             logical_choice_id: logical_choice_id.to_owned(),
             capability_ids: capability_ids.iter().map(|s| (*s).to_owned()).collect(),
@@ -84,7 +82,7 @@ impl ManagedDesiredSetRequest {
 
     /// The request in its host JSON form: `{"query_ref", "logical_choice_id",
     /// "capability_ids": [..], "expected_previous_desired_set_ref"?}`, no other keys.
-    pub fn from_json(value: &Json) -> Result<ManagedDesiredSetRequest, ServiceError> {
+    pub fn from_json(value: &Json) -> Result<DesiredSetRequest, ServiceError> {
         let Some(map) = value.as_obj() else {
             return invalid("desired-set request must be a JSON object");
         };
@@ -117,7 +115,7 @@ impl ManagedDesiredSetRequest {
                 );
             }
         };
-        ManagedDesiredSetRequest::new(
+        DesiredSetRequest::new(
             text("query_ref"),
             text("logical_choice_id"),
             &names,
@@ -168,7 +166,7 @@ pub mod reason {
 /// What `set_desired` returns (spec/service.md §1): the durable choice and where it stands. No
 /// paths, payloads, execution bindings or transitions; not `Clone`, not serializable.
 #[derive(Debug)]
-pub struct ManagedDesiredSetResult {
+pub struct DesiredSetResult {
     query_ref: String,
     desired_set_ref: String,
     logical_choice_id: String,
@@ -181,8 +179,8 @@ pub struct ManagedDesiredSetResult {
     decision_digest: String,
     journal_revision: u64,
     journal_record_digest: String,
-    actions: Vec<ManagedActionSummary>,
-    challenge: Option<ManagedConsentChallengeProjection>,
+    actions: Vec<ActionSummary>,
+    challenge: Option<ConsentChallengeProjection>,
 }
 
 /// The parts a desired-set result is built from.
@@ -192,8 +190,8 @@ pub struct DesiredResultParts {
     pub failed_capability_ids: Vec<String>,
     pub status: &'static str,
     pub reason_code: Option<&'static str>,
-    pub actions: Vec<ManagedActionSummary>,
-    pub challenge: Option<ManagedConsentChallengeProjection>,
+    pub actions: Vec<ActionSummary>,
+    pub challenge: Option<ConsentChallengeProjection>,
 }
 
 fn identity(message: &'static str) -> Result<(), ServiceError> {
@@ -215,9 +213,9 @@ fn is_canonical_subset(ids: &[String], record_ids: &[String]) -> bool {
     true
 }
 
-impl ManagedDesiredSetResult {
+impl DesiredSetResult {
     /// The invariants of every desired-set result (spec/service.md §1). The
-    /// service builds results only through [`ManagedDesiredSetResult::new`], which runs them;
+    /// service builds results only through [`DesiredSetResult::new`], which runs them;
     /// this function lets hosts and tests check a candidate without building one.
     pub fn validate_parts(
         record: &DesiredSetRecord,
@@ -281,7 +279,7 @@ impl ManagedDesiredSetResult {
     pub(crate) fn new(
         record: &DesiredSetRecord,
         parts: DesiredResultParts,
-    ) -> Result<ManagedDesiredSetResult, ServiceError> {
+    ) -> Result<DesiredSetResult, ServiceError> {
         crate::failpoint::fail_point!(super::failpoints::DESIRED_BEFORE_RESULT);
         Self::validate_parts(record, &parts)?;
         let (Some(journal_revision), Some(journal_record_digest)) =
@@ -291,7 +289,7 @@ impl ManagedDesiredSetResult {
                 "managed desired-set durable binding is incomplete",
             ));
         };
-        Ok(ManagedDesiredSetResult {
+        Ok(DesiredSetResult {
             query_ref: record.query_ref().to_owned(),
             desired_set_ref: record.desired_set_ref().to_owned(),
             logical_choice_id: record.logical_choice_id().to_owned(),
@@ -345,14 +343,14 @@ impl ManagedDesiredSetResult {
     pub fn journal_record_digest(&self) -> &str {
         &self.journal_record_digest
     }
-    pub fn actions(&self) -> &[ManagedActionSummary] {
+    pub fn actions(&self) -> &[ActionSummary] {
         &self.actions
     }
-    pub fn challenge(&self) -> Option<&ManagedConsentChallengeProjection> {
+    pub fn challenge(&self) -> Option<&ConsentChallengeProjection> {
         self.challenge.as_ref()
     }
     /// Moves the challenge out (the projection is not `Clone`).
-    pub fn into_challenge(self) -> Option<ManagedConsentChallengeProjection> {
+    pub fn into_challenge(self) -> Option<ConsentChallengeProjection> {
         self.challenge
     }
 }

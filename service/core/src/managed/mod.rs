@@ -29,19 +29,17 @@ pub use activate::{
     ActivationDriver, ActivationReport, ActuatorObservation, failpoints as activation_failpoints,
 };
 pub use composition::{EngineComposition, JOURNAL_LOCK_WAIT, open_engine_composition};
-pub use desired::{DesiredResultParts, ManagedDesiredSetRequest, ManagedDesiredSetResult};
+pub use desired::{DesiredResultParts, DesiredSetRequest, DesiredSetResult};
 pub use error::{InputAuthorityError, ServiceError};
 pub use events::{PlanningEventsSpec, observation_payload, planning_events};
-pub use request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
-pub use resolution::ManagedConsentResolutionResult;
+pub use request::{QueryInput, QueryInputAuthority, QueryRequest};
+pub use resolution::ConsentResolutionResult;
 pub use resolution::outcome::CONSENT_REQUIRED;
 pub use result::{
-    ManagedActionSummary, ManagedCapabilitySelection, ManagedConsentChallengeProjection,
-    ManagedQueryServiceResult, PreparedManagedQuery,
+    ActionSummary, CapabilitySelection, ConsentChallengeProjection, PreparedQuery,
+    QueryServiceResult,
 };
-pub use service::{
-    ConsentBrokerConfig, ManagedQueryService, ManagedQueryServiceConfig, open_managed_query_service,
-};
+pub use service::{ConsentBrokerConfig, QueryService, QueryServiceConfig, open_query_service};
 
 /// Fail points of the managed service (feature `failpoints`), named after the seam they sit on.
 /// Configure them with the `fail` crate: `return` simulates a crash at that point.

@@ -20,21 +20,19 @@ use ctx_projections::query_store::{DesiredSetRecord, QueryRecord, QueryStore, Qu
 use super::authority::{consent_requests, descriptor_of, envelope_event};
 use super::composition::EngineComposition;
 use super::consent::{ConsentContext, consent_request_at_head, publish_current_consent};
-use super::desired::{
-    DesiredResultParts, ManagedDesiredSetRequest, ManagedDesiredSetResult, reason, status,
-};
+use super::desired::{DesiredResultParts, DesiredSetRequest, DesiredSetResult, reason, status};
 use super::error::ServiceError;
 use super::failpoints;
 use super::install::{ExecuteError, InstallAuthority, execute_install};
-use super::request::ManagedQueryInput;
-use super::result::{ACTION_SUMMARIES_MAX, ManagedActionSummary};
-use super::service::{ManagedQueryService, Runtime};
+use super::request::QueryInput;
+use super::result::{ACTION_SUMMARIES_MAX, ActionSummary};
+use super::service::{QueryService, Runtime};
 use crate::failpoint::FailPointFired;
 use crate::policy::InstallConsentPolicy;
 
 /// Everything one `set_desired` works with.
 pub(crate) struct Ctx<'a> {
-    pub service: &'a ManagedQueryService,
+    pub service: &'a QueryService,
     pub runtime: &'a Runtime,
     pub composition: &'a EngineComposition,
     pub parent: &'a QueryRecord,
@@ -72,14 +70,14 @@ fn optional<T>(r: Result<T, QueryStoreError>) -> Result<Option<T>, ServiceError>
     }
 }
 
-impl ManagedQueryService {
+impl QueryService {
     /// Records which capabilities of a planned query the host wants and reconciles them
     /// (spec/service.md §6). An exact retry of the latest choice is its recovery path: it never
     /// mints a new event, and resumes installs and publication from the durable state.
     pub fn set_desired(
         &self,
-        request: &ManagedDesiredSetRequest,
-    ) -> Result<ManagedDesiredSetResult, ServiceError> {
+        request: &DesiredSetRequest,
+    ) -> Result<DesiredSetResult, ServiceError> {
         let mut state = self.begin()?;
         let _lifecycle = self.lifecycle();
         let runtime = self.runtime(&mut state)?;
@@ -89,8 +87,8 @@ impl ManagedQueryService {
     fn set_desired_locked(
         &self,
         runtime: &Runtime,
-        request: &ManagedDesiredSetRequest,
-    ) -> Result<ManagedDesiredSetResult, ServiceError> {
+        request: &DesiredSetRequest,
+    ) -> Result<DesiredSetResult, ServiceError> {
         let store = &runtime.store;
         // 1. The parent must be exactly planned.
         let parent = store.load(request.query_ref())?;
@@ -147,7 +145,7 @@ impl ManagedQueryService {
             }
         }
         // 6–7. The composition and the exact parent plan.
-        let input = ManagedQueryInput::new(
+        let input = QueryInput::new(
             artifact,
             parent.session_started().clone(),
             parent.decision_event().clone(),
@@ -254,7 +252,7 @@ impl ManagedQueryService {
             actions,
             challenge,
         )?;
-        ManagedDesiredSetResult::new(&marked, parts)
+        DesiredSetResult::new(&marked, parts)
     }
 
     /// The install policy in force now: the persisted one, or the safe default.
@@ -398,7 +396,7 @@ fn check_retry_predecessor(
     store: &QueryStore,
     parent: &QueryRecord,
     latest: &DesiredSetRecord,
-    request: &ManagedDesiredSetRequest,
+    request: &DesiredSetRequest,
 ) -> Result<(), ServiceError> {
     let causation = latest.event().causation_id.as_deref();
     if causation == Some(parent.decision_event().event_id.as_str()) {
@@ -660,7 +658,7 @@ pub(crate) fn authoritative_head(
 pub(crate) fn head_action_summaries(
     engine: &Engine,
     snapshot: &Snapshot,
-) -> Result<Vec<ManagedActionSummary>, ServiceError> {
+) -> Result<Vec<ActionSummary>, ServiceError> {
     let Some(state) = snapshot.state() else {
         return Err(ServiceError::Identity(
             "managed desired-set current state is unavailable",
@@ -676,7 +674,7 @@ pub(crate) fn head_action_summaries(
             "managed desired-set current actions exceed their bound",
         ));
     }
-    Ok(t.actions.iter().map(ManagedActionSummary::of).collect())
+    Ok(t.actions.iter().map(ActionSummary::of).collect())
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1336,8 +1334,8 @@ fn desired_status(
     indeterminate: &[String],
     drift: bool,
     failed: Vec<String>,
-    actions: Vec<ManagedActionSummary>,
-    challenge: Option<super::result::ManagedConsentChallengeProjection>,
+    actions: Vec<ActionSummary>,
+    challenge: Option<super::result::ConsentChallengeProjection>,
 ) -> Result<DesiredResultParts, ServiceError> {
     let in_order = |ids: &dyn Fn(&str) -> bool| -> Vec<String> {
         desired

@@ -7,34 +7,34 @@ use crate::registry::ArtifactHandle;
 
 /// Maps an opaque work reference to registry-issued planning inputs. Implemented by the trusted
 /// host adapter; callers of the service never pass paths, planners or handles themselves.
-pub trait ManagedQueryInputAuthority: Send + Sync {
-    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError>;
+pub trait QueryInputAuthority: Send + Sync {
+    fn resolve(&self, current_work_ref: &str) -> Result<QueryInput, InputAuthorityError>;
 }
 
 /// The trusted planning inputs of one work reference: an artifact handle and the two events.
 /// Not `Clone`: the handle it carries is unique to its registry instance.
-pub struct ManagedQueryInput {
+pub struct QueryInput {
     artifact: ArtifactHandle,
     session_started: EngineEvent,
     decision_event: EngineEvent,
 }
 
-impl std::fmt::Debug for ManagedQueryInput {
+impl std::fmt::Debug for QueryInput {
     // Only the manifest digest: the events may carry private work identity.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedQueryInput")
+        f.debug_struct("QueryInput")
             .field("manifest_digest", &self.artifact.manifest_digest())
             .finish_non_exhaustive()
     }
 }
 
-impl ManagedQueryInput {
+impl QueryInput {
     pub fn new(
         artifact: ArtifactHandle,
         session_started: EngineEvent,
         decision_event: EngineEvent,
-    ) -> ManagedQueryInput {
-        ManagedQueryInput {
+    ) -> QueryInput {
+        QueryInput {
             artifact,
             session_started,
             decision_event,
@@ -57,32 +57,32 @@ impl ManagedQueryInput {
 /// An untrusted public request: a logical query id and an opaque work reference. Immutable;
 /// copying is allowed (spec/service.md §1 exception).
 #[derive(Clone, PartialEq, Eq)]
-pub struct ManagedQueryRequest {
+pub struct QueryRequest {
     logical_query_id: String,
     current_work_ref: String,
 }
 
-impl std::fmt::Debug for ManagedQueryRequest {
+impl std::fmt::Debug for QueryRequest {
     // The work reference stays out of logs (spec/service.md §1 text form).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedQueryRequest")
+        f.debug_struct("QueryRequest")
             .field("logical_query_id", &self.logical_query_id)
             .finish_non_exhaustive()
     }
 }
 
-impl ManagedQueryRequest {
+impl QueryRequest {
     pub fn new(
         logical_query_id: &str,
         current_work_ref: &str,
-    ) -> Result<ManagedQueryRequest, ServiceError> {
+    ) -> Result<QueryRequest, ServiceError> {
         if !is_sha(logical_query_id) {
             return invalid("logical_query_id must be a lowercase SHA-256 digest");
         }
         if !is_token(current_work_ref) {
             return invalid("current_work_ref must be a bounded opaque token");
         }
-        Ok(ManagedQueryRequest {
+        Ok(QueryRequest {
             logical_query_id: logical_query_id.to_owned(),
             current_work_ref: current_work_ref.to_owned(),
         })

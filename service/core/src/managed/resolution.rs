@@ -6,9 +6,7 @@
 use ctx_model::{is_sha, is_token};
 
 use super::error::ServiceError;
-use super::result::{
-    ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedConsentChallengeProjection,
-};
+use super::result::{ACTION_SUMMARIES_MAX, ActionSummary, ConsentChallengeProjection};
 
 /// The nine outcomes of a consent resolution.
 pub mod outcome {
@@ -43,31 +41,31 @@ pub struct ResolvedChallenge<'a> {
 }
 
 /// What resolving or recovering one consent challenge reports. Not `Clone`, not serializable;
-/// built only by the service, through [`ManagedConsentResolutionResult::new`].
+/// built only by the service, through [`ConsentResolutionResult::new`].
 #[derive(Debug)]
-pub struct ManagedConsentResolutionResult {
+pub struct ConsentResolutionResult {
     challenge_digest: String,
     capability_id: String,
     kind: String,
     outcome: &'static str,
     reason_code: String,
-    next_challenge: Option<ManagedConsentChallengeProjection>,
-    actions: Vec<ManagedActionSummary>,
+    next_challenge: Option<ConsentChallengeProjection>,
+    actions: Vec<ActionSummary>,
     journal_revision: u64,
     journal_record_digest: String,
 }
 
-impl ManagedConsentResolutionResult {
+impl ConsentResolutionResult {
     /// Builds a result under the creation checks of spec/service.md §1.
     pub(crate) fn new(
         resolved: &ResolvedChallenge<'_>,
         outcome: &'static str,
         reason_code: &str,
-        next_challenge: Option<ManagedConsentChallengeProjection>,
-        actions: Vec<ManagedActionSummary>,
+        next_challenge: Option<ConsentChallengeProjection>,
+        actions: Vec<ActionSummary>,
         journal_revision: u64,
         journal_record_digest: &str,
-    ) -> Result<ManagedConsentResolutionResult, ServiceError> {
+    ) -> Result<ConsentResolutionResult, ServiceError> {
         crate::failpoint::fail_point!(super::failpoints::CONSENT_BEFORE_RESULT);
         if !outcome::ALL.contains(&outcome) {
             return Err(ServiceError::Identity(
@@ -110,7 +108,7 @@ impl ManagedConsentResolutionResult {
                 "managed consent journal digest is invalid",
             ));
         }
-        Ok(ManagedConsentResolutionResult {
+        Ok(ConsentResolutionResult {
             challenge_digest: resolved.challenge_digest.to_owned(),
             capability_id: resolved.capability_id.to_owned(),
             kind: resolved.kind.to_owned(),
@@ -138,10 +136,10 @@ impl ManagedConsentResolutionResult {
     pub fn reason_code(&self) -> &str {
         &self.reason_code
     }
-    pub fn next_challenge(&self) -> Option<&ManagedConsentChallengeProjection> {
+    pub fn next_challenge(&self) -> Option<&ConsentChallengeProjection> {
         self.next_challenge.as_ref()
     }
-    pub fn actions(&self) -> &[ManagedActionSummary] {
+    pub fn actions(&self) -> &[ActionSummary] {
         &self.actions
     }
     pub fn journal_revision(&self) -> u64 {

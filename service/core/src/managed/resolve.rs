@@ -18,16 +18,16 @@ use super::error::ServiceError;
 use super::failpoints;
 use super::install::{ExecuteError, InstallAuthority, execute_install};
 use super::reconcile::{check_install_result, exact_parent_plan};
-use super::request::ManagedQueryInput;
-use super::resolution::{ManagedConsentResolutionResult, outcome};
-use super::service::{ManagedQueryService, Runtime};
+use super::request::QueryInput;
+use super::resolution::{ConsentResolutionResult, outcome};
+use super::service::{QueryService, Runtime};
 use crate::failpoint::FailPointFired;
 
 fn broker_missing() -> ServiceError {
     ServiceError::Identity("managed consent continuation requires captured broker authorities")
 }
 
-impl ManagedQueryService {
+impl QueryService {
     /// Reconciles a published consent challenge without a human (spec/service.md §10): a pending
     /// challenge still needs a fresh decision; an expired one is retired durably; a decided one
     /// is reconciled against the journal and finished. Never mints a decision the human did not
@@ -35,7 +35,7 @@ impl ManagedQueryService {
     pub fn recover_consent(
         &self,
         challenge_digest: &str,
-    ) -> Result<ManagedConsentResolutionResult, ServiceError> {
+    ) -> Result<ConsentResolutionResult, ServiceError> {
         if !is_sha(challenge_digest) {
             return Err(ServiceError::Invalid(
                 "challenge_digest must be a lowercase SHA-256 digest".into(),
@@ -119,7 +119,7 @@ impl ManagedQueryService {
         parent: &ctx_projections::query_store::QueryRecord,
         authority: ConsentAuthority,
         now: ctx_model::UtcMicros,
-    ) -> Result<ManagedConsentResolutionResult, ServiceError> {
+    ) -> Result<ConsentResolutionResult, ServiceError> {
         let challenge = record.challenge();
         let Ok(identity) = decision_identity(record) else {
             return Err(ServiceError::Identity(
@@ -219,7 +219,7 @@ impl ManagedQueryService {
             parent.artifact_manifest_digest(),
             parent.planning_environment_digest(),
         )?;
-        let input = ManagedQueryInput::new(
+        let input = QueryInput::new(
             artifact,
             parent.session_started().clone(),
             parent.decision_event().clone(),
@@ -235,7 +235,7 @@ fn consent_expiry(
     _store: &ConsentStore,
     challenge: &InstallConsentChallenge,
     authority: &ConsentAuthority,
-) -> Result<ManagedConsentResolutionResult, ServiceError> {
+) -> Result<ConsentResolutionResult, ServiceError> {
     let install_action = &authority.install_action;
     if install_action.expires_at.as_deref() != Some(challenge.expires_at()) {
         return Err(ServiceError::Identity(
@@ -399,7 +399,7 @@ fn check_expiry_transition(
 // resolve_consent (spec/service.md §10)
 // ------------------------------------------------------------------------------------------------
 
-impl ManagedQueryService {
+impl QueryService {
     /// Commits a fresh, correctly signed human decision on a published challenge
     /// (spec/service.md §10): decodes and pins the verifier before any lock, authenticates the
     /// assertion against the broker record (a durable decision-ready record), commits the
@@ -408,7 +408,7 @@ impl ManagedQueryService {
     pub fn resolve_consent(
         &self,
         assertion_payload: &[u8],
-    ) -> Result<ManagedConsentResolutionResult, ServiceError> {
+    ) -> Result<ConsentResolutionResult, ServiceError> {
         self.check_process()?;
         let assertion = SignedHumanDecisionAssertion::decode(assertion_payload)?;
         let Some(broker) = self.config.consent.as_ref() else {
@@ -559,7 +559,7 @@ impl ManagedQueryService {
         authority: &ConsentAuthority,
         settled: &ChallengeRecord,
         event: &EngineEvent,
-    ) -> Result<ManagedConsentResolutionResult, ServiceError> {
+    ) -> Result<ConsentResolutionResult, ServiceError> {
         let decision = event.payload.get_str("decision").unwrap_or_default();
         if settled.state() != ChallengeState::Settled
             || settled.decision() != Some(decision)
@@ -811,8 +811,8 @@ fn retire_interactive_grant(
     engine: &Engine,
     challenge: &InstallConsentChallenge,
     authority: &ConsentAuthority,
-    service: &ManagedQueryService,
-) -> Result<Option<ManagedConsentResolutionResult>, ServiceError> {
+    service: &QueryService,
+) -> Result<Option<ConsentResolutionResult>, ServiceError> {
     let install_action = &authority.install_action;
     if install_action.expires_at.as_deref() != Some(challenge.expires_at()) {
         return Err(ServiceError::Identity(

@@ -14,7 +14,7 @@ pub const ACTION_SUMMARIES_MAX: usize = 16;
 
 /// One committed plan row as a host may see it.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ManagedCapabilitySelection {
+pub struct CapabilitySelection {
     capability_id: String,
     kind: String,
     name: String,
@@ -30,7 +30,7 @@ pub struct ManagedCapabilitySelection {
     install_plan_digest: Option<String>,
 }
 
-impl ManagedCapabilitySelection {
+impl CapabilitySelection {
     pub fn capability_id(&self) -> &str {
         &self.capability_id
     }
@@ -76,7 +76,7 @@ impl ManagedCapabilitySelection {
 /// The projection of one committed schema-v3 plan at one authoritative journal head.
 /// `journal_revision` is the current head, which may be later than the planning revision.
 #[derive(Debug)]
-pub struct PreparedManagedQuery {
+pub struct PreparedQuery {
     status: String,
     abstention_code: Option<String>,
     plan_id: String,
@@ -88,10 +88,10 @@ pub struct PreparedManagedQuery {
     requested_limit: Option<i64>,
     candidate_pool_count: Option<i64>,
     search_evaluation_count: Option<i64>,
-    selections: Vec<ManagedCapabilitySelection>,
+    selections: Vec<CapabilitySelection>,
 }
 
-impl PreparedManagedQuery {
+impl PreparedQuery {
     /// `ready`, `abstained` or `degraded`.
     pub fn status(&self) -> &str {
         &self.status
@@ -126,22 +126,22 @@ impl PreparedManagedQuery {
     pub fn search_evaluation_count(&self) -> Option<i64> {
         self.search_evaluation_count
     }
-    pub fn selections(&self) -> &[ManagedCapabilitySelection] {
+    pub fn selections(&self) -> &[CapabilitySelection] {
         &self.selections
     }
 }
 
 /// A bounded, prose-free projection of one host action. Equal by its three fields.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ManagedActionSummary {
+pub struct ActionSummary {
     action_id: String,
     kind: String,
     entity_id: Option<String>,
 }
 
-impl ManagedActionSummary {
-    pub(crate) fn of(action: &HostAction) -> ManagedActionSummary {
-        ManagedActionSummary {
+impl ActionSummary {
+    pub(crate) fn of(action: &HostAction) -> ActionSummary {
+        ActionSummary {
             action_id: action.action_id.clone(),
             kind: action.kind.as_str().to_owned(),
             entity_id: action.entity_id.clone(),
@@ -162,7 +162,7 @@ impl ManagedActionSummary {
 /// The authority-free identity of one pending human decision, copied from the broker's challenge
 /// (spec/service.md §1). Equal when all five fields are equal.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ManagedConsentChallengeProjection {
+pub struct ConsentChallengeProjection {
     audience: String,
     capability_id: String,
     challenge_digest: String,
@@ -170,12 +170,12 @@ pub struct ManagedConsentChallengeProjection {
     kind: String,
 }
 
-impl ManagedConsentChallengeProjection {
+impl ConsentChallengeProjection {
     /// The five identity fields of a broker challenge, verbatim.
     pub(crate) fn of(
         challenge: &ctx_projections::consent_store::InstallConsentChallenge,
-    ) -> ManagedConsentChallengeProjection {
-        ManagedConsentChallengeProjection {
+    ) -> ConsentChallengeProjection {
+        ConsentChallengeProjection {
             audience: challenge.audience().to_owned(),
             capability_id: challenge.capability_id().to_owned(),
             challenge_digest: challenge.challenge_digest().to_owned(),
@@ -204,20 +204,20 @@ impl ManagedConsentChallengeProjection {
 /// What `prepare` and `reopen` return: the opaque reference, the projection at the head, the
 /// planning transition's action summaries and the current consent challenge (if any).
 #[derive(Debug)]
-pub struct ManagedQueryServiceResult {
+pub struct QueryServiceResult {
     query_ref: String,
-    prepared: PreparedManagedQuery,
-    actions: Vec<ManagedActionSummary>,
-    challenge: Option<ManagedConsentChallengeProjection>,
+    prepared: PreparedQuery,
+    actions: Vec<ActionSummary>,
+    challenge: Option<ConsentChallengeProjection>,
 }
 
-impl ManagedQueryServiceResult {
+impl QueryServiceResult {
     pub(crate) fn new(
         query_ref: String,
-        prepared: PreparedManagedQuery,
-        actions: Vec<ManagedActionSummary>,
-        challenge: Option<ManagedConsentChallengeProjection>,
-    ) -> Result<ManagedQueryServiceResult, ServiceError> {
+        prepared: PreparedQuery,
+        actions: Vec<ActionSummary>,
+        challenge: Option<ConsentChallengeProjection>,
+    ) -> Result<QueryServiceResult, ServiceError> {
         crate::failpoint::fail_point!(super::failpoints::QUERY_BEFORE_RESULT);
         if !ctx_projections::query_store::is_query_ref(&query_ref) {
             return Err(ServiceError::Identity("query result reference is invalid"));
@@ -227,7 +227,7 @@ impl ManagedQueryServiceResult {
                 "query result action summary set is invalid",
             ));
         }
-        Ok(ManagedQueryServiceResult {
+        Ok(QueryServiceResult {
             query_ref,
             prepared,
             actions,
@@ -238,13 +238,13 @@ impl ManagedQueryServiceResult {
     pub fn query_ref(&self) -> &str {
         &self.query_ref
     }
-    pub fn prepared(&self) -> &PreparedManagedQuery {
+    pub fn prepared(&self) -> &PreparedQuery {
         &self.prepared
     }
-    pub fn actions(&self) -> &[ManagedActionSummary] {
+    pub fn actions(&self) -> &[ActionSummary] {
         &self.actions
     }
-    pub fn challenge(&self) -> Option<&ManagedConsentChallengeProjection> {
+    pub fn challenge(&self) -> Option<&ConsentChallengeProjection> {
         self.challenge.as_ref()
     }
 }
@@ -258,7 +258,7 @@ pub(crate) fn project(
     snapshot: &Snapshot,
     scope: &ScopeRef,
     expected_plan_id: Option<&str>,
-) -> Result<PreparedManagedQuery, ServiceError> {
+) -> Result<PreparedQuery, ServiceError> {
     if let Some(expected) = expected_plan_id
         && !is_token(expected)
     {
@@ -307,7 +307,7 @@ pub(crate) fn project(
         audit => Some(audit),
     };
     let audit_int = |key: &str| audit.and_then(|a| a.get(key)).and_then(Json::as_i64);
-    Ok(PreparedManagedQuery {
+    Ok(PreparedQuery {
         status: plan.status.clone(),
         abstention_code: plan.abstention_code.clone(),
         plan_id: plan.plan_id.clone(),
@@ -337,7 +337,7 @@ fn strings(row: &Json, key: &str) -> Result<Vec<String>, ServiceError> {
         .ok_or_else(|| ServiceError::Projection(format!("committed capability {key} is invalid")))
 }
 
-fn selection(row: &Json) -> Result<ManagedCapabilitySelection, ServiceError> {
+fn selection(row: &Json) -> Result<CapabilitySelection, ServiceError> {
     let text = |key: &str| row.get_str(key).map(str::to_owned);
     let (Some(capability_id), Some(kind)) = (text("capability_id"), text("kind")) else {
         return projection("committed capability identity is invalid");
@@ -379,7 +379,7 @@ fn selection(row: &Json) -> Result<ManagedCapabilitySelection, ServiceError> {
             }),
         }
     };
-    Ok(ManagedCapabilitySelection {
+    Ok(CapabilitySelection {
         name: text("name").unwrap_or_default(),
         matching_signals: strings(row, "matching_signals")?,
         reason_codes: strings(row, "reason_codes")?,

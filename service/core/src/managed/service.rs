@@ -1,4 +1,4 @@
-//! `ManagedQueryService` (spec/service.md §2, §3): prepare and reopen over the query store and
+//! `QueryService` (spec/service.md §2, §3): prepare and reopen over the query store and
 //! the engine of one data directory.
 
 use std::collections::BTreeMap;
@@ -15,10 +15,8 @@ use super::composition::{EngineComposition, build_planner, check_captured, open_
 use super::consent::{ConsentContext, publish_current_consent};
 use super::error::{ServiceError, invalid};
 use super::install::InstallActuators;
-use super::request::{ManagedQueryInput, ManagedQueryInputAuthority, ManagedQueryRequest};
-use super::result::{
-    ACTION_SUMMARIES_MAX, ManagedActionSummary, ManagedQueryServiceResult, PreparedManagedQuery,
-};
+use super::request::{QueryInput, QueryInputAuthority, QueryRequest};
+use super::result::{ACTION_SUMMARIES_MAX, ActionSummary, PreparedQuery, QueryServiceResult};
 use crate::decision::TrustedHumanDecisionVerifierRegistry;
 use crate::planning::adapter::AdapterPorts;
 use crate::planning::benefit::NetBenefitPolicy;
@@ -27,11 +25,11 @@ use crate::registry::ArtifactRegistry;
 use crate::skill_cas::SkillCasRuntimeConfig;
 
 /// What a service is opened with. Every authority is captured for the service's lifetime.
-pub struct ManagedQueryServiceConfig {
+pub struct QueryServiceConfig {
     /// Absolute directory of the journal that holds the query store and the engine streams.
     pub data_dir: PathBuf,
     pub registry: Arc<ArtifactRegistry>,
-    pub input_authority: Arc<dyn ManagedQueryInputAuthority>,
+    pub input_authority: Arc<dyn QueryInputAuthority>,
     /// Candidate source, benefit facts, material and install bundle ports.
     pub ports: AdapterPorts,
     pub net_benefit_policy: NetBenefitPolicy,
@@ -62,9 +60,9 @@ pub struct ConsentBrokerConfig {
     pub release_root_digest: String,
 }
 
-impl std::fmt::Debug for ManagedQueryServiceConfig {
+impl std::fmt::Debug for QueryServiceConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedQueryServiceConfig")
+        f.debug_struct("QueryServiceConfig")
             .field("data_dir", &self.data_dir)
             .field("ports", &self.ports)
             .field("planner_version", &self.planner_version)
@@ -87,8 +85,8 @@ pub(crate) struct State {
 /// The managed query service. `Send + Sync`: many threads may call one handle; operations run
 /// one at a time under an in-process mutex, and the journal's process lock excludes other
 /// processes.
-pub struct ManagedQueryService {
-    pub(crate) config: ManagedQueryServiceConfig,
+pub struct QueryService {
+    pub(crate) config: QueryServiceConfig,
     pub(crate) actuators: InstallActuators,
     pub(crate) policy_store: Option<InstallPolicyStore>,
     lifecycle: Arc<Mutex<()>>,
@@ -112,9 +110,9 @@ fn lifecycle_lock(data_dir: &std::path::Path) -> Arc<Mutex<()>> {
         .clone()
 }
 
-impl std::fmt::Debug for ManagedQueryService {
+impl std::fmt::Debug for QueryService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedQueryService")
+        f.debug_struct("QueryService")
             .field("closed", &self.is_closed())
             .finish_non_exhaustive()
     }
@@ -122,9 +120,7 @@ impl std::fmt::Debug for ManagedQueryService {
 
 /// Opens a service. Nothing is opened or written here: the journal is opened by the first
 /// operation that passes input validation, so a refused input never creates state.
-pub fn open_managed_query_service(
-    config: ManagedQueryServiceConfig,
-) -> Result<ManagedQueryService, ServiceError> {
+pub fn open_query_service(config: QueryServiceConfig) -> Result<QueryService, ServiceError> {
     if !config.data_dir.is_absolute() {
         return invalid("data_dir must be an absolute Path");
     }
@@ -177,7 +173,7 @@ pub fn open_managed_query_service(
         return invalid("consent_broker must name a token audience and two SHA-256 digests");
     }
     let lifecycle = lifecycle_lock(&config.data_dir);
-    Ok(ManagedQueryService {
+    Ok(QueryService {
         actuators: InstallActuators::new(config.skill_cas.clone())
             .with_material_store(config.material_store.clone()),
         policy_store,
@@ -191,7 +187,7 @@ pub fn open_managed_query_service(
     })
 }
 
-impl ManagedQueryService {
+impl QueryService {
     pub(crate) fn check_process(&self) -> Result<(), ServiceError> {
         if std::process::id() == self.pid {
             Ok(())
@@ -241,10 +237,7 @@ impl ManagedQueryService {
     /// Plans the request's current work once, durably, and returns its opaque reference
     /// (spec/service.md §3). A retry with the same request returns the same reference and plan
     /// without planning again.
-    pub fn prepare(
-        &self,
-        request: &ManagedQueryRequest,
-    ) -> Result<ManagedQueryServiceResult, ServiceError> {
+    pub fn prepare(&self, request: &QueryRequest) -> Result<QueryServiceResult, ServiceError> {
         let mut state = self.begin()?;
         let _lifecycle = self.lifecycle();
         let supplied = self
@@ -309,7 +302,7 @@ impl ManagedQueryService {
 
     /// Converges on the stored query `query_ref` (spec/service.md §3): re-authenticates its
     /// artifact and replays its committed events; plans only if planning never committed.
-    pub fn reopen(&self, query_ref: &str) -> Result<ManagedQueryServiceResult, ServiceError> {
+    pub fn reopen(&self, query_ref: &str) -> Result<QueryServiceResult, ServiceError> {
         let mut state = self.begin()?;
         let _lifecycle = self.lifecycle();
         if !is_query_ref(query_ref) {
@@ -321,7 +314,7 @@ impl ManagedQueryService {
             record.artifact_manifest_digest(),
             record.planning_environment_digest(),
         )?;
-        let input = ManagedQueryInput::new(
+        let input = QueryInput::new(
             artifact,
             record.session_started().clone(),
             record.decision_event().clone(),
@@ -355,7 +348,7 @@ impl ManagedQueryService {
 
     /// Input validation shared by prepare and reopen (spec/service.md §3). Runs before anything is
     /// opened or written.
-    pub(crate) fn validate_input(&self, input: &ManagedQueryInput) -> Result<(), ServiceError> {
+    pub(crate) fn validate_input(&self, input: &QueryInput) -> Result<(), ServiceError> {
         let artifact = input.artifact();
         self.config.registry.verify_handle(artifact)?;
         check_captured(
@@ -412,7 +405,7 @@ impl ManagedQueryService {
     pub(crate) fn composition(
         &self,
         runtime: &Runtime,
-        input: &ManagedQueryInput,
+        input: &QueryInput,
     ) -> Result<EngineComposition, ServiceError> {
         let config = &self.config;
         let planner = build_planner(
@@ -438,8 +431,8 @@ impl ManagedQueryService {
         runtime: &Runtime,
         composition: &EngineComposition,
         record: &QueryRecord,
-        input: &ManagedQueryInput,
-    ) -> Result<ManagedQueryServiceResult, ServiceError> {
+        input: &QueryInput,
+    ) -> Result<QueryServiceResult, ServiceError> {
         let decision = input.decision_event();
         if let Some(plan_id) = record.plan_id() {
             let head = composition.reopen_managed_query(&decision.scope, None)?;
@@ -534,17 +527,13 @@ impl ManagedQueryService {
                 "managed query completion binding was substituted",
             ));
         }
-        let actions = transition
-            .actions
-            .iter()
-            .map(ManagedActionSummary::of)
-            .collect();
-        ManagedQueryServiceResult::new(record.query_ref().to_owned(), prepared, actions, challenge)
+        let actions = transition.actions.iter().map(ActionSummary::of).collect();
+        QueryServiceResult::new(record.query_ref().to_owned(), prepared, actions, challenge)
     }
 }
 
 /// The stored registration must be exactly the supplied input (spec/service.md §3).
-fn check_record(record: &QueryRecord, input: &ManagedQueryInput) -> Result<(), ServiceError> {
+fn check_record(record: &QueryRecord, input: &QueryInput) -> Result<(), ServiceError> {
     if record.session_started() != input.session_started()
         || record.decision_event() != input.decision_event()
         || record.artifact_manifest_digest() != input.artifact().manifest_digest()
@@ -561,7 +550,7 @@ fn check_record(record: &QueryRecord, input: &ManagedQueryInput) -> Result<(), S
 fn check_advance(
     record: &QueryRecord,
     decision: &EngineEvent,
-    prepared: &PreparedManagedQuery,
+    prepared: &PreparedQuery,
     transition: &Transition,
 ) -> Result<(), ServiceError> {
     if transition.event_id != decision.event_id

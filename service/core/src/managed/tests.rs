@@ -18,9 +18,9 @@ use super::*;
 use crate::catalog::{
     CapabilityCandidate, Catalog, WorkObservation, load_catalog_dir, sample_catalog_dir,
 };
-use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlannerV3};
+use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlanner};
 use crate::planning::benefit::{BenefitCandidate, NetBenefitPolicy};
-use crate::planning::plan_v3::AuthenticatedNetBenefitPlanner;
+use crate::planning::plan::AuthenticatedNetBenefitPlanner;
 use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
 use crate::registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 
@@ -55,11 +55,11 @@ impl BenefitFactsPort for CountingFacts {
 /// Resolves work references from a table the test fills.
 #[derive(Default)]
 struct Inputs {
-    values: Mutex<HashMap<String, Box<dyn Fn() -> ManagedQueryInput + Send>>>,
+    values: Mutex<HashMap<String, Box<dyn Fn() -> QueryInput + Send>>>,
 }
 
-impl ManagedQueryInputAuthority for Inputs {
-    fn resolve(&self, current_work_ref: &str) -> Result<ManagedQueryInput, InputAuthorityError> {
+impl QueryInputAuthority for Inputs {
+    fn resolve(&self, current_work_ref: &str) -> Result<QueryInput, InputAuthorityError> {
         let values = self.values.lock().unwrap();
         values
             .get(current_work_ref)
@@ -127,7 +127,7 @@ fn events_in(artifact: &ArtifactHandle, session: &str, plan: &str) -> (EngineEve
 fn environment(ports: &AdapterPorts, policy: &NetBenefitPolicy, catalog: &Catalog) -> String {
     let planner =
         AuthenticatedNetBenefitPlanner::new(policy.clone(), EngineAuditSink::default()).unwrap();
-    ReplayDecisionPlannerV3::new(planner, ports.clone(), VERSION, catalog.namespace_digest())
+    ReplayDecisionPlanner::new(planner, ports.clone(), VERSION, catalog.namespace_digest())
         .unwrap()
         .catalog_snapshot_digest()
         .to_owned()
@@ -143,7 +143,7 @@ struct Setup {
     ports: AdapterPorts,
     inputs: Arc<Inputs>,
     clock: Arc<ManualClock>,
-    service: ManagedQueryService,
+    service: QueryService,
 }
 
 impl Setup {
@@ -185,7 +185,7 @@ impl Setup {
                 Box::new(move || {
                     let artifact = registry.ingest(&loaded, ingest.clone()).unwrap();
                     let (started, intent) = events_in(&artifact, session, plan);
-                    ManagedQueryInput::new(artifact, started, intent)
+                    QueryInput::new(artifact, started, intent)
                 }),
             );
         }
@@ -206,7 +206,7 @@ impl Setup {
         }
     }
 
-    fn reopen_service(&self) -> ManagedQueryService {
+    fn reopen_service(&self) -> QueryService {
         open_service(
             &self.data_dir,
             &self.registry,
@@ -229,8 +229,8 @@ fn open_service(
     ports: &AdapterPorts,
     policy: &NetBenefitPolicy,
     clock: &Arc<ManualClock>,
-) -> ManagedQueryService {
-    open_managed_query_service(ManagedQueryServiceConfig {
+) -> QueryService {
+    open_query_service(QueryServiceConfig {
         data_dir: data_dir.to_path_buf(),
         registry: registry.clone(),
         input_authority: inputs.clone(),
@@ -247,8 +247,8 @@ fn open_service(
     .unwrap()
 }
 
-fn request(label: &str) -> ManagedQueryRequest {
-    ManagedQueryRequest::new(&digest(label), "work-one").unwrap()
+fn request(label: &str) -> QueryRequest {
+    QueryRequest::new(&digest(label), "work-one").unwrap()
 }
 
 #[test]
@@ -325,7 +325,7 @@ fn a_closed_service_refuses_every_operation() {
     s.service.close();
     s.service.close();
     assert!(s.service.is_closed());
-    let closed = |r: Result<ManagedQueryServiceResult, ServiceError>| {
+    let closed = |r: Result<QueryServiceResult, ServiceError>| {
         r.unwrap_err().to_string() == "managed query service is closed"
     };
     assert!(closed(s.service.prepare(&request("closing"))));
@@ -334,17 +334,17 @@ fn a_closed_service_refuses_every_operation() {
 
 #[test]
 fn malformed_requests_and_references_are_refused() {
-    let message = |r: Result<ManagedQueryRequest, ServiceError>| r.unwrap_err().to_string();
+    let message = |r: Result<QueryRequest, ServiceError>| r.unwrap_err().to_string();
     assert_eq!(
-        message(ManagedQueryRequest::new("ABC", "work-one")),
+        message(QueryRequest::new("ABC", "work-one")),
         "logical_query_id must be a lowercase SHA-256 digest"
     );
     assert_eq!(
-        message(ManagedQueryRequest::new(&digest("q"), "")),
+        message(QueryRequest::new(&digest("q"), "")),
         "current_work_ref must be a bounded opaque token"
     );
     assert_eq!(
-        message(ManagedQueryRequest::new(&digest("q"), &"w".repeat(129))),
+        message(QueryRequest::new(&digest("q"), &"w".repeat(129))),
         "current_work_ref must be a bounded opaque token"
     );
     let s = Setup::new();
@@ -375,10 +375,10 @@ fn a_foreign_handle_is_refused_before_any_journal_write() {
         Box::new(move || {
             let artifact = foreign.ingest(&loaded, ingest.clone()).unwrap();
             let (started, intent) = events(&artifact);
-            ManagedQueryInput::new(artifact, started, intent)
+            QueryInput::new(artifact, started, intent)
         }),
     );
-    let request = ManagedQueryRequest::new(&digest("foreign"), "foreign-work").unwrap();
+    let request = QueryRequest::new(&digest("foreign"), "foreign-work").unwrap();
     let error = s.service.prepare(&request).unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -400,7 +400,7 @@ fn one_fresh_prepare_appends_four_records() {
         ctx_journal::Journal::open(&s.data_dir, &ctx_journal::OpenOptions::new()).unwrap();
     let before = journal.head_position().unwrap();
     eprintln!("CTX-FSYNC-PROBE-BEGIN");
-    let second = ManagedQueryRequest::new(&digest("fresh"), "work-two").unwrap();
+    let second = QueryRequest::new(&digest("fresh"), "work-two").unwrap();
     s.service.prepare(&second).unwrap();
     eprintln!("CTX-FSYNC-PROBE-END");
     let after = journal.head_position().unwrap();
@@ -440,7 +440,7 @@ fn fresh_prepares_between_markers() {
                 let artifact = registry.ingest(&loaded, ingest.clone()).unwrap();
                 let (started, intent) =
                     events_in(&artifact, &format!("session-m{i}"), &format!("plan-m{i}"));
-                ManagedQueryInput::new(artifact, started, intent)
+                QueryInput::new(artifact, started, intent)
             }),
         );
     }
@@ -448,8 +448,7 @@ fn fresh_prepares_between_markers() {
         ctx_journal::Journal::open(&s.data_dir, &ctx_journal::OpenOptions::new()).unwrap();
     for i in 0..8 {
         let request =
-            ManagedQueryRequest::new(&digest(&format!("measured-{i}")), &format!("work-m{i}"))
-                .unwrap();
+            QueryRequest::new(&digest(&format!("measured-{i}")), &format!("work-m{i}")).unwrap();
         let before = journal.head_position().unwrap();
         eprintln!("CTX-FSYNC-PREPARE-BEGIN {i}");
         let result = s.service.prepare(&request).unwrap();
@@ -508,7 +507,7 @@ fn a_crash_after_the_registration_append_is_completed_by_reopen_and_retry() {
     assert!(planned > 0);
     let retried = s
         .service
-        .prepare(&ManagedQueryRequest::new(&digest("crash"), "work-one").unwrap())
+        .prepare(&QueryRequest::new(&digest("crash"), "work-one").unwrap())
         .unwrap();
     assert_eq!(s.calls(), planned);
     assert_eq!(retried.query_ref(), record.query_ref());

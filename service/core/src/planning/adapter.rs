@@ -1,5 +1,5 @@
 //! The runtime replay adapter (spec/planner.md §10,
-//! `AuthenticatedReplayDecisionPlannerV3`): turns a current-work observation surrogate into a
+//! `AuthenticatedReplayDecisionPlanner`): turns a current-work observation surrogate into a
 //! `ctx.decision.capability-plan` v3 decision surrogate, reading presentations, benefit facts and
 //! authorities only through pinned host ports.
 //!
@@ -18,9 +18,9 @@ use ctx_model::{
 use ctx_projections::engine::{DecisionPlanner, PlanningContext, SeamError};
 
 use super::benefit::{BenefitCandidate, CANDIDATE_POOL_MAX_ITEMS};
-use super::plan_v3::{
+use super::plan::{
     AuthenticatedCapabilityCandidate, AuthenticatedNetBenefitPlanner, BenefitAuditSink,
-    CapabilityPlanV3, CapabilityPresentation, PlanningAuthority, PlanningError,
+    CapabilityPlan, CapabilityPresentation, PlanningAuthority, PlanningError,
 };
 use super::ports::{
     BenefitFactsPort, CandidateSourcePort, CatalogBenefitFacts, CatalogCandidateSource,
@@ -190,9 +190,9 @@ impl Memo {
     }
 }
 
-/// `ReplayDecisionPlannerV3`: an [`AuthenticatedNetBenefitPlanner`] behind pinned ports, usable
+/// `ReplayDecisionPlanner`: an [`AuthenticatedNetBenefitPlanner`] behind pinned ports, usable
 /// as the engine's [`DecisionPlanner`].
-pub struct ReplayDecisionPlannerV3<S> {
+pub struct ReplayDecisionPlanner<S> {
     planner: AuthenticatedNetBenefitPlanner<S>,
     ports: AdapterPorts,
     planner_version: String,
@@ -203,9 +203,9 @@ pub struct ReplayDecisionPlannerV3<S> {
     memo: Mutex<Memo>,
 }
 
-impl<S> std::fmt::Debug for ReplayDecisionPlannerV3<S> {
+impl<S> std::fmt::Debug for ReplayDecisionPlanner<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplayDecisionPlannerV3")
+        f.debug_struct("ReplayDecisionPlanner")
             .field("planner_version", &self.planner_version)
             .field("environment_digest", &self.environment_digest)
             .finish_non_exhaustive()
@@ -226,7 +226,7 @@ fn skip<T>() -> Result<Option<T>, AdapterError> {
     Ok(None)
 }
 
-impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
+impl<S: BenefitAuditSink> ReplayDecisionPlanner<S> {
     /// Pins every snapshot digest and computes the planning-environment digest.
     pub fn new(
         planner: AuthenticatedNetBenefitPlanner<S>,
@@ -284,7 +284,7 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
             ("policy_digest", Json::str(&pins.policy_digest)),
             ("schema", Json::str(PLANNING_ENVIRONMENT_SCHEMA)),
         ]));
-        Ok(ReplayDecisionPlannerV3 {
+        Ok(ReplayDecisionPlanner {
             planner,
             ports,
             planner_version: planner_version.to_owned(),
@@ -302,7 +302,7 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
         planner_version: &str,
     ) -> Result<Self, AdapterError> {
         let namespace = catalog.namespace_digest().to_owned();
-        ReplayDecisionPlannerV3::new(
+        ReplayDecisionPlanner::new(
             planner,
             AdapterPorts::from_catalog(catalog),
             planner_version,
@@ -350,11 +350,11 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
     }
 
     /// Plans `observation` under the pins (spec/planner.md §10).
-    pub fn decide(&self, observation: &WorkObservation) -> Result<CapabilityPlanV3, AdapterError> {
+    pub fn decide(&self, observation: &WorkObservation) -> Result<CapabilityPlan, AdapterError> {
         let mut memo = self.lock();
         self.assert_pins()?;
         let Some(pool) = self.pool(&mut memo, observation)? else {
-            let plan = CapabilityPlanV3::degraded("catalog-unavailable")?;
+            let plan = CapabilityPlan::degraded("catalog-unavailable")?;
             // End validation: a second "unavailable" is expected; an answer trips the memo.
             if self.pool(&mut memo, observation)?.is_some() {
                 return Err(AdapterError::Drift(
@@ -644,7 +644,7 @@ impl<S: BenefitAuditSink> ReplayDecisionPlannerV3<S> {
     }
 }
 
-impl<S: BenefitAuditSink + Send + Sync + 'static> DecisionPlanner for ReplayDecisionPlannerV3<S> {
+impl<S: BenefitAuditSink + Send + Sync + 'static> DecisionPlanner for ReplayDecisionPlanner<S> {
     fn plan(
         &self,
         observation: Option<&Surrogate>,

@@ -4,5 +4,5 @@
 
 pub mod adapter;
 pub mod benefit;
-pub mod plan_v3;
+pub mod plan;
 pub mod ports;

@@ -5,7 +5,7 @@
 use ctx_model::{
     ActionKind, CapabilityKind, HostAction, INSTALL_CONSENT_REQUEST_SCHEMA_V3, Json,
     is_capability_identity, is_safe_token, is_sha, validate_action,
-    validate_install_plan_descriptor, validate_plan_row_v3,
+    validate_install_plan_descriptor, validate_plan_row,
 };
 
 use super::error::RoutingError;
@@ -234,7 +234,7 @@ pub fn route_install_consent_request(
     policy: &InstallConsentPolicy,
 ) -> Result<InstallConsentDirective, RoutingError> {
     let untyped = |detail: String| RoutingError::Untyped { detail };
-    validate_plan_row_v3(selection_row).map_err(|e| untyped(e.message().to_owned()))?;
+    validate_plan_row(selection_row).map_err(|e| untyped(e.message().to_owned()))?;
     validate_install_plan_descriptor(descriptor).map_err(|e| untyped(e.message().to_owned()))?;
 
     let row = selection_row;

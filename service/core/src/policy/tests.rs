@@ -11,7 +11,7 @@ use std::time::Duration;
 use ctx_model::testkit::{RowKind, digest, row, scope};
 use ctx_model::{
     ActionKind, HostAction, INSTALLER_ID, InstallDescriptorInput, Json, PrivacyLabel,
-    USER_DECISION_KEYS, action_id, consent_id, consent_request_payload_v3, install_payload_v3,
+    USER_DECISION_KEYS, action_id, consent_id, consent_request_payload, install_payload,
     install_plan_descriptor, install_rollback, install_verification,
 };
 
@@ -765,7 +765,7 @@ fn consent_request(row: &Json, policy_digest: &str) -> HostAction {
     let kind = row.get_str("kind").unwrap();
     let authority = row.get("authority").unwrap();
     let descriptor = authority.get("descriptor").unwrap();
-    let payload = install_payload_v3(
+    let payload = install_payload(
         kind,
         row.get("catalog_identity").unwrap(),
         authority.get("result_material").unwrap(),
@@ -796,7 +796,7 @@ fn consent_request(row: &Json, policy_digest: &str) -> HostAction {
         action_id: action_id(&event, ActionKind::RequestConsent, Some(id), 0),
         kind: ActionKind::RequestConsent,
         precondition_revision: revision,
-        payload: consent_request_payload_v3(
+        payload: consent_request_payload(
             &payload,
             &install.action_id,
             &install.content_digest(),

@@ -12,7 +12,7 @@ use ctx_model::testkit::{digest, scope};
 use ctx_model::{
     ActionKind, HostAction, INSTALLER_DIGEST, INSTALLER_ID, InstallDescriptorInput,
     InstallExecutionBinding, Json, PrivacyLabel, action_id, build_material_identity,
-    catalog_capability_identity, cj_digest, install_payload_v3, install_plan_descriptor,
+    catalog_capability_identity, cj_digest, install_payload, install_plan_descriptor,
     sha256_hex_bytes,
 };
 
@@ -120,7 +120,7 @@ fn action_for(material: &Json, descriptor: &Json, kind: &str) -> HostAction {
         kind: ActionKind::InstallCapability,
         scope: scope("session-1"),
         precondition_revision: 7,
-        payload: install_payload_v3(kind, &catalog, material, descriptor, &digest("policy")),
+        payload: install_payload(kind, &catalog, material, descriptor, &digest("policy")),
         privacy: PrivacyLabel::default(),
         entity_id: Some(capability_id.to_owned()),
         source_digest: Some(digest("source")),

@@ -12,7 +12,7 @@ use ctx_projections::testkit::lifecycle::observed_intent;
 use super::*;
 use crate::catalog::{load_catalog_dir, sample_catalog_dir};
 use crate::planning::benefit::{Availability, NetBenefitPolicy};
-use crate::planning::plan_v3::SinkError;
+use crate::planning::plan::SinkError;
 use crate::planning::ports::CatalogBenefitFacts;
 
 const VERSION: &str = "ctx-planner-test";
@@ -48,14 +48,14 @@ fn planner() -> AuthenticatedNetBenefitPlanner<MemorySink> {
 
 fn adapter_with(
     f: impl FnOnce(&mut AdapterPorts, &Arc<Catalog>),
-) -> ReplayDecisionPlannerV3<MemorySink> {
+) -> ReplayDecisionPlanner<MemorySink> {
     let catalog = catalog();
     let mut ports = AdapterPorts::from_catalog(catalog.clone());
     f(&mut ports, &catalog);
-    ReplayDecisionPlannerV3::new(planner(), ports, VERSION, catalog.namespace_digest()).unwrap()
+    ReplayDecisionPlanner::new(planner(), ports, VERSION, catalog.namespace_digest()).unwrap()
 }
 
-fn adapter() -> ReplayDecisionPlannerV3<MemorySink> {
+fn adapter() -> ReplayDecisionPlanner<MemorySink> {
     adapter_with(|_, _| {})
 }
 
@@ -71,7 +71,7 @@ fn surrogate(o: &WorkObservation) -> Surrogate {
 }
 
 fn plan(
-    a: &ReplayDecisionPlannerV3<MemorySink>,
+    a: &ReplayDecisionPlanner<MemorySink>,
     o: &WorkObservation,
 ) -> Result<Surrogate, AdapterError> {
     let context = PlanningContext {
@@ -89,7 +89,7 @@ fn err(r: Result<Surrogate, AdapterError>) -> String {
 fn python_testing_yields_a_ready_valid_decision() {
     let sink = MemorySink::default();
     let c = catalog();
-    let a = ReplayDecisionPlannerV3::from_catalog(planner_with(sink.clone()), c, VERSION).unwrap();
+    let a = ReplayDecisionPlanner::from_catalog(planner_with(sink.clone()), c, VERSION).unwrap();
     let s = plan(&a, &observation(5)).unwrap();
     validate_surrogate(&s, SurrogateRole::Decision).unwrap();
     assert_eq!(s.value.get_str("status"), Some("ready"));
@@ -287,7 +287,7 @@ impl BenefitFactsPort for EditedFacts {
     }
 }
 
-fn edited(edit: fn(&mut BenefitCandidate), flip: bool) -> ReplayDecisionPlannerV3<MemorySink> {
+fn edited(edit: fn(&mut BenefitCandidate), flip: bool) -> ReplayDecisionPlanner<MemorySink> {
     adapter_with(|p, c| {
         p.facts = Arc::new(EditedFacts {
             inner: CatalogBenefitFacts::new(c.clone()),

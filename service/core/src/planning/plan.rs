@@ -4,7 +4,7 @@
 //! version 3 decision surrogate, and the [`AuthenticatedNetBenefitPlanner`].
 //!
 //! The emitted JSON is exactly what ctx-model's plan validators check: the reducer re-checks the
-//! decision value with `validate_capability_plan_v3_value` before it commits a plan, so a value
+//! decision value with `validate_capability_plan_value` before it commits a plan, so a value
 //! built here is also run through that validator before it is handed out.
 
 use std::collections::BTreeSet;
@@ -509,19 +509,19 @@ impl CapabilityBenefitProjection {
 
 /// One schema-v3 plan row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CapabilityPlanSelectionV3 {
+pub struct CapabilityPlanSelection {
     presentation: CapabilityPresentation,
     catalog_identity: Json,
     benefit: CapabilityBenefitProjection,
     authority: PlanningAuthority,
 }
 
-impl CapabilityPlanSelectionV3 {
+impl CapabilityPlanSelection {
     /// The row of `candidate` as chosen by `selection`.
     pub fn from_selection(
         candidate: &AuthenticatedCapabilityCandidate,
         selection: &BenefitSelection,
-    ) -> Result<CapabilityPlanSelectionV3, PlanningError> {
+    ) -> Result<CapabilityPlanSelection, PlanningError> {
         if (
             selection.capability_id.as_str(),
             selection.source_digest.as_str(),
@@ -543,7 +543,7 @@ impl CapabilityPlanSelectionV3 {
             benefit.tier.as_str(),
             &candidate.authority,
         )?;
-        Ok(CapabilityPlanSelectionV3 {
+        Ok(CapabilityPlanSelection {
             presentation: candidate.presentation.clone(),
             catalog_identity: candidate.catalog_identity.clone(),
             benefit,
@@ -735,23 +735,23 @@ impl PlanStatus {
     }
 }
 
-/// A schema-v3 capability plan. Built only by [`CapabilityPlanV3::degraded`] and
-/// [`CapabilityPlanV3::from_result`], which enforce the status rules.
+/// A schema-v3 capability plan. Built only by [`CapabilityPlan::degraded`] and
+/// [`CapabilityPlan::from_result`], which enforce the status rules.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CapabilityPlanV3 {
+pub struct CapabilityPlan {
     status: PlanStatus,
     abstention_code: Option<String>,
     benefit_audit: Option<BenefitAuditReference>,
-    selections: Vec<CapabilityPlanSelectionV3>,
+    selections: Vec<CapabilityPlanSelection>,
 }
 
-impl CapabilityPlanV3 {
+impl CapabilityPlan {
     /// A plan that never reached a validated benefit result: no audit, no rows.
-    pub fn degraded(code: &str) -> Result<CapabilityPlanV3, PlanningError> {
+    pub fn degraded(code: &str) -> Result<CapabilityPlan, PlanningError> {
         if !DEGRADATION_CODES.contains(&code) {
             return invalid("degraded schema-v3 plan requires no audit, result, or capabilities");
         }
-        Ok(CapabilityPlanV3 {
+        Ok(CapabilityPlan {
             status: PlanStatus::Degraded,
             abstention_code: Some(code.to_owned()),
             benefit_audit: None,
@@ -765,8 +765,8 @@ impl CapabilityPlanV3 {
         policy: &NetBenefitPolicy,
         result: &BenefitSelectionResult,
         audit: BenefitAuditReference,
-        selections: Vec<CapabilityPlanSelectionV3>,
-    ) -> Result<CapabilityPlanV3, PlanningError> {
+        selections: Vec<CapabilityPlanSelection>,
+    ) -> Result<CapabilityPlan, PlanningError> {
         if selections.len() > SELECTED_MAX_ITEMS {
             return invalid("schema-v3 plan exceeds the global five-item bound");
         }
@@ -790,7 +790,7 @@ impl CapabilityPlanV3 {
             }
             (PlanStatus::Ready, None)
         };
-        Ok(CapabilityPlanV3 {
+        Ok(CapabilityPlan {
             status,
             abstention_code: code,
             benefit_audit: Some(audit),
@@ -810,7 +810,7 @@ impl CapabilityPlanV3 {
         self.benefit_audit.as_ref()
     }
 
-    pub fn selections(&self) -> &[CapabilityPlanSelectionV3] {
+    pub fn selections(&self) -> &[CapabilityPlanSelection] {
         &self.selections
     }
 
@@ -833,7 +833,7 @@ impl CapabilityPlanV3 {
                 Json::Arr(
                     self.selections
                         .iter()
-                        .map(CapabilityPlanSelectionV3::to_json)
+                        .map(CapabilityPlanSelection::to_json)
                         .collect(),
                 ),
             ),
@@ -890,7 +890,7 @@ impl<S: BenefitAuditSink> AuthenticatedNetBenefitPlanner<S> {
         &self,
         candidates: &[AuthenticatedCapabilityCandidate],
         requested_limit: usize,
-    ) -> Result<CapabilityPlanV3, PlanningError> {
+    ) -> Result<CapabilityPlan, PlanningError> {
         if candidates.len() > CANDIDATE_POOL_MAX_ITEMS {
             return invalid("candidate pool exceeds its bounded limit");
         }
@@ -921,20 +921,20 @@ impl<S: BenefitAuditSink> AuthenticatedNetBenefitPlanner<S> {
             else {
                 return invalid("selected benefit identity does not match authenticated candidate");
             };
-            rows.push(CapabilityPlanSelectionV3::from_selection(
+            rows.push(CapabilityPlanSelection::from_selection(
                 candidate, selection,
             )?);
         }
         let acknowledged = match self.sink.store(&result.to_json()) {
             Ok(digest) => digest,
-            Err(SinkError::Unavailable(_)) => return CapabilityPlanV3::degraded("planner-failed"),
+            Err(SinkError::Unavailable(_)) => return CapabilityPlan::degraded("planner-failed"),
             Err(e) => return Err(PlanningError::Sink(e)),
         };
         if acknowledged != result.result_digest {
             return Err(PlanningError::AuditDigestMismatch);
         }
         let audit = BenefitAuditReference::new(&self.policy, &result);
-        CapabilityPlanV3::from_result(&self.policy, &result, audit, rows)
+        CapabilityPlan::from_result(&self.policy, &result, audit, rows)
     }
 }
 

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use super::*;
 use crate::planning::benefit::{EvidenceSummary, ResourceCosts};
 use ctx_model::testkit::{RowKind, Session};
-use ctx_model::{testkit, validate_capability_plan_v3_value, validate_plan_row_v3};
+use ctx_model::{testkit, validate_capability_plan_value, validate_plan_row};
 
 /// Stores results in memory and acknowledges a digest chosen by `mode`.
 #[derive(Debug, Default)]
@@ -105,9 +105,9 @@ fn planned_decision_is_accepted_and_committed_by_the_reducer() {
         .collect();
     assert_eq!(ids, vec!["skill:alpha", "skill:beta", "agent:gamma"]);
     let value = plan.to_json();
-    validate_capability_plan_v3_value(&value).unwrap();
+    validate_capability_plan_value(&value).unwrap();
     for row in value.get("capabilities").unwrap().as_arr().unwrap() {
-        validate_plan_row_v3(row).unwrap();
+        validate_plan_row(row).unwrap();
         assert_eq!(row.as_obj().unwrap().len(), 13);
     }
     // The audit sink holds exactly the result the audit reference names.
@@ -167,7 +167,7 @@ fn abstained_plans_carry_the_benefit_code_and_commit() {
         assert_eq!(plan.status(), PlanStatus::Abstained);
         assert_eq!(plan.abstention_code(), Some(code));
         assert!(plan.selections().is_empty());
-        validate_capability_plan_v3_value(&plan.to_json()).unwrap();
+        validate_capability_plan_value(&plan.to_json()).unwrap();
         let mut s = Session::new("s2");
         let started = s.started("managing");
         let (state, _) = ctx_model::reduce(None, &testkit::input(&started, None)).unwrap();
@@ -198,7 +198,7 @@ fn sink_failures_degrade_or_fail_closed() {
     assert_eq!(plan.status(), PlanStatus::Degraded);
     assert_eq!(plan.abstention_code(), Some("planner-failed"));
     assert!(plan.benefit_audit().is_none() && plan.selections().is_empty());
-    validate_capability_plan_v3_value(&plan.to_json()).unwrap();
+    validate_capability_plan_value(&plan.to_json()).unwrap();
     plan.decision_surrogate().unwrap();
 
     let wrong = AuthenticatedNetBenefitPlanner::new(
@@ -434,15 +434,15 @@ fn audit_reference_rules() {
     let mut wrong = audit.clone();
     wrong.search_evaluation_count += 1;
     assert_eq!(
-        err(CapabilityPlanV3::from_result(&p, &result, wrong, vec![])),
+        err(CapabilityPlan::from_result(&p, &result, wrong, vec![])),
         "benefit audit does not match validated result"
     );
     assert_eq!(
-        err(CapabilityPlanV3::from_result(&p, &result, audit, vec![])),
+        err(CapabilityPlan::from_result(&p, &result, audit, vec![])),
         "capability rows do not exactly project the validated benefit result"
     );
     assert_eq!(
-        err(CapabilityPlanV3::degraded("limit-zero")),
+        err(CapabilityPlan::degraded("limit-zero")),
         "degraded schema-v3 plan requires no audit, result, or capabilities"
     );
 }
