@@ -20,15 +20,14 @@ use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::{
-    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
-};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ctx_fs::{
-    DirLock, LockError, LockOptions, MODE_GROUP_OTHER_WRITE, MODE_PERMISSION_BITS, ModeRule,
-    ReadError, SyncError, fsync_dir, read_bounded_file,
+    DIR_MODE_PRIVATE, DirLock, LockError, LockOptions, MODE_GROUP_OTHER, MODE_GROUP_OTHER_WRITE,
+    MODE_PERMISSION_BITS, ModeRule, PrivateError, ReadError, SyncError, check_dir, effective_uid,
+    fsync_dir, read_bounded_file,
 };
 use rustix::fs::{Mode, OFlags};
 use sha2::{Digest as _, Sha256};
@@ -41,8 +40,11 @@ pub const HOST_FILE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// rename (a host writing the file without ctx's lock) before it gives up.
 pub const HOST_FILE_ATTEMPTS: u32 = 3;
 
+/// How long [`update_locked`] waits for another ctx process to release the file's lock, in
+/// milliseconds.
+pub const HOST_FILE_LOCK_WAIT_MAX_MS: u64 = 10_000;
 /// How long [`update_locked`] waits for another ctx process to release the file's lock.
-pub const HOST_FILE_LOCK_WAIT: Duration = Duration::from_secs(10);
+pub const HOST_FILE_LOCK_WAIT: Duration = Duration::from_millis(HOST_FILE_LOCK_WAIT_MAX_MS);
 
 /// Deepest nesting the JSON editor accepts; deeper text is refused before it can exhaust the
 /// stack. Host settings nest a handful of levels.
@@ -322,16 +324,19 @@ pub fn lock_path(dir: &Path, name: &OsStr) -> Result<PathBuf, HostFileError> {
         }
     };
     let canonical = fs::canonicalize(dir).map_err(io("resolve", dir))?;
-    let uid = rustix::process::geteuid().as_raw();
+    let uid = effective_uid();
     let locks = std::env::temp_dir().join(format!("ctx-host-locks-{uid}"));
-    match fs::DirBuilder::new().mode(0o700).create(&locks) {
+    match fs::DirBuilder::new().mode(DIR_MODE_PRIVATE).create(&locks) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io("create the lock directory", &locks)(e)),
     }
-    let meta = fs::symlink_metadata(&locks).map_err(io("inspect the lock directory", &locks))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(HostFileError::BadPath { path: locks });
+    match check_dir(&locks, ModeRule::NoneOf(MODE_GROUP_OTHER)) {
+        Ok(_) => {}
+        Err(PrivateError::Io { source, .. }) => {
+            return Err(io("inspect the lock directory", &locks)(source));
+        }
+        Err(_) => return Err(HostFileError::BadPath { path: locks }),
     }
     let mut key = canonical.into_os_string();
     key.push("/");

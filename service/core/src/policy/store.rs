@@ -225,7 +225,7 @@ fn validate_private_file(path: &Path, uid: u32) -> Result<()> {
 
 /// Reads a private policy file of at most [`MAX_POLICY_FILE_BYTES`], refusing links, loose
 /// permissions, other owners, extra links and a file that changes while it is read.
-fn read_bounded_regular_file(path: &Path, uid: u32) -> Result<Vec<u8>> {
+fn read_policy_file(path: &Path, uid: u32) -> Result<Vec<u8>> {
     let name = file_label(path);
     let Some(linked) = lstat(path)? else {
         return Err(PolicyStoreError::FileMissing { name });
@@ -288,7 +288,7 @@ fn load_policy_file(
     expected_digest: Option<&str>,
     uid: u32,
 ) -> Result<(InstallConsentPolicy, Vec<u8>)> {
-    let encoded = read_bounded_regular_file(path, uid)?;
+    let encoded = read_policy_file(path, uid)?;
     let name = file_label(path);
     let Ok(text) = std::str::from_utf8(&encoded) else {
         return Err(PolicyStoreError::NotUtf8 { name });

@@ -87,7 +87,7 @@ fn open_root(canonical: &Path) -> Result<(RootIdentity, OwnedFd), SkillCasError>
     check_owner_private(&opened, euid)?;
     check_ancestry(canonical, euid)?;
     let by_path = FileStat::at(CWD, canonical).map_err(os(ROOT_UNAUTHENTICATED))?;
-    if !by_path.is_dir() || !(by_path.id() == opened.id()) {
+    if !by_path.is_dir() || by_path.id() != opened.id() {
         return Err(fs_conflict(ROOT_CHANGED_WHILE_OPENED));
     }
     let identity = RootIdentity {
