@@ -6,6 +6,7 @@
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,16 @@ pub fn fsync_dir(path: &Path) -> Result<(), SyncError> {
         .map_err(io("opened"))?
         .sync_all()
         .map_err(io("synced"))
+}
+
+/// [`fsync_dir`] of a directory already open (`path` names it in errors): for descriptor-relative
+/// code that pinned the directory, so a path swapped meanwhile cannot redirect the sync.
+pub fn fsync_dir_fd(dir: impl AsFd, path: &Path) -> Result<(), SyncError> {
+    rustix::fs::fsync(dir).map_err(|e| SyncError::Io {
+        action: "synced",
+        path: path.to_path_buf(),
+        source: e.into(),
+    })
 }
 
 /// Writes `bytes` to `path` durably with the permission bits `mode`, through the temporary name
@@ -169,6 +180,13 @@ mod tests {
         );
         assert!(err.to_string().contains("occupied"), "{err}");
         assert_eq!(names(dir.path()), ["occupied"]);
+    }
+
+    #[test]
+    fn fsync_dir_fd_syncs_an_open_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = File::open(dir.path()).unwrap();
+        fsync_dir_fd(&open, dir.path()).unwrap();
     }
 
     #[test]

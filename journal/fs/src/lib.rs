@@ -22,7 +22,7 @@ pub use dir::{
     ModeRule, check_dir, check_file, check_open_file, check_private_dir, create_private_dir_all,
     effective_uid, ensure_private_dir,
 };
-pub use durable::{fsync_dir, write_durable, write_durable_with_temp};
+pub use durable::{fsync_dir, fsync_dir_fd, write_durable, write_durable_with_temp};
 pub use error::{LockError, PrivateError, ReadError, SyncError, WriteError};
 pub use lock::{DirLock, LOCK_POLL_MAX_MS, LOCK_POLL_MIN_MS, LOCK_SELF_HELD_GRACE_MS, LockOptions};
 pub use mode::{

@@ -36,6 +36,7 @@ pub struct LockOptions {
     poll_max: Duration,
     self_held_grace: Duration,
     shared: bool,
+    file_rule: ModeRule,
 }
 
 impl LockOptions {
@@ -49,6 +50,7 @@ impl LockOptions {
             poll_max: Duration::from_millis(LOCK_POLL_MAX_MS),
             self_held_grace: Duration::from_millis(LOCK_SELF_HELD_GRACE_MS),
             shared: false,
+            file_rule: ModeRule::NoneOf(MODE_GROUP_OTHER),
         }
     }
 
@@ -65,6 +67,14 @@ impl LockOptions {
     /// child inherited between fork and exec, which goes away at the child's exec or exit.
     pub fn self_held_grace(mut self, grace: Duration) -> LockOptions {
         self.self_held_grace = grace;
+        self
+    }
+
+    /// The rule an existing lock file's permission bits must satisfy (by default
+    /// `NoneOf(MODE_GROUP_OTHER)`). A lock file inside a directory already private to this user
+    /// may be held to a looser rule, e.g. `NoneOf(MODE_GROUP_OTHER_WRITE)`.
+    pub fn file_rule(mut self, rule: ModeRule) -> LockOptions {
+        self.file_rule = rule;
         self
     }
 
@@ -132,11 +142,9 @@ impl DirLock {
             }
         })?;
         let mut file = File::from(fd);
-        check_open_file(&file, path, ModeRule::NoneOf(MODE_GROUP_OTHER)).map_err(|source| {
-            LockError::Unsafe {
-                path: path.to_path_buf(),
-                source,
-            }
+        check_open_file(&file, path, options.file_rule).map_err(|source| LockError::Unsafe {
+            path: path.to_path_buf(),
+            source,
         })?;
         let started = Instant::now();
         let mut pause = options.poll_min;
@@ -355,5 +363,12 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("open.lock"), "{err}");
+        // A looser rule admits a file others may read, still not one they may write.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let readable = quick(Duration::ZERO).file_rule(ModeRule::NoneOf(0o022));
+        DirLock::acquire(&open, &readable).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let err = DirLock::acquire(&open, &readable).unwrap_err();
+        assert!(matches!(err, LockError::Unsafe { .. }), "{err:?}");
     }
 }

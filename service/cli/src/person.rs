@@ -54,7 +54,7 @@ pub(crate) fn key_init(layout: &Layout, key: &Path, out: &mut dyn Write) -> Resu
         identity
     } else {
         if let Some(parent) = key.parent() {
-            ctx_service::private_dir(parent).map_err(failure)?;
+            ctx_fs::create_private_dir_all(parent).map_err(|e| failure(e.into()))?;
         }
         let identity = generate_device_key(layout, key).map_err(failure)?;
         writeln!(

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use crate::catalog::{CatalogError, LoadedCatalog, load_catalog_dir, sample_catalog_files};
 use crate::data_dir::Layout;
-use crate::runtime::{CatalogLock, RuntimeError, private_dir, write_atomically};
+use ctx_fs::create_private_dir_all;
+
+use crate::runtime::{CatalogLock, RuntimeError, write_atomically};
 
 /// What an ingest did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,11 +129,11 @@ impl EmbeddedSample {
         if sample.dir.exists() {
             std::fs::remove_dir_all(&sample.dir).map_err(io(&sample.dir))?;
         }
-        private_dir(&sample.dir)?;
+        create_private_dir_all(&sample.dir).map_err(RuntimeError::from)?;
         for (relative, bytes) in sample_catalog_files() {
             let path = sample.dir.join(relative);
             if let Some(parent) = path.parent() {
-                private_dir(parent)?;
+                create_private_dir_all(parent).map_err(RuntimeError::from)?;
             }
             std::fs::write(&path, bytes).map_err(io(&path))?;
         }
@@ -154,7 +156,7 @@ fn write_catalog(
     source: &Path,
     loaded: &LoadedCatalog,
 ) -> Result<(), IngestError> {
-    private_dir(layout.root())?;
+    create_private_dir_all(layout.root()).map_err(RuntimeError::from)?;
     let pid = std::process::id();
     let staging = layout.root().join(format!(".catalog.new-{pid}"));
     let retired = layout.root().join(format!(".catalog.old-{pid}"));
@@ -163,7 +165,7 @@ fn write_catalog(
             std::fs::remove_dir_all(dir).map_err(io(dir))?;
         }
     }
-    private_dir(&staging)?;
+    create_private_dir_all(&staging).map_err(RuntimeError::from)?;
     let mut files = vec!["catalog.json".to_owned()];
     for entry in loaded.catalog().entries() {
         for (_, body) in entry.bodies() {
@@ -174,7 +176,7 @@ fn write_catalog(
         let from = source.join(&relative);
         let to = staging.join(&relative);
         if let Some(parent) = to.parent() {
-            private_dir(parent)?;
+            create_private_dir_all(parent).map_err(RuntimeError::from)?;
         }
         let bytes = std::fs::read(&from).map_err(io(&from))?;
         write_atomically(&to, &bytes)?;

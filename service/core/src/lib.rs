@@ -62,7 +62,7 @@ pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, P
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 pub use runtime::{
     CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
-    logical_id, private_dir, read_device_key, register_device, uninstallable,
+    logical_id, read_device_key, register_device, uninstallable,
 };
 
 // Specified library API that no other crate of this repository calls yet (this crate's unit tests

@@ -10,9 +10,15 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+use ctx_fs::{
+    DirLock, FILE_MODE_PRIVATE, LockError, LockOptions, PrivateError, WriteError,
+    create_private_dir_all, write_durable_with_temp,
+};
 
 use ctx_journal::OpenOptions;
 use ctx_model::{
@@ -117,71 +123,63 @@ fn component(context: &'static str) -> impl FnOnce(String) -> RuntimeError {
 
 /// How long an open or an ingest waits for another process's catalog ingest before giving up,
 /// so that a stuck process can never hang a host's hook.
-const CATALOG_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-const CATALOG_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+const CATALOG_LOCK_WAIT_MAX_MS: u64 = 10_000;
+/// Pause between two attempts at the catalog lock.
+const CATALOG_LOCK_POLL_MS: u64 = 5;
+
+/// A ctx-fs refusal of a data-directory path, as the runtime reports a failed file operation.
+impl From<PrivateError> for RuntimeError {
+    fn from(e: PrivateError) -> RuntimeError {
+        match e {
+            PrivateError::Io { path, source, .. } => RuntimeError::Io { path, source },
+            other => RuntimeError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other(other),
+            },
+        }
+    }
+}
 
 /// A held lock on the data directory's catalog: shared while a runtime loads it, exclusive while
 /// an ingest replaces it. An ingest swaps the catalog directory with two renames; without the
 /// lock a concurrent open could look between them and find no catalog, or two first ingests
 /// could both rename into place and one fail.
 pub(crate) struct CatalogLock {
-    _file: fs::File,
+    _lock: DirLock,
 }
 
 impl CatalogLock {
     /// Takes the lock (`exclusive` for an ingest), creating the data directory and its lock file
     /// when absent.
     pub(crate) fn acquire(layout: &Layout, exclusive: bool) -> Result<CatalogLock, RuntimeError> {
-        private_dir(layout.root())?;
+        create_private_dir_all(layout.root())?;
         let path = layout.root().join(".catalog.lock");
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&path)
-            .map_err(io(&path))?;
-        let start = std::time::Instant::now();
-        loop {
-            let attempt = if exclusive {
-                file.try_lock()
-            } else {
-                file.try_lock_shared()
-            };
-            match attempt {
-                Ok(()) => return Ok(CatalogLock { _file: file }),
-                Err(fs::TryLockError::WouldBlock) if start.elapsed() < CATALOG_LOCK_WAIT => {
-                    std::thread::sleep(CATALOG_LOCK_POLL);
-                }
-                Err(fs::TryLockError::WouldBlock) => {
-                    return Err(RuntimeError::Io {
-                        path,
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!(
-                                "another process held the catalog lock for more than {} s",
-                                CATALOG_LOCK_WAIT.as_secs()
-                            ),
-                        ),
-                    });
-                }
-                Err(fs::TryLockError::Error(source)) => {
-                    return Err(RuntimeError::Io { path, source });
-                }
-            }
+        let poll = Duration::from_millis(CATALOG_LOCK_POLL_MS);
+        let mut options = LockOptions::new(Duration::from_millis(CATALOG_LOCK_WAIT_MAX_MS))
+            .poll(poll, poll)
+            .self_held_grace(Duration::ZERO);
+        if !exclusive {
+            options = options.shared();
+        }
+        match DirLock::acquire(&path, &options) {
+            Ok(lock) => Ok(CatalogLock { _lock: lock }),
+            Err(LockError::Held { .. }) => Err(RuntimeError::Io {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "another process held the catalog lock for more than {} s",
+                        CATALOG_LOCK_WAIT_MAX_MS / 1_000
+                    ),
+                ),
+            }),
+            Err(LockError::Io { source, .. }) => Err(RuntimeError::Io { path, source }),
+            Err(other) => Err(RuntimeError::Io {
+                path,
+                source: std::io::Error::other(other),
+            }),
         }
     }
-}
-
-/// Creates `dir` (and its parents) with mode 0700 when it does not exist.
-pub fn private_dir(dir: &Path) -> Result<(), RuntimeError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io(dir))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -533,7 +531,7 @@ pub(crate) fn write_device_key(
 /// Registers a device's public key as a trusted verifier of the data directory (idempotent).
 pub fn register_device(layout: &Layout, identity: &DeviceIdentity) -> Result<(), RuntimeError> {
     let dir = layout.verifiers();
-    private_dir(&dir)?;
+    create_private_dir_all(&dir)?;
     let path = dir.join(format!("{}.json", identity.authenticator_id));
     write_atomically(&path, identity.to_json().to_string().as_bytes())
 }
@@ -639,20 +637,16 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RuntimeE
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         std::process::id()
     ));
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(io(&tmp))?;
-    fs::rename(&tmp, path).map_err(io(path))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))
+    write_durable_with_temp(path, &tmp, bytes, FILE_MODE_PRIVATE).map_err(|e| match e {
+        WriteError::Io { path, source, .. } => RuntimeError::Io { path, source },
+        WriteError::NoParent { path } => {
+            RuntimeError::Invalid(format!("{} has no parent directory", path.display()))
+        }
+        other => RuntimeError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(other),
+        },
+    })
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -733,7 +727,7 @@ impl Runtime {
             layout.skills(),
             layout.materials(),
         ] {
-            private_dir(&dir)?;
+            create_private_dir_all(&dir)?;
         }
         let registry = Arc::new(
             ArtifactRegistry::open(&layout.registry())

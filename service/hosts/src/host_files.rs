@@ -19,13 +19,16 @@
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{
-    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
-};
+use std::io::{self, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ctx_fs::{
+    DIR_MODE_PRIVATE, DirLock, LockError, LockOptions, MODE_GROUP_OTHER, MODE_GROUP_OTHER_WRITE,
+    MODE_PERMISSION_BITS, ModeRule, PrivateError, ReadError, SyncError, check_dir, effective_uid,
+    fsync_dir, read_bounded_file,
+};
 use rustix::fs::{Mode, OFlags};
 use sha2::{Digest as _, Sha256};
 
@@ -37,14 +40,18 @@ pub const HOST_FILE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// rename (a host writing the file without ctx's lock) before it gives up.
 pub const HOST_FILE_ATTEMPTS: u32 = 3;
 
+/// How long [`update_locked`] waits for another ctx process to release the file's lock, in
+/// milliseconds.
+pub const HOST_FILE_LOCK_WAIT_MAX_MS: u64 = 10_000;
 /// How long [`update_locked`] waits for another ctx process to release the file's lock.
-pub const HOST_FILE_LOCK_WAIT: Duration = Duration::from_secs(10);
+pub const HOST_FILE_LOCK_WAIT: Duration = Duration::from_millis(HOST_FILE_LOCK_WAIT_MAX_MS);
 
 /// Deepest nesting the JSON editor accepts; deeper text is refused before it can exhaust the
 /// stack. Host settings nest a handful of levels.
 pub const JSON_EDIT_DEPTH_MAX: usize = 128;
 
-const LOCK_POLL: Duration = Duration::from_millis(10);
+/// Pause between two attempts at a host file's lock, in milliseconds.
+const HOST_FILE_LOCK_POLL_MS: u64 = 10;
 const LOCK_SUFFIX: &str = ".ctx-lock";
 const TEMP_SUFFIX: &str = ".ctx-tmp";
 /// Mode of a file ctx creates, less the umask: what any editor would create. Files that exist
@@ -203,7 +210,7 @@ where
             }
             .into());
         }
-        fsync_dir(&dir)?;
+        fsync_dir(&dir).map_err(sync_error)?;
         return Ok(UpdateOutcome {
             target,
             before,
@@ -292,7 +299,7 @@ fn create_parent(dir: &Path) -> Result<(), HostFileError> {
     // The new directory's own entry must be durable too, or a crash could lose the file
     // renamed into it.
     match dir.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => fsync_dir(parent),
+        Some(parent) if !parent.as_os_str().is_empty() => fsync_dir(parent).map_err(sync_error),
         _ => Ok(()),
     }
 }
@@ -300,7 +307,7 @@ fn create_parent(dir: &Path) -> Result<(), HostFileError> {
 /// The exclusive lock on a file's sidecar; released when dropped (closing the descriptor
 /// releases the `flock`).
 struct SidecarLock {
-    _file: File,
+    _lock: DirLock,
 }
 
 /// The lock file of the host file `<dir>/<name>`: in a private per-user directory of the system's
@@ -317,16 +324,19 @@ pub fn lock_path(dir: &Path, name: &OsStr) -> Result<PathBuf, HostFileError> {
         }
     };
     let canonical = fs::canonicalize(dir).map_err(io("resolve", dir))?;
-    let uid = rustix::process::geteuid().as_raw();
+    let uid = effective_uid();
     let locks = std::env::temp_dir().join(format!("ctx-host-locks-{uid}"));
-    match fs::DirBuilder::new().mode(0o700).create(&locks) {
+    match fs::DirBuilder::new().mode(DIR_MODE_PRIVATE).create(&locks) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io("create the lock directory", &locks)(e)),
     }
-    let meta = fs::symlink_metadata(&locks).map_err(io("inspect the lock directory", &locks))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(HostFileError::BadPath { path: locks });
+    match check_dir(&locks, ModeRule::NoneOf(MODE_GROUP_OTHER)) {
+        Ok(_) => {}
+        Err(PrivateError::Io { source, .. }) => {
+            return Err(io("inspect the lock directory", &locks)(source));
+        }
+        Err(_) => return Err(HostFileError::BadPath { path: locks }),
     }
     let mut key = canonical.into_os_string();
     key.push("/");
@@ -338,39 +348,34 @@ pub fn lock_path(dir: &Path, name: &OsStr) -> Result<PathBuf, HostFileError> {
 
 fn lock_sidecar(dir: &Path, name: &OsStr, target: &Path) -> Result<SidecarLock, HostFileError> {
     let lock = lock_path(dir, name)?;
-    let fd = rustix::fs::open(
-        &lock,
-        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::RUSR | Mode::WUSR,
-    )
-    .map_err(|e| HostFileError::Io {
-        action: "open the lock file",
-        path: lock.clone(),
-        source: e.into(),
-    })?;
-    let file = File::from(fd);
-    let start = Instant::now();
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(SidecarLock { _file: file }),
-            Err(fs::TryLockError::WouldBlock) => {
-                if start.elapsed() >= HOST_FILE_LOCK_WAIT {
-                    return Err(HostFileError::LockTimeout {
-                        path: target.to_path_buf(),
-                        lock,
-                        waited: HOST_FILE_LOCK_WAIT,
-                    });
-                }
-                std::thread::sleep(LOCK_POLL);
-            }
-            Err(fs::TryLockError::Error(source)) => {
-                return Err(HostFileError::Io {
-                    action: "lock",
-                    path: lock,
-                    source,
-                });
-            }
-        }
+    let poll = Duration::from_millis(HOST_FILE_LOCK_POLL_MS);
+    // The lock directory is private to this user (checked by `lock_path`); a lock file there
+    // that others could write is still refused.
+    let options = LockOptions::new(HOST_FILE_LOCK_WAIT)
+        .poll(poll, poll)
+        .self_held_grace(Duration::ZERO)
+        .file_rule(ModeRule::NoneOf(MODE_GROUP_OTHER_WRITE));
+    match DirLock::acquire(&lock, &options) {
+        Ok(held) => Ok(SidecarLock { _lock: held }),
+        Err(LockError::Held { .. }) => Err(HostFileError::LockTimeout {
+            path: target.to_path_buf(),
+            lock,
+            waited: HOST_FILE_LOCK_WAIT,
+        }),
+        Err(LockError::Io { action, source, .. }) => Err(HostFileError::Io {
+            action: if action == "locked" {
+                "lock"
+            } else {
+                "open the lock file"
+            },
+            path: lock,
+            source,
+        }),
+        Err(other) => Err(HostFileError::Io {
+            action: "open the lock file",
+            path: lock,
+            source: io::Error::other(other),
+        }),
     }
 }
 
@@ -391,24 +396,30 @@ fn read_regular(path: &Path) -> Result<Option<(Vec<u8>, u32)>, HostFileError> {
         Err(rustix::io::Errno::NOENT) => return Ok(None),
         Err(e) => return Err(io_error(e.into())),
     };
-    let file = File::from(fd);
+    let mut file = File::from(fd);
     let meta = file.metadata().map_err(io_error)?;
-    if !meta.is_file() {
-        return Err(HostFileError::NotAFile {
-            path: path.to_path_buf(),
-        });
-    }
-    let mut bytes = Vec::new();
-    file.take(HOST_FILE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_error)?;
-    if bytes.len() as u64 > HOST_FILE_MAX_BYTES {
-        return Err(HostFileError::TooLarge {
-            path: path.to_path_buf(),
-            limit: HOST_FILE_MAX_BYTES,
-        });
-    }
-    Ok(Some((bytes, meta.permissions().mode() & 0o7777)))
+    // The name may be a link the person made (a dotfile manager's); it was followed on purpose,
+    // and the bound applies to what it reaches.
+    let bytes = match read_bounded_file(&mut file, path, HOST_FILE_MAX_BYTES) {
+        Ok(bytes) => bytes,
+        Err(ReadError::NotRegularFile { .. }) => {
+            return Err(HostFileError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(ReadError::TooLarge { .. }) => {
+            return Err(HostFileError::TooLarge {
+                path: path.to_path_buf(),
+                limit: HOST_FILE_MAX_BYTES,
+            });
+        }
+        Err(ReadError::Io { source, .. }) => return Err(io_error(source)),
+        Err(other) => return Err(io_error(io::Error::other(other))),
+    };
+    Ok(Some((
+        bytes,
+        meta.permissions().mode() & MODE_PERMISSION_BITS,
+    )))
 }
 
 /// Writes and fsyncs `<dir>/.<name>.ctx-tmp`. One fixed name is safe because only the lock
@@ -464,14 +475,20 @@ fn remove_quietly(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
-fn fsync_dir(dir: &Path) -> Result<(), HostFileError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| HostFileError::Io {
+/// A failed ctx-fs `fsync_dir`, in this module's words.
+fn sync_error(e: SyncError) -> HostFileError {
+    match e {
+        SyncError::Io { path, source, .. } => HostFileError::Io {
             action: "fsync the directory",
-            path: dir.to_path_buf(),
+            path,
             source,
-        })
+        },
+        other => HostFileError::Io {
+            action: "fsync the directory",
+            path: PathBuf::new(),
+            source: io::Error::other(other),
+        },
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

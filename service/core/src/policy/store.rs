@@ -23,16 +23,19 @@
 //!   0700 directories, so the window only matters for the owner's own processes.
 
 use std::ffi::OsString;
-use std::fs::{self, File, Metadata, OpenOptions, TryLockError};
-use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{
-    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
-};
+use std::fs::{self, File, Metadata};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ctx_fs::{
+    DIR_MODE_PRIVATE, DirLock, FILE_MODE_PRIVATE, LockError, LockOptions, MODE_GROUP_OTHER_WRITE,
+    MODE_PERMISSION_BITS, ReadError, SyncError, WriteError, fsync_dir, read_bounded_file,
+    write_durable_with_temp,
+};
 use ctx_model::{Json, JsonError, is_sha};
 
 use super::error::PolicyStoreError;
@@ -46,17 +49,21 @@ pub const CURRENT_FILE: &str = "current.json";
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 /// The suffix of the lock file `<parent>/.<root name>.policy-current`.
 pub const LOCK_SUFFIX: &str = ".policy-current";
+/// How long an operation waits for the lock by default, in milliseconds.
+pub const POLICY_LOCK_WAIT_MAX_MS: u64 = 30_000;
 /// How long an operation waits for the lock by default.
-pub const LOCK_WAIT: Duration = Duration::from_secs(30);
+pub const LOCK_WAIT: Duration = Duration::from_millis(POLICY_LOCK_WAIT_MAX_MS);
+/// How often a waiting operation retries the lock, in milliseconds.
+pub const POLICY_LOCK_POLL_MS: u64 = 10;
 /// How often a waiting operation retries the lock.
-pub const LOCK_POLL: Duration = Duration::from_millis(10);
+pub const LOCK_POLL: Duration = Duration::from_millis(POLICY_LOCK_POLL_MS);
 /// The default root below the home directory.
 pub const DEFAULT_ROOT_RELATIVE: &str = ".ctx/install-policy";
 
-const DIR_MODE: u32 = 0o700;
-const FILE_MODE: u32 = 0o600;
-const PERMISSION_BITS: u32 = 0o7777;
-const GROUP_OR_WORLD_WRITABLE: u32 = 0o022;
+const DIR_MODE: u32 = DIR_MODE_PRIVATE;
+const FILE_MODE: u32 = FILE_MODE_PRIVATE;
+const PERMISSION_BITS: u32 = MODE_PERMISSION_BITS;
+const GROUP_OR_WORLD_WRITABLE: u32 = MODE_GROUP_OTHER_WRITE;
 const ROOT_LABEL: &str = "install policy root";
 const SNAPSHOTS_LABEL: &str = "install policy snapshots directory";
 const PARENT_LABEL: &str = "install policy root parent";
@@ -150,10 +157,14 @@ fn validate_directory(path: &Path, label: &'static str, uid: u32) -> Result<Meta
     Ok(meta)
 }
 
-fn fsync_dir(path: &Path) -> Result<()> {
-    File::open(path)
-        .and_then(|d| d.sync_all())
-        .map_err(PolicyStoreError::io("fsync a policy store directory"))
+/// A failed ctx-fs `fsync_dir`, in this module's words.
+fn sync_error(e: SyncError) -> PolicyStoreError {
+    match e {
+        SyncError::Io { source, .. } => {
+            PolicyStoreError::io("fsync a policy store directory")(source)
+        }
+        other => PolicyStoreError::io("fsync a policy store directory")(io::Error::other(other)),
+    }
 }
 
 /// Creates `path` (mode 0700, parent fsynced) when absent, then validates it.
@@ -166,7 +177,7 @@ fn ensure_directory(path: &Path, label: &'static str, uid: u32) -> Result<Metada
                     PolicyStoreError::io("set the mode of a policy store directory"),
                 )?;
                 if let Some(parent) = path.parent() {
-                    fsync_dir(parent)?;
+                    fsync_dir(parent).map_err(sync_error)?;
                 }
             }
             // Another process created it since the lookup; validation judges what it made.
@@ -213,7 +224,7 @@ fn validate_private_file(path: &Path, uid: u32) -> Result<()> {
 
 /// Reads a private policy file of at most [`MAX_POLICY_FILE_BYTES`], refusing links, loose
 /// permissions, other owners, extra links and a file that changes while it is read.
-fn read_bounded_regular_file(path: &Path, uid: u32) -> Result<Vec<u8>> {
+fn read_policy_file(path: &Path, uid: u32) -> Result<Vec<u8>> {
     let name = file_label(path);
     let Some(linked) = lstat(path)? else {
         return Err(PolicyStoreError::FileMissing { name });
@@ -240,15 +251,22 @@ fn read_bounded_regular_file(path: &Path, uid: u32) -> Result<Vec<u8>> {
     if before.len() > MAX_POLICY_FILE_BYTES {
         return Err(PolicyStoreError::FileTooLarge);
     }
-    let mut bytes = Vec::new();
-    (&mut file)
-        .take(MAX_POLICY_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(PolicyStoreError::io("read a policy file"))?;
+    let bytes = match read_bounded_file(&mut file, path, MAX_POLICY_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(ReadError::TooLarge { .. }) => return Err(PolicyStoreError::FileTooLarge),
+        Err(ReadError::NotRegularFile { .. }) => {
+            return Err(PolicyStoreError::FileNotRegular { name });
+        }
+        Err(ReadError::Io { source, .. }) => {
+            return Err(PolicyStoreError::io("read a policy file")(source));
+        }
+        Err(other) => {
+            return Err(PolicyStoreError::io("read a policy file")(
+                io::Error::other(other),
+            ));
+        }
+    };
     let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if read > MAX_POLICY_FILE_BYTES {
-        return Err(PolicyStoreError::FileTooLarge);
-    }
     let after = file
         .metadata()
         .map_err(PolicyStoreError::io("inspect an open policy file"))?;
@@ -269,7 +287,7 @@ fn load_policy_file(
     expected_digest: Option<&str>,
     uid: u32,
 ) -> Result<(InstallConsentPolicy, Vec<u8>)> {
-    let encoded = read_bounded_regular_file(path, uid)?;
+    let encoded = read_policy_file(path, uid)?;
     let name = file_label(path);
     let Ok(text) = std::str::from_utf8(&encoded) else {
         return Err(PolicyStoreError::NotUtf8 { name });
@@ -292,42 +310,23 @@ fn load_policy_file(
     Ok((policy, encoded))
 }
 
-fn write_and_sync(mut file: File, bytes: &[u8]) -> io::Result<()> {
-    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Atomically replaces `path` with `bytes`: a fresh 0600 temporary in the same directory,
-/// written and fsynced, renamed over `path`, then the directory fsynced. A failed attempt
-/// removes its temporary.
+/// Atomically replaces `path` with `bytes` (ctx-fs `write_durable_with_temp`): a fresh 0600
+/// temporary in the same directory, written and fsynced, renamed over `path`, then the
+/// directory fsynced. A failed attempt removes its temporary.
 fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     let Some(dir) = path.parent() else {
         return Err(PolicyStoreError::FilesystemRoot);
     };
-    let name = file_label(path);
-    for _ in 0..FRESH_NAME_ATTEMPTS {
-        let temp = dir.join(format!(".{name}.tmp-{}", fresh_suffix()));
-        let created = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&temp);
-        match created {
-            Ok(file) => {
-                if let Err(e) = write_and_sync(file, bytes).and_then(|()| fs::rename(&temp, path)) {
-                    let _ = fs::remove_file(&temp);
-                    return Err(PolicyStoreError::io("write a policy file")(e));
-                }
-                return fsync_dir(dir);
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(PolicyStoreError::io("create a temporary policy file")(e)),
-        }
-    }
-    Err(PolicyStoreError::io("create a temporary policy file")(
-        io::ErrorKind::AlreadyExists.into(),
-    ))
+    let temp = dir.join(format!(".{}.tmp-{}", file_label(path), fresh_suffix()));
+    write_durable_with_temp(path, &temp, bytes, FILE_MODE).map_err(|e| match e {
+        WriteError::Io { action, source, .. } => PolicyStoreError::io(match action {
+            "removed (a leftover temporary file)" => "create a temporary policy file",
+            "opened" | "synced" => "fsync a policy store directory",
+            _ => "write a policy file",
+        })(source),
+        WriteError::NoParent { .. } => PolicyStoreError::FilesystemRoot,
+        other => PolicyStoreError::io("write a policy file")(io::Error::other(other)),
+    })
 }
 
 /// The uid this process gives the directories it creates (module docs): a fresh probe
@@ -360,49 +359,10 @@ fn probe_uid(dir: &Path, stem: &std::ffi::OsStr) -> Result<u32> {
     ))
 }
 
-/// The held lock: released (and its descriptor closed) on drop.
+/// The held lock (a ctx-fs [`DirLock`]): released (and its descriptor closed) on drop.
 #[derive(Debug)]
 struct PolicyLock {
-    file: File,
-}
-
-impl Drop for PolicyLock {
-    fn drop(&mut self) {
-        // Closing the descriptor releases the lock too; unlocking first is explicit.
-        let _ = self.file.unlock();
-    }
-}
-
-/// Opens (creating 0600 if absent) the lock file without following a link.
-fn open_lock_file(path: &Path) -> Result<File> {
-    let open_existing = || {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(PolicyStoreError::io("open the policy lock file"))
-    };
-    match lstat(path)? {
-        Some(meta) if !meta.file_type().is_file() => Err(PolicyStoreError::LockIntegrity),
-        Some(_) => open_existing(),
-        None => {
-            let created = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(FILE_MODE)
-                .open(path);
-            match created {
-                Ok(file) => {
-                    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
-                        .map_err(PolicyStoreError::io("set the mode of the policy lock file"))?;
-                    Ok(file)
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open_existing(),
-                Err(e) => Err(PolicyStoreError::io("create the policy lock file")(e)),
-            }
-        }
-    }
+    _lock: DirLock,
 }
 
 /// Where the store's files are and whose they must be; what a held policy re-reads with.
@@ -575,43 +535,53 @@ impl InstallPolicyStore {
         Ok(())
     }
 
-    /// Takes the exclusive lock, polling every [`LOCK_POLL`] up to the handle's wait.
+    /// Takes the exclusive lock, polling every [`LOCK_POLL`] up to the handle's wait. The lock
+    /// file (created 0600 when absent, never through a link) must be a regular file with one
+    /// link, mode 0600, owned by this user, and still named by its path once locked.
     fn acquire(&self) -> Result<PolicyLock> {
         let uid = self.current_uid()?;
         let path = &self.lock_path;
-        let file = open_lock_file(path)?;
-        let opened = file
+        if lstat(path)?.is_some_and(|meta| !meta.file_type().is_file()) {
+            return Err(PolicyStoreError::LockIntegrity);
+        }
+        let options = LockOptions::new(self.lock_wait)
+            .poll(LOCK_POLL, LOCK_POLL)
+            .self_held_grace(Duration::ZERO);
+        let lock = match DirLock::acquire(path, &options) {
+            Ok(lock) => lock,
+            Err(LockError::Held { .. }) => {
+                return Err(PolicyStoreError::LockTimeout {
+                    millis: self.lock_wait.as_millis(),
+                });
+            }
+            Err(LockError::Unsafe { .. }) => return Err(PolicyStoreError::LockIntegrity),
+            Err(LockError::Io {
+                action: "locked",
+                source,
+                ..
+            }) => return Err(PolicyStoreError::io("lock the policy lock file")(source)),
+            Err(LockError::Io { source, .. }) => {
+                return Err(PolicyStoreError::io("open the policy lock file")(source));
+            }
+            Err(other) => {
+                return Err(PolicyStoreError::io("lock the policy lock file")(
+                    io::Error::other(other),
+                ));
+            }
+        };
+        let opened = lock
+            .file()
             .metadata()
             .map_err(PolicyStoreError::io("inspect the policy lock file"))?;
-        let named = fs::symlink_metadata(path).map_err(|_| PolicyStoreError::LockIntegrity)?;
         if !opened.file_type().is_file()
-            || identity(&opened) != identity(&named)
             || opened.nlink() != 1
             || opened.mode() & PERMISSION_BITS != FILE_MODE
             || opened.uid() != uid
         {
             return Err(PolicyStoreError::LockIntegrity);
         }
-        let deadline = Instant::now().checked_add(self.lock_wait);
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(TryLockError::WouldBlock) => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(PolicyStoreError::LockTimeout {
-                            millis: self.lock_wait.as_millis(),
-                        });
-                    }
-                    std::thread::sleep(LOCK_POLL);
-                }
-                Err(TryLockError::Error(e)) => {
-                    return Err(PolicyStoreError::io("lock the policy lock file")(e));
-                }
-            }
-        }
-        let lock = PolicyLock { file };
         match fs::symlink_metadata(path) {
-            Ok(named) if identity(&named) == identity(&opened) => Ok(lock),
+            Ok(named) if identity(&named) == identity(&opened) => Ok(PolicyLock { _lock: lock }),
             _ => Err(PolicyStoreError::LockChanged),
         }
     }

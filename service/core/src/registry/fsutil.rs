@@ -8,101 +8,149 @@
 //! gained the name is fsynced after.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read as _, Write as _};
-use std::os::unix::fs::{
-    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
-};
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+
+use ctx_fs::{
+    DIR_MODE_PRIVATE, FILE_MODE_READ_ONLY, ModeRule, PrivateError, ReadError, SyncError,
+    check_file, check_private_dir,
+};
 
 use super::DIRECTORY_ENTRIES_MAX;
 use super::error::RegistryError;
 
 /// Mode of every registry directory.
-pub(crate) const DIR_MODE: u32 = 0o700;
+pub(crate) const DIR_MODE: u32 = DIR_MODE_PRIVATE;
 /// Mode of every published file.
-pub(crate) const FILE_MODE: u32 = 0o400;
+pub(crate) const FILE_MODE: u32 = FILE_MODE_READ_ONLY;
 /// Mode of a file while it is being written.
 const WRITING_MODE: u32 = 0o600;
 
-/// The effective user id, read from the owner of `/proc/self` (std exposes no `geteuid`, and this
-/// crate forbids `unsafe`). `None` where procfs is absent; the owner check is then skipped and
-/// the mode checks remain.
-pub(crate) fn effective_uid() -> Option<u32> {
-    fs::metadata("/proc/self").ok().map(|m| m.uid())
-}
-
-/// Checks that `path` is a real directory (not a link) with exactly mode 0700, owned by `uid`.
-pub(crate) fn check_private_dir(
-    path: &Path,
-    uid: Option<u32>,
-) -> Result<fs::Metadata, RegistryError> {
-    let meta = fs::symlink_metadata(path).map_err(RegistryError::io("inspect", path))?;
-    if meta.file_type().is_symlink() {
-        return Err(RegistryError::unsafe_entry(
-            path,
-            "is a symbolic link, which the registry refuses",
-        ));
-    }
-    if !meta.is_dir() {
-        return Err(RegistryError::unsafe_entry(path, "is not a directory"));
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode != DIR_MODE {
-        return Err(RegistryError::unsafe_entry(
-            path,
-            format!("has mode {mode:04o}, but registry directories must be {DIR_MODE:04o}"),
-        ));
-    }
-    check_owner(path, &meta, uid)?;
-    Ok(meta)
-}
-
-fn check_owner(path: &Path, meta: &fs::Metadata, uid: Option<u32>) -> Result<(), RegistryError> {
-    match uid {
-        Some(uid) if meta.uid() != uid => Err(RegistryError::unsafe_entry(
-            path,
-            format!(
-                "is owned by uid {}, not by the registry's user {uid}",
-                meta.uid()
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// Creates the directory `path` with mode 0700 if it is absent (then fsyncs its parent so the
-/// new name survives a crash), and checks it is private either way.
-pub(crate) fn ensure_private_dir(
-    path: &Path,
-    uid: Option<u32>,
-) -> Result<fs::Metadata, RegistryError> {
-    match fs::symlink_metadata(path) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            match fs::DirBuilder::new().mode(DIR_MODE).create(path) {
-                Ok(()) => {
-                    // The umask may have cleared bits of 0700; set the mode explicitly.
-                    fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE))
-                        .map_err(RegistryError::io("set the mode of", path))?;
-                    if let Some(parent) = path.parent() {
-                        fsync_dir(parent)?;
-                    }
-                }
-                // Another process created it since the lookup; the check below judges what it made.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(RegistryError::io("create the directory", path)(e)),
-            }
+/// Maps a ctx-fs owner-private refusal of a registry directory to the registry's sentences.
+pub(crate) fn dir_error(e: PrivateError) -> RegistryError {
+    match e {
+        PrivateError::Symlink { path } => {
+            RegistryError::unsafe_entry(path, "is a symbolic link, which the registry refuses")
         }
-        Err(e) => return Err(RegistryError::io("inspect", path)(e)),
+        PrivateError::NotDirectory { path, .. } => {
+            RegistryError::unsafe_entry(path, "is not a directory")
+        }
+        PrivateError::ModeNotExact { path, found, .. } => RegistryError::unsafe_entry(
+            path,
+            format!("has mode {found:04o}, but registry directories must be {DIR_MODE:04o}"),
+        ),
+        other => common_private_error(other),
     }
-    check_private_dir(path, uid)
 }
 
-pub(crate) fn fsync_dir(path: &Path) -> Result<(), RegistryError> {
-    File::open(path)
-        .and_then(|d| d.sync_all())
-        .map_err(RegistryError::io("fsync the directory", path))
+/// The refusals a directory and a file share: another owner, an operating-system failure.
+fn common_private_error(e: PrivateError) -> RegistryError {
+    match e {
+        PrivateError::Owner {
+            path,
+            found,
+            expected,
+        } => RegistryError::unsafe_entry(
+            path,
+            format!("is owned by uid {found}, not by the registry's user {expected}"),
+        ),
+        PrivateError::Io {
+            action,
+            path,
+            source,
+        } => RegistryError::Io {
+            operation: match action {
+                "given mode 0700" => "set the mode of",
+                "created" => "create the directory",
+                "opened" | "synced" => "fsync the directory",
+                _ => "inspect",
+            },
+            path,
+            source,
+        },
+        other => {
+            let path = other_path(&other);
+            RegistryError::unsafe_entry(path, other.to_string())
+        }
+    }
+}
+
+fn other_path(e: &PrivateError) -> PathBuf {
+    match e {
+        PrivateError::Io { path, .. }
+        | PrivateError::Symlink { path }
+        | PrivateError::NotDirectory { path, .. }
+        | PrivateError::NotRegularFile { path, .. }
+        | PrivateError::ModeNotExact { path, .. }
+        | PrivateError::ModeForbidden { path, .. }
+        | PrivateError::Owner { path, .. } => path.clone(),
+        _ => PathBuf::new(),
+    }
+}
+
+impl From<SyncError> for RegistryError {
+    fn from(e: SyncError) -> RegistryError {
+        match e {
+            SyncError::Io { path, source, .. } => RegistryError::Io {
+                operation: "fsync the directory",
+                path,
+                source,
+            },
+            _ => RegistryError::Io {
+                operation: "fsync the directory",
+                path: PathBuf::new(),
+                source: std::io::Error::other(e.to_string()),
+            },
+        }
+    }
+}
+
+/// Bounded reads of published files (ctx-fs): a longer file is corrupt, not read whole.
+impl From<ReadError> for RegistryError {
+    fn from(e: ReadError) -> RegistryError {
+        match e {
+            ReadError::TooLarge {
+                path, limit_bytes, ..
+            } => RegistryError::corrupt(
+                path,
+                format!("it is larger than its limit of {limit_bytes} bytes"),
+            ),
+            ReadError::Symlink { path } => RegistryError::corrupt(
+                path,
+                "it is a symbolic link, which the registry never writes",
+            ),
+            ReadError::NotRegularFile { path, .. } => {
+                RegistryError::corrupt(path, "it is not a regular file")
+            }
+            ReadError::Io {
+                action,
+                path,
+                source,
+            } => RegistryError::Io {
+                operation: if action == "opened" {
+                    "open"
+                } else {
+                    action_verb(action)
+                },
+                path,
+                source,
+            },
+            other => RegistryError::Io {
+                operation: "read",
+                path: PathBuf::new(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+}
+
+fn action_verb(action: &'static str) -> &'static str {
+    match action {
+        "inspected" => "inspect",
+        _ => "read",
+    }
 }
 
 /// Writes `bytes` to the new file `path` (refusing an existing name), fsyncs it and makes it
@@ -121,29 +169,23 @@ pub(crate) fn write_read_only_file(path: &Path, bytes: &[u8]) -> Result<(), Regi
     file.sync_all().map_err(RegistryError::io("fsync", path))
 }
 
-/// Checks that `path` is a published file: regular, not a link, mode 0400, one link, owned by
-/// `uid`. Returns its metadata.
-pub(crate) fn check_read_only_file(
-    path: &Path,
-    uid: Option<u32>,
-) -> Result<fs::Metadata, RegistryError> {
-    let meta = fs::symlink_metadata(path).map_err(RegistryError::io("inspect", path))?;
-    if meta.file_type().is_symlink() {
-        return Err(RegistryError::corrupt(
+/// Checks that `path` is a published file: regular, not a link, mode 0400, owned by this user
+/// (ctx-fs), and one link. Returns its metadata.
+pub(crate) fn check_read_only_file(path: &Path) -> Result<fs::Metadata, RegistryError> {
+    let meta = check_file(path, ModeRule::Exactly(FILE_MODE)).map_err(|e| match e {
+        PrivateError::Symlink { path } => RegistryError::corrupt(
             path,
             "it is a symbolic link, which the registry never writes",
-        ));
-    }
-    if !meta.is_file() {
-        return Err(RegistryError::corrupt(path, "it is not a regular file"));
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode != FILE_MODE {
-        return Err(RegistryError::corrupt(
+        ),
+        PrivateError::NotRegularFile { path, .. } => {
+            RegistryError::corrupt(path, "it is not a regular file")
+        }
+        PrivateError::ModeNotExact { path, found, .. } => RegistryError::corrupt(
             path,
-            format!("it has mode {mode:04o}, but published files are {FILE_MODE:04o}"),
-        ));
-    }
+            format!("it has mode {found:04o}, but published files are {FILE_MODE:04o}"),
+        ),
+        other => common_private_error(other),
+    })?;
     if meta.nlink() != 1 {
         return Err(RegistryError::corrupt(
             path,
@@ -153,26 +195,7 @@ pub(crate) fn check_read_only_file(
             ),
         ));
     }
-    check_owner(path, &meta, uid)?;
     Ok(meta)
-}
-
-/// Reads at most `limit_bytes` from a published file; a longer file is reported as corrupt
-/// without being read whole.
-pub(crate) fn read_bounded(path: &Path, limit_bytes: u64) -> Result<Vec<u8>, RegistryError> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .map_err(RegistryError::io("open", path))?
-        .take(limit_bytes.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(RegistryError::io("read", path))?;
-    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > limit_bytes {
-        return Err(RegistryError::corrupt(
-            path,
-            format!("it is larger than its limit of {limit_bytes} bytes"),
-        ));
-    }
-    Ok(bytes)
 }
 
 /// The names in directory `path`, refusing more than [`DIRECTORY_ENTRIES_MAX`] entries so a
@@ -204,20 +227,19 @@ pub(crate) fn list_dir(path: &Path) -> Result<Vec<String>, RegistryError> {
 /// Walks an artifact directory and returns every file as `relative path → size in bytes`,
 /// checking that each directory is private (0700) and each file published (0400, one link).
 /// Links and other file types are corruption: the registry writes neither.
-pub(crate) fn walk_artifact(
-    root: &Path,
-    uid: Option<u32>,
-) -> Result<BTreeMap<String, u64>, RegistryError> {
+pub(crate) fn walk_artifact(root: &Path) -> Result<BTreeMap<String, u64>, RegistryError> {
     let mut files = BTreeMap::new();
     let mut pending: Vec<(PathBuf, String)> = vec![(root.to_path_buf(), String::new())];
     let mut seen = 0usize;
     while let Some((dir, prefix)) = pending.pop() {
-        check_private_dir(&dir, uid).map_err(|e| match e {
-            RegistryError::UnsafeEntry { path, problem } => {
-                RegistryError::Corrupt { path, problem }
-            }
-            other => other,
-        })?;
+        check_private_dir(&dir)
+            .map_err(dir_error)
+            .map_err(|e| match e {
+                RegistryError::UnsafeEntry { path, problem } => {
+                    RegistryError::Corrupt { path, problem }
+                }
+                other => other,
+            })?;
         for name in list_dir(&dir)? {
             seen += 1;
             if seen > DIRECTORY_ENTRIES_MAX {
@@ -236,7 +258,7 @@ pub(crate) fn walk_artifact(
             if meta.is_dir() {
                 pending.push((path, relative));
             } else {
-                let meta = check_read_only_file(&path, uid)?;
+                let meta = check_read_only_file(&path)?;
                 files.insert(relative, meta.len());
             }
         }

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ctx_fs::{check_private_dir, ensure_private_dir, fsync_dir, read_bounded};
 use ctx_model::{Surrogate, is_safe_token, is_sha, sha256_hex_bytes};
 
 use crate::catalog::{CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, LoadedCatalog, load_catalog};
@@ -22,8 +23,8 @@ use crate::catalog::{CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, LoadedCatalog, l
 use super::MANIFEST_MAX_BYTES;
 use super::error::RegistryError;
 use super::fsutil::{
-    DIR_MODE, check_private_dir, check_read_only_file, effective_uid, ensure_private_dir,
-    fsync_dir, list_dir, read_bounded, remove_stage, walk_artifact, write_read_only_file,
+    DIR_MODE, check_read_only_file, dir_error, list_dir, remove_stage, walk_artifact,
+    write_read_only_file,
 };
 use super::handle::ArtifactHandle;
 use super::manifest::Manifest;
@@ -79,7 +80,6 @@ pub struct ArtifactRegistry {
     lock_path: PathBuf,
     /// `(device, inode)` of root, artifacts and manifests at open; a replaced directory is refused.
     identities: [(u64, u64); 3],
-    uid: Option<u32>,
     token: u64,
     pid: u32,
 }
@@ -119,7 +119,6 @@ impl ArtifactRegistry {
                 "is a filesystem root, which the registry cannot use",
             ));
         }
-        let uid = effective_uid();
         if let Err(e) = fs::symlink_metadata(root) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 return Err(RegistryError::io("inspect", root)(e));
@@ -131,17 +130,19 @@ impl ArtifactRegistry {
                     .map_err(RegistryError::io("create the directory", parent))?;
             }
         }
-        let root_meta = ensure_private_dir(root, uid).map_err(|e| match e {
-            RegistryError::UnsafeEntry { problem, .. } => RegistryError::UnsafeRoot {
-                path: root.to_path_buf(),
-                problem,
-            },
-            other => other,
-        })?;
+        let root_meta = ensure_private_dir(root)
+            .map_err(dir_error)
+            .map_err(|e| match e {
+                RegistryError::UnsafeEntry { problem, .. } => RegistryError::UnsafeRoot {
+                    path: root.to_path_buf(),
+                    problem,
+                },
+                other => other,
+            })?;
         let artifacts = root.join(ARTIFACTS_DIR);
         let manifests = root.join(MANIFESTS_DIR);
-        let artifacts_meta = ensure_private_dir(&artifacts, uid)?;
-        let manifests_meta = ensure_private_dir(&manifests, uid)?;
+        let artifacts_meta = ensure_private_dir(&artifacts).map_err(dir_error)?;
+        let manifests_meta = ensure_private_dir(&manifests).map_err(dir_error)?;
         let lock_path = root.join(PUBLICATION_LOCK_FILE);
         let registry = ArtifactRegistry {
             root: root.to_path_buf(),
@@ -153,7 +154,6 @@ impl ArtifactRegistry {
                 (artifacts_meta.dev(), artifacts_meta.ino()),
                 (manifests_meta.dev(), manifests_meta.ino()),
             ],
-            uid,
             token: NEXT_REGISTRY_TOKEN.fetch_add(1, Ordering::Relaxed),
             pid: std::process::id(),
         };
@@ -248,7 +248,7 @@ impl ArtifactRegistry {
             .into_iter()
             .zip(self.identities)
         {
-            let meta = check_private_dir(path, self.uid)?;
+            let meta = check_private_dir(path).map_err(dir_error)?;
             if (meta.dev(), meta.ino()) != identity {
                 return Err(RegistryError::unsafe_entry(
                     path,
@@ -341,7 +341,7 @@ impl ArtifactRegistry {
     fn publish_manifest(&self, digest: &str, bytes: &[u8]) -> Result<(), RegistryError> {
         let target = self.manifests.join(format!("{digest}{MANIFEST_SUFFIX}"));
         if fs::symlink_metadata(&target).is_ok() {
-            check_read_only_file(&target, self.uid)?;
+            check_read_only_file(&target)?;
             let existing = read_bounded(&target, bound(MANIFEST_MAX_BYTES))?;
             if existing != bytes {
                 return Err(RegistryError::Occupied { path: target });
@@ -356,7 +356,7 @@ impl ArtifactRegistry {
         let removed = remove_stage(&stage);
         published?;
         removed?;
-        fsync_dir(&self.manifests)
+        Ok(fsync_dir(&self.manifests)?)
     }
 
     /// Reads and checks a manifest and its artifact. Called with the publication lock held.
@@ -377,7 +377,7 @@ impl ArtifactRegistry {
             Err(e) => return Err(RegistryError::io("inspect", &path)(e)),
             Ok(_) => {}
         }
-        check_read_only_file(&path, self.uid)?;
+        check_read_only_file(&path)?;
         let bytes = read_bounded(&path, bound(MANIFEST_MAX_BYTES))?;
         let actual = Manifest::digest_of(&bytes);
         if actual != manifest_digest {
@@ -422,7 +422,7 @@ impl ArtifactRegistry {
                 "the artifact directory is missing",
             ));
         }
-        let files = walk_artifact(&dir, self.uid)?;
+        let files = walk_artifact(&dir)?;
         let catalog_path = dir.join(CATALOG_FILE_NAME);
         if !files.contains_key(CATALOG_FILE_NAME) {
             return Err(RegistryError::corrupt(&catalog_path, "the file is missing"));
@@ -576,7 +576,7 @@ fn body_paths(loaded: &LoadedCatalog) -> BTreeSet<&str> {
 /// Writes the canonical catalog and every body under the new directory `stage`, fsyncing every
 /// file and then every directory (deepest first) so the tree is durable before it is renamed.
 fn write_artifact_tree(stage: &Path, loaded: &LoadedCatalog) -> Result<(), RegistryError> {
-    ensure_private_dir(stage, effective_uid())?;
+    ensure_private_dir(stage).map_err(dir_error)?;
     let catalog_bytes = loaded.catalog().to_json().to_cja().into_bytes();
     if sha256_hex_bytes(&catalog_bytes) != loaded.catalog().content_digest() {
         // The canonical text and the content digest are computed from the same document; a

@@ -8,25 +8,23 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{ErrorKind, Read as _, Write as _};
+use std::io::{ErrorKind, Write as _};
 use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ctx_fs::{
+    DirLock, FILE_MODE_PRIVATE, FileId, FileStat, LockError, LockOptions, ReadError, SyncError,
+    fsync_dir_fd, read_bounded_file,
+};
 use ctx_model::{is_sha, sha256_hex_bytes};
-use rustix::fs::{AtFlags, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::error::{SkillCasError, fs_conflict, fs_error, invalid, io, os};
 use super::root::PinnedDir;
 
-pub(crate) const S_IFMT: u32 = 0o170_000;
-pub(crate) const S_IFREG: u32 = 0o100_000;
-pub(crate) const S_IFDIR: u32 = 0o040_000;
-pub(crate) const S_ISVTX: u32 = 0o1_000;
-
 /// Mode of every stage and published file.
-pub(crate) const FILE_MODE: u32 = 0o600;
+pub(crate) const FILE_MODE: u32 = FILE_MODE_PRIVATE;
 /// Link counts tolerated while recovering: the final name plus up to 64 stage aliases.
 pub(crate) const TOLERATED_LINKS: RangeInclusive<u64> = 1..=65;
 /// A name that must be the only link to its file.
@@ -37,12 +35,12 @@ pub(crate) const PUBLISHED_PAIR: RangeInclusive<u64> = 2..=2;
 pub const STAGE_LIMIT: usize = 64;
 /// Suffix of every stage name.
 pub const STAGE_SUFFIX: &str = ".pending";
-/// Read chunk of an inspection.
-const READ_CHUNK: usize = 64 * 1024;
+/// Bounded wait for the per-content lock, in milliseconds.
+pub const CONTENT_LOCK_WAIT_MAX_MS: u64 = 30_000;
 /// Bounded wait for the per-content lock.
-pub const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
-/// Poll interval of the per-content lock.
-const LOCK_POLL: Duration = Duration::from_millis(10);
+pub const LOCK_TIMEOUT: Duration = Duration::from_millis(CONTENT_LOCK_WAIT_MAX_MS);
+/// Poll interval of the per-content lock, in milliseconds.
+const CONTENT_LOCK_POLL_MS: u64 = 10;
 
 const CHILD_READ_FAILED: &str = "skill store child read failed";
 const DIRECTORY_DURABILITY: &str = "skill store directory durability failed";
@@ -58,95 +56,18 @@ fn owner_rw() -> Mode {
     Mode::RUSR | Mode::WUSR
 }
 
-/// The effective user id of this process.
-pub(crate) fn effective_uid() -> u32 {
-    rustix::process::geteuid().as_raw()
+/// "Safe regular": a regular file (not a link) owned by `euid`, mode exactly 0600, with a link
+/// count in `links`.
+fn safe_regular(snap: &FileStat, euid: u32, links: &RangeInclusive<u64>) -> bool {
+    snap.is_regular()
+        && snap.uid == euid
+        && snap.permissions() == FILE_MODE
+        && links.contains(&snap.nlink)
 }
 
-/// `(device, inode)`: which file a name denotes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct FileId {
-    dev: u64,
-    ino: u64,
-}
-
-/// The fields of one `stat` the store compares: identity, type and permissions, owner, link
-/// count, size and the modification and change times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Snap {
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) mode: u32,
-    pub(crate) uid: u32,
-    pub(crate) nlink: u64,
-    pub(crate) size: i64,
-    pub(crate) mtime_ns: i128,
-    pub(crate) ctime_ns: i128,
-}
-
-impl Snap {
-    /// The `stat` field types differ between platforms; every conversion here widens.
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    fn from_stat(st: &Stat) -> Snap {
-        Snap {
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
-            mode: st.st_mode as u32,
-            uid: st.st_uid as u32,
-            nlink: st.st_nlink as u64,
-            size: st.st_size as i64,
-            mtime_ns: i128::from(st.st_mtime as i64) * 1_000_000_000
-                + i128::from(st.st_mtime_nsec as i64),
-            ctime_ns: i128::from(st.st_ctime as i64) * 1_000_000_000
-                + i128::from(st.st_ctime_nsec as i64),
-        }
-    }
-
-    pub(crate) fn fstat(fd: impl AsFd) -> Result<Snap, Errno> {
-        rustix::fs::fstat(fd).map(|st| Snap::from_stat(&st))
-    }
-
-    /// `fstatat(dirfd, path, AT_SYMLINK_NOFOLLOW)`.
-    pub(crate) fn lstat(dirfd: impl AsFd, path: impl rustix::path::Arg) -> Result<Snap, Errno> {
-        rustix::fs::statat(dirfd, path, AtFlags::SYMLINK_NOFOLLOW).map(|st| Snap::from_stat(&st))
-    }
-
-    pub(crate) fn file_type(&self) -> u32 {
-        self.mode & S_IFMT
-    }
-
-    pub(crate) fn is_dir(&self) -> bool {
-        self.file_type() == S_IFDIR
-    }
-
-    pub(crate) fn permissions(&self) -> u32 {
-        self.mode & 0o7_777
-    }
-
-    pub(crate) fn id(&self) -> FileId {
-        FileId {
-            dev: self.dev,
-            ino: self.ino,
-        }
-    }
-
-    pub(crate) fn same_identity(&self, other: &Snap) -> bool {
-        self.id() == other.id()
-    }
-
-    /// "Safe regular": a regular file (not a link) owned by `euid`, mode exactly 0600, with a
-    /// link count in `links`.
-    fn safe_regular(&self, euid: u32, links: &RangeInclusive<u64>) -> bool {
-        self.file_type() == S_IFREG
-            && self.uid == euid
-            && self.permissions() == FILE_MODE
-            && links.contains(&self.nlink)
-    }
-
-    /// Safe regular with exactly one link: may be deleted whatever its content.
-    fn safely_removable(&self, euid: u32) -> bool {
-        self.safe_regular(euid, &SINGLE_LINK)
-    }
+/// Safe regular with exactly one link: may be deleted whatever its content.
+fn safely_removable(snap: &FileStat, euid: u32) -> bool {
+    safe_regular(snap, euid, &SINGLE_LINK)
 }
 
 /// The content a name must hold to be exact.
@@ -209,17 +130,17 @@ pub(crate) fn inspect(
 ) -> Result<Inspection, SkillCasError> {
     check_child_name(name)?;
     let euid = dir.euid();
-    let before = match Snap::lstat(dir.fd(), name) {
+    let before = match FileStat::at(dir.fd(), name) {
         Ok(snap) => snap,
         Err(Errno::NOENT) => return Ok(Inspection::Absent),
         Err(e) => return Err(fs_error("skill store child cannot be inspected", e)),
     };
-    let conflict = |snap: &Snap, removable: bool| Inspection::Conflict {
+    let conflict = |snap: &FileStat, removable: bool| Inspection::Conflict {
         id: snap.id(),
         nlink: snap.nlink,
-        removable: removable && snap.safely_removable(euid),
+        removable: removable && safely_removable(snap, euid),
     };
-    if !before.safe_regular(euid, links) {
+    if !safe_regular(&before, euid, links) {
         return Ok(conflict(&before, true));
     }
     let fd = rustix::fs::openat(
@@ -229,19 +150,25 @@ pub(crate) fn inspect(
         Mode::empty(),
     )
     .map_err(os(CHILD_READ_FAILED))?;
-    let opened = Snap::fstat(&fd).map_err(os(CHILD_READ_FAILED))?;
-    if opened != before || !opened.safe_regular(euid, links) {
+    let opened = FileStat::of_fd(&fd).map_err(os(CHILD_READ_FAILED))?;
+    if opened != before || !safe_regular(&opened, euid, links) {
         return Ok(conflict(&before, false));
     }
     let mut file = File::from(fd);
-    let content = read_bounded(&mut file, expected.bytes)?;
+    // A file longer than expected is read no further and is not exact (`None`).
+    let content = match read_bounded_file(&mut file, &dir.path().join(name), expected.bytes) {
+        Ok(content) => Some(content),
+        Err(ReadError::TooLarge { .. }) => None,
+        Err(ReadError::Io { source, .. }) => return Err(fs_error(CHILD_READ_FAILED, source)),
+        Err(e) => return Err(fs_error(CHILD_READ_FAILED, std::io::Error::other(e))),
+    };
     if let Durability::Unless(synced) = durability
         && !synced.contains(&opened.id())
     {
         file.sync_all().map_err(io(CHILD_READ_FAILED))?;
     }
-    let after_handle = Snap::fstat(&file).map_err(os(CHILD_READ_FAILED))?;
-    let after_path = match Snap::lstat(dir.fd(), name) {
+    let after_handle = FileStat::of_fd(&file).map_err(os(CHILD_READ_FAILED))?;
+    let after_path = match FileStat::at(dir.fd(), name) {
         Ok(snap) => snap,
         Err(Errno::NOENT) => {
             return Err(fs_error(
@@ -253,12 +180,14 @@ pub(crate) fn inspect(
     };
     drop(file);
     let stable = after_handle == before && after_path == before;
-    if !stable || !after_path.safe_regular(euid, links) {
+    if !stable || !safe_regular(&after_path, euid, links) {
         return Ok(conflict(&after_path, false));
     }
-    let exact = std::str::from_utf8(&content).is_ok()
-        && u64::try_from(content.len()).is_ok_and(|n| n == expected.bytes)
-        && sha256_hex_bytes(&content) == expected.sha256;
+    let exact = content.is_some_and(|content| {
+        std::str::from_utf8(&content).is_ok()
+            && u64::try_from(content.len()).is_ok_and(|n| n == expected.bytes)
+            && sha256_hex_bytes(&content) == expected.sha256
+    });
     if exact {
         Ok(Inspection::Exact {
             id: before.id(),
@@ -267,23 +196,6 @@ pub(crate) fn inspect(
     } else {
         Ok(conflict(&before, true))
     }
-}
-
-/// Reads at most `expected + 1` bytes in chunks of 64 KiB.
-fn read_bounded(file: &mut File, expected: u64) -> Result<Vec<u8>, SkillCasError> {
-    let limit = usize::try_from(expected.saturating_add(1)).unwrap_or(usize::MAX);
-    let mut content = Vec::with_capacity(limit.min(READ_CHUNK));
-    let mut chunk = vec![0u8; READ_CHUNK];
-    while content.len() < limit {
-        let want = (limit - content.len()).min(READ_CHUNK);
-        match file.read(&mut chunk[..want]) {
-            Ok(0) => break,
-            Ok(n) => content.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(fs_error(CHILD_READ_FAILED, e)),
-        }
-    }
-    Ok(content)
 }
 
 /// Creates the stage `name` exclusively with `body`, fsyncs it and authenticates it
@@ -312,10 +224,10 @@ pub(crate) fn create_stage(
     let mut file = File::from(fd);
     write_all(&mut file, body)?;
     file.sync_all().map_err(io(STAGING_WRITE_FAILED))?;
-    let snap = Snap::fstat(&file).map_err(os(STAGING_WRITE_FAILED))?;
+    let snap = FileStat::of_fd(&file).map_err(os(STAGING_WRITE_FAILED))?;
     drop(file);
     let size_matches = u64::try_from(snap.size).ok() == u64::try_from(body.len()).ok();
-    if !snap.safe_regular(dir.euid(), &SINGLE_LINK) || !size_matches {
+    if !safe_regular(&snap, dir.euid(), &SINGLE_LINK) || !size_matches {
         return Err(fs_conflict("skill store stage metadata is invalid"));
     }
     match inspect(dir, name, expected, &SINGLE_LINK, Durability::No)? {
@@ -363,7 +275,7 @@ pub(crate) fn publish(
     check_child_name(source)?;
     check_child_name(destination)?;
     let euid = dir.euid();
-    let src = match Snap::lstat(dir.fd(), source) {
+    let src = match FileStat::at(dir.fd(), source) {
         Ok(snap) => snap,
         Err(Errno::NOENT) => return Err(fs_conflict(SOURCE_CHANGED)),
         Err(e) => return Err(fs_error(PUBLICATION_FAILED, e)),
@@ -371,8 +283,8 @@ pub(crate) fn publish(
     if src.id() != expected {
         return Err(fs_conflict(SOURCE_CHANGED));
     }
-    if !src.safe_regular(euid, &SINGLE_LINK) {
-        let dst = match Snap::lstat(dir.fd(), destination) {
+    if !safe_regular(&src, euid, &SINGLE_LINK) {
+        let dst = match FileStat::at(dir.fd(), destination) {
             Ok(snap) => snap,
             Err(Errno::NOENT) => return Err(fs_conflict(SOURCE_CHANGED)),
             Err(e) => {
@@ -383,8 +295,8 @@ pub(crate) fn publish(
             }
         };
         if dst.id() == expected
-            && src.safe_regular(euid, &TOLERATED_LINKS)
-            && dst.safe_regular(euid, &TOLERATED_LINKS)
+            && safe_regular(&src, euid, &TOLERATED_LINKS)
+            && safe_regular(&dst, euid, &TOLERATED_LINKS)
         {
             return Ok(Published::NotCreated);
         }
@@ -396,16 +308,16 @@ pub(crate) fn publish(
         Err(e) => return Err(fs_error(PUBLICATION_FAILED, e)),
     }
     for name in [source, destination] {
-        let snap = match Snap::lstat(dir.fd(), name) {
+        let snap = match FileStat::at(dir.fd(), name) {
             Ok(snap) => snap,
             Err(Errno::NOENT) => return Err(fs_conflict(PUBLICATION_AMBIGUOUS)),
             Err(e) => return Err(fs_error(PUBLICATION_FAILED, e)),
         };
-        if snap.id() != expected || !snap.safe_regular(euid, &PUBLISHED_PAIR) {
+        if snap.id() != expected || !safe_regular(&snap, euid, &PUBLISHED_PAIR) {
             return Err(fs_conflict(PUBLICATION_AMBIGUOUS));
         }
     }
-    fsync_dir(dir)?;
+    fsync_dir_fd(dir.fd(), dir.path()).map_err(durability_error)?;
     Ok(Published::Created)
 }
 
@@ -420,14 +332,14 @@ pub(crate) fn unlink_if_identity(
     links: &RangeInclusive<u64>,
 ) -> Result<(), SkillCasError> {
     check_child_name(name)?;
-    let snap = match Snap::lstat(dir.fd(), name) {
+    let snap = match FileStat::at(dir.fd(), name) {
         Ok(snap) => snap,
         Err(Errno::NOENT) => {
             return Err(fs_conflict("skill store child disappeared before cleanup"));
         }
         Err(e) => return Err(fs_error("skill store child cleanup check failed", e)),
     };
-    if snap.id() != expected || !snap.safe_regular(dir.euid(), links) {
+    if snap.id() != expected || !safe_regular(&snap, dir.euid(), links) {
         return Err(fs_conflict("skill store child changed before cleanup"));
     }
     rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty())
@@ -468,56 +380,38 @@ pub(crate) fn list_stages(
     Ok(names)
 }
 
-/// fsyncs the pinned directory, making name creations and removals durable.
-pub(crate) fn fsync_dir(dir: &PinnedDir) -> Result<(), SkillCasError> {
-    rustix::fs::fsync(dir.fd()).map_err(os(DIRECTORY_DURABILITY))
+/// `map_err` helper: a failed sync of the pinned directory (ctx-fs `fsync_dir_fd`).
+pub(crate) fn durability_error(e: SyncError) -> SkillCasError {
+    match e {
+        SyncError::Io { source, .. } => fs_error(DIRECTORY_DURABILITY, source),
+        other => fs_error(DIRECTORY_DURABILITY, std::io::Error::other(other)),
+    }
 }
 
-/// The exclusive per-content lock; released when dropped (closing the descriptor releases the
-/// `flock`). The lock file itself is never removed: removing a lock file races with a waiter that
-/// has it open.
+/// The exclusive per-content lock (a ctx-fs [`DirLock`]); released when dropped. The lock file
+/// itself is never removed: removing a lock file races with a waiter that has it open.
 #[derive(Debug)]
 pub(crate) struct ContentLock {
-    _file: File,
+    _lock: DirLock,
 }
 
 /// Takes the exclusive `flock` on `<root>/<name>`, polling every 10 ms for at most
-/// [`LOCK_TIMEOUT`]. The lock file is opened relative to the pinned root, never through a link.
+/// [`LOCK_TIMEOUT`]. The lock file is opened relative to the pinned root, never through a link,
+/// and must be a regular file of this user closed to others.
 pub(crate) fn lock_content(dir: &PinnedDir, name: &str) -> Result<ContentLock, SkillCasError> {
     check_child_name(name)?;
-    let fd: OwnedFd = rustix::fs::openat(
-        dir.fd(),
-        name,
-        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        owner_rw(),
-    )
-    .map_err(|e| {
-        // O_NOFOLLOW refuses a symbolic link at the lock name with ELOOP.
-        if e == Errno::LOOP {
-            fs_conflict(LOCK_UNSAFE)
-        } else {
-            fs_error(LOCK_UNAVAILABLE, e)
-        }
-    })?;
-    let snap = Snap::fstat(&fd).map_err(os(LOCK_UNAVAILABLE))?;
-    if snap.file_type() != S_IFREG || snap.uid != dir.euid() || snap.permissions() & 0o077 != 0 {
-        return Err(fs_conflict(LOCK_UNSAFE));
-    }
-    let file = File::from(fd);
-    let deadline = Instant::now() + LOCK_TIMEOUT;
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(ContentLock { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if Instant::now() >= deadline {
-                    return Err(SkillCasError::FilesystemError {
-                        message: "skill store content lock timed out",
-                        source: None,
-                    });
-                }
-                std::thread::sleep(LOCK_POLL);
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(fs_error(LOCK_UNAVAILABLE, e)),
-        }
+    let poll = Duration::from_millis(CONTENT_LOCK_POLL_MS);
+    let options = LockOptions::new(LOCK_TIMEOUT)
+        .poll(poll, poll)
+        .self_held_grace(Duration::ZERO);
+    match DirLock::acquire_at(dir.fd(), name, &dir.path().join(name), &options) {
+        Ok(lock) => Ok(ContentLock { _lock: lock }),
+        Err(LockError::Unsafe { .. }) => Err(fs_conflict(LOCK_UNSAFE)),
+        Err(LockError::Held { .. }) => Err(SkillCasError::FilesystemError {
+            message: "skill store content lock timed out",
+            source: None,
+        }),
+        Err(LockError::Io { source, .. }) => Err(fs_error(LOCK_UNAVAILABLE, source)),
+        Err(e) => Err(fs_error(LOCK_UNAVAILABLE, std::io::Error::other(e))),
     }
 }

@@ -10,9 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::error::SkillCasError;
+use ctx_fs::{FileId, fsync_dir_fd};
+
 use super::fsops::{
-    Durability, Expected, FileId, Inspection, PUBLISHED_PAIR, Published, SINGLE_LINK, STAGE_LIMIT,
-    STAGE_SUFFIX, TOLERATED_LINKS, fsync_dir, inspect, list_stages, publish, unlink_if_identity,
+    Durability, Expected, Inspection, PUBLISHED_PAIR, Published, SINGLE_LINK, STAGE_LIMIT,
+    STAGE_SUFFIX, TOLERATED_LINKS, durability_error, inspect, list_stages, publish,
+    unlink_if_identity,
 };
 use super::root::PinnedDir;
 
@@ -288,7 +291,7 @@ fn verify_exact_final(
     };
     synced.files.insert(id);
     if synced.final_entry != Some(id) {
-        fsync_dir(dir)?;
+        fsync_dir_fd(dir.fd(), dir.path()).map_err(durability_error)?;
         synced.final_entry = Some(id);
     }
     dir.revalidate()?;
@@ -315,7 +318,7 @@ fn verify_absent(
     removed: bool,
 ) -> Result<CasState, SkillCasError> {
     if removed {
-        fsync_dir(dir)?;
+        fsync_dir_fd(dir.fd(), dir.path()).map_err(durability_error)?;
     }
     dir.revalidate()?;
     let state = inspect(

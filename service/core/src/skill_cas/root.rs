@@ -9,7 +9,7 @@ use rustix::fs::{CWD, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::error::{Cause, SkillCasError, fs_conflict, fs_error, os};
-use super::fsops::{S_IFDIR, S_ISVTX, Snap, effective_uid};
+use ctx_fs::{DIR_MODE_PRIVATE, FileStat, MODE_GROUP_OTHER_WRITE, S_IFDIR, S_ISVTX, effective_uid};
 
 /// Schema of the target identity document.
 pub const TARGET_IDENTITY_SCHEMA: &str = "ctx.skill-cas-target-v2";
@@ -81,12 +81,12 @@ fn open_root(canonical: &Path) -> Result<(RootIdentity, OwnedFd), SkillCasError>
         });
     }
     let fd = open_directory(canonical).map_err(os(ROOT_UNAUTHENTICATED))?;
-    let opened = Snap::fstat(&fd).map_err(os(ROOT_UNAUTHENTICATED))?;
+    let opened = FileStat::of_fd(&fd).map_err(os(ROOT_UNAUTHENTICATED))?;
     let euid = effective_uid();
     check_owner_private(&opened, euid)?;
     check_ancestry(canonical, euid)?;
-    let by_path = Snap::lstat(CWD, canonical).map_err(os(ROOT_UNAUTHENTICATED))?;
-    if !by_path.is_dir() || !by_path.same_identity(&opened) {
+    let by_path = FileStat::at(CWD, canonical).map_err(os(ROOT_UNAUTHENTICATED))?;
+    if !by_path.is_dir() || by_path.id() != opened.id() {
         return Err(fs_conflict(ROOT_CHANGED_WHILE_OPENED));
     }
     let identity = RootIdentity {
@@ -111,8 +111,8 @@ fn open_directory(path: &Path) -> Result<OwnedFd, Errno> {
 }
 
 /// A directory owned by the effective user with mode exactly 0700.
-fn check_owner_private(snap: &Snap, euid: u32) -> Result<(), SkillCasError> {
-    if snap.is_dir() && snap.uid == euid && snap.permissions() == 0o700 {
+fn check_owner_private(snap: &FileStat, euid: u32) -> Result<(), SkillCasError> {
+    if snap.is_dir() && snap.uid == euid && snap.permissions() == DIR_MODE_PRIVATE {
         Ok(())
     } else {
         Err(fs_conflict(ROOT_NOT_PRIVATE))
@@ -126,15 +126,15 @@ fn check_ancestry(canonical: &Path, euid: u32) -> Result<(), SkillCasError> {
     let trusted = |uid: u32| uid == 0 || uid == euid;
     let mut child = canonical;
     while let Some(parent) = child.parent() {
-        let snap = Snap::lstat(CWD, parent).map_err(os(ROOT_UNAUTHENTICATED))?;
+        let snap = FileStat::at(CWD, parent).map_err(os(ROOT_UNAUTHENTICATED))?;
         if snap.file_type() != S_IFDIR {
             return Err(fs_conflict(ANCESTOR_NOT_DIRECTORY));
         }
         if !trusted(snap.uid) {
             return Err(fs_conflict(ANCESTOR_UNTRUSTED_OWNER));
         }
-        if snap.mode & 0o022 != 0 {
-            let child_snap = Snap::lstat(CWD, child).map_err(os(ROOT_UNAUTHENTICATED))?;
+        if snap.mode & MODE_GROUP_OTHER_WRITE != 0 {
+            let child_snap = FileStat::at(CWD, child).map_err(os(ROOT_UNAUTHENTICATED))?;
             if snap.mode & S_ISVTX == 0 || !trusted(child_snap.uid) {
                 return Err(fs_conflict(ANCESTOR_UNSAFE_RENAME));
             }
@@ -157,6 +157,11 @@ impl PinnedDir {
         self.fd.as_fd()
     }
 
+    /// The pinned root's canonical path (names files in errors).
+    pub(crate) fn path(&self) -> &Path {
+        &self.identity.canonical_root
+    }
+
     pub(crate) fn euid(&self) -> u32 {
         self.euid
     }
@@ -177,7 +182,7 @@ impl PinnedDir {
 /// the expected device and inode, protected ancestry.
 fn open_pinned(expected: &RootIdentity) -> Result<PinnedDir, SkillCasError> {
     let fd = open_directory(&expected.canonical_root).map_err(os(DIRECTORY_OPERATION_FAILED))?;
-    let snap = Snap::fstat(&fd).map_err(os(DIRECTORY_OPERATION_FAILED))?;
+    let snap = FileStat::of_fd(&fd).map_err(os(DIRECTORY_OPERATION_FAILED))?;
     let euid = effective_uid();
     check_owner_private(&snap, euid)?;
     if snap.dev != expected.device || snap.ino != expected.inode {

@@ -4,35 +4,26 @@
 //! above it is swapped meanwhile.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read as _, Write as _};
+use std::io::{ErrorKind, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
+use ctx_fs::{
+    DIR_MODE_PRIVATE, FILE_MODE_PRIVATE, FileStat, ReadError, read_bounded_at, read_bounded_file,
+};
 use rustix::fs::{AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
+pub(crate) use ctx_fs::EntryType;
+
 use super::error::ActivationError;
 
-const S_IFMT: u32 = 0o170_000;
-const S_IFREG: u32 = 0o100_000;
-const S_IFDIR: u32 = 0o040_000;
-const S_IFLNK: u32 = 0o120_000;
-
 /// Mode of the directories ctx creates (staging, store, missing host directories).
-pub(crate) const DIR_MODE: u32 = 0o700;
+pub(crate) const DIR_MODE: u32 = DIR_MODE_PRIVATE;
 /// Mode of the files ctx creates.
-pub(crate) const FILE_MODE: u32 = 0o600;
-
-/// The type of a directory entry, not following a final symbolic link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EntryType {
-    File,
-    Directory,
-    Symlink,
-    Other,
-}
+pub(crate) const FILE_MODE: u32 = FILE_MODE_PRIVATE;
 
 /// What a bounded read of a regular file found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,17 +81,8 @@ impl Dir {
 
     /// The type of `name`, or `None` when there is no such entry.
     pub(crate) fn entry_type(&self, name: &str) -> Result<Option<EntryType>, ActivationError> {
-        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => {
-                #[allow(clippy::unnecessary_cast)]
-                let mode = st.st_mode as u32;
-                Ok(Some(match mode & S_IFMT {
-                    S_IFREG => EntryType::File,
-                    S_IFDIR => EntryType::Directory,
-                    S_IFLNK => EntryType::Symlink,
-                    _ => EntryType::Other,
-                }))
-            }
+        match FileStat::at(&self.fd, name) {
+            Ok(stat) => Ok(Some(stat.entry_type())),
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(ActivationError::io("inspect", self.child(name))(errno_io(
                 e,
@@ -117,14 +99,8 @@ impl Dir {
 
     /// Reads the regular file `name` (not through a link), at most `max` bytes.
     pub(crate) fn read_file(&self, name: &str, max: usize) -> Result<Content, ActivationError> {
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-        )
-        .map_err(|e| ActivationError::io("open", self.child(name))(errno_io(e)))?;
-        read_bounded(File::from(fd), max, &self.child(name))
+        let path = self.child(name);
+        content(read_bounded_at(&self.fd, name, &path, bound(max)), &path)
     }
 
     /// Creates the symbolic link `name` → `target`; an existing `name` is an error.
@@ -275,45 +251,49 @@ impl Dir {
 
     /// The owner and permission bits of the directory itself.
     pub(crate) fn owner_and_mode(&self) -> Result<(u32, u32), ActivationError> {
-        let st = rustix::fs::fstat(&self.fd)
+        let stat = FileStat::of_fd(&self.fd)
             .map_err(|e| ActivationError::io("inspect", &self.path)(errno_io(e)))?;
-        #[allow(clippy::unnecessary_cast)]
-        Ok((st.st_uid as u32, st.st_mode as u32 & 0o7_777))
+        Ok((stat.uid, stat.permissions()))
     }
 }
 
-/// Reads at most `max` bytes of `file` (one more to tell a longer file).
-pub(crate) fn read_bounded(
-    mut file: File,
-    max: usize,
-    path: &Path,
-) -> Result<Content, ActivationError> {
-    let meta = file
-        .metadata()
-        .map_err(ActivationError::io("inspect", path))?;
-    if !meta.is_file() {
-        return Err(ActivationError::Io {
+fn bound(max: usize) -> u64 {
+    u64::try_from(max).unwrap_or(u64::MAX)
+}
+
+/// A ctx-fs bounded read as [`Content`]: a longer file is its size, not an error.
+fn content(read: Result<Vec<u8>, ReadError>, path: &Path) -> Result<Content, ActivationError> {
+    match read {
+        Ok(bytes) => Ok(Content::Bytes(bytes)),
+        Err(ReadError::TooLarge { size_bytes, .. }) => Ok(Content::TooLarge(size_bytes)),
+        Err(ReadError::NotRegularFile { .. }) => Err(ActivationError::Io {
             action: "read",
             path: path.to_path_buf(),
             source: std::io::Error::new(ErrorKind::InvalidInput, "not a regular file"),
-        });
+        }),
+        Err(ReadError::Symlink { .. }) => {
+            Err(ActivationError::io("open", path)(errno_io(Errno::LOOP)))
+        }
+        Err(ReadError::Io { action, source, .. }) => Err(ActivationError::Io {
+            action: match action {
+                "opened" => "open",
+                "inspected" => "inspect",
+                _ => "read",
+            },
+            path: path.to_path_buf(),
+            source,
+        }),
+        Err(other) => Err(ActivationError::io("read", path)(std::io::Error::other(
+            other,
+        ))),
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(max).min(max) + 1);
-    (&mut file)
-        .take(u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(ActivationError::io("read", path))?;
-    if bytes.len() > max {
-        return Ok(Content::TooLarge(meta.len()));
-    }
-    Ok(Content::Bytes(bytes))
 }
 
 /// Reads the file at `path` following links (as the host does), at most `max` bytes; `None`
 /// when there is nothing readable there.
 pub(crate) fn read_followed(path: &Path, max: usize) -> Option<Content> {
-    let file = File::open(path).ok()?;
-    read_bounded(file, max, path).ok()
+    let mut file = File::open(path).ok()?;
+    content(read_bounded_file(&mut file, path, bound(max)), path).ok()
 }
 
 /// `path` as UTF-8 text, as the ledger stores it.
@@ -321,9 +301,4 @@ pub(crate) fn utf8(path: &Path) -> Result<&str, ActivationError> {
     path.to_str().ok_or_else(|| ActivationError::NonUtf8Path {
         path: path.to_path_buf(),
     })
-}
-
-/// The effective user id of this process.
-pub(crate) fn effective_uid() -> u32 {
-    rustix::process::geteuid().as_raw()
 }

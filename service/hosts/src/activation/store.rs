@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ctx_model::sha256_hex_bytes;
 
 use super::error::ActivationError;
-use super::fsx::{Content, Dir, effective_uid};
+use ctx_fs::{MODE_GROUP_OTHER, MODE_GROUP_OTHER_WRITE, effective_uid};
+
+use super::fsx::{Content, Dir};
 
 /// The one file of a store directory.
 pub const SKILL_FILE: &str = "SKILL.md";
@@ -95,7 +97,7 @@ fn discard(store: &Dir, stage: &str) {
 /// into it and runs what it finds.
 fn check_private(store: &Dir) -> Result<(), ActivationError> {
     let (uid, mode) = store.owner_and_mode()?;
-    if uid != effective_uid() || mode & 0o022 != 0 {
+    if uid != effective_uid() || mode & MODE_GROUP_OTHER_WRITE != 0 {
         return Err(ActivationError::UnsafeDirectory {
             path: store.path().to_path_buf(),
             reason: "the store root must be owned by this user and writable by no one else",
@@ -115,7 +117,7 @@ pub(crate) fn verify(store: &Dir, sha: &str, len: usize) -> Result<(), Activatio
         .open_child(sha)
         .map_err(|_| corrupt("it is not a directory"))?;
     let (uid, mode) = dir.owner_and_mode()?;
-    if uid != effective_uid() || mode & 0o077 != 0 {
+    if uid != effective_uid() || mode & MODE_GROUP_OTHER != 0 {
         return Err(corrupt("it is not a directory only this user can use"));
     }
     if dir.names()? != [SKILL_FILE] {
