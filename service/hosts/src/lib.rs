@@ -40,14 +40,9 @@ pub use session::{
     HookReply, SessionError, failure_json, read_session, run_hook, session_stream,
 };
 
-/// True when the fail point `name` is configured to fire (feature `failpoints`; always false
-/// otherwise). Used to simulate a crash at a named seam of an activation.
+/// True when the fail point `name` is configured to fire (feature `failpoints`, which exists only
+/// for tests). Used to simulate a crash at a named seam of an activation.
 #[cfg(feature = "failpoints")]
 pub(crate) fn failpoint_fired(name: &str) -> bool {
     fail::eval(name, |_| ()).is_some()
-}
-
-#[cfg(not(feature = "failpoints"))]
-pub(crate) fn failpoint_fired(_name: &str) -> bool {
-    false
 }

@@ -138,6 +138,8 @@ pub enum ActivationError {
     },
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// A simulated crash at a named fail point; only with the `failpoints` feature (tests).
+    #[cfg(feature = "failpoints")]
     #[error("fail point {name} fired (a simulated crash)")]
     FailPoint { name: &'static str },
 }

@@ -807,11 +807,19 @@ impl Actuator {
     }
 }
 
-/// `Err(FailPoint)` when the fail point `name` fires (tests only).
+/// `Err(FailPoint)` when the fail point `name` fires (feature `failpoints`, tests only).
+#[cfg(feature = "failpoints")]
 fn fail_point(name: &'static str) -> Result<(), ActivationError> {
     if crate::failpoint_fired(name) {
         return Err(ActivationError::FailPoint { name });
     }
+    Ok(())
+}
+
+/// Without the `failpoints` feature no fail point exists, so a production build's error type has
+/// no simulated-crash case (spec/architecture.md §3, rule 4).
+#[cfg(not(feature = "failpoints"))]
+fn fail_point(_name: &'static str) -> Result<(), ActivationError> {
     Ok(())
 }
 
