@@ -32,9 +32,9 @@ use ctx_projections::consent_store::{
 };
 use ctx_projections::query_store::{is_desired_set_ref, is_query_ref};
 use ctx_service::{
-    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, HmacSha256Verifier,
-    InstallConsentPolicy, DesiredSetRequest, QueryRequest, ServiceError,
-    hmac_sha256_proof, is_body_path, load_catalog_dir,
+    CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, Catalog, CatalogError, DesiredSetRequest,
+    HmacSha256Verifier, InstallConsentPolicy, QueryRequest, ServiceError, hmac_sha256_proof,
+    is_body_path, load_catalog_dir,
 };
 
 /// The key re-signed assertions are signed with.
@@ -633,9 +633,7 @@ mod tests {
             Ok(v) => v,
             Err(e) => panic!("{name}: {e}"),
         };
-        assert!(
-            DesiredSetRequest::from_json(&parsed("seed-desired-set-request.json")).is_ok()
-        );
+        assert!(DesiredSetRequest::from_json(&parsed("seed-desired-set-request.json")).is_ok());
         assert!(InstallConsentPolicy::from_json(&parsed("seed-policy.json")).is_ok());
         assert!(InstallConsentChallenge::from_json_text(&text("seed-challenge.json")).is_ok());
         assert!(Catalog::parse(&text("seed-catalog.json")).is_ok());

@@ -71,14 +71,13 @@ use ctx_projections::query_store::{QUERY_STORE_PROJECTION, QueryStore};
 use ctx_service::skill_cas::{BodySourceError, SkillBodySource, SkillCasRuntimeConfig};
 use ctx_service::{
     AdapterPorts, ArtifactRegistry, AuthenticatedNetBenefitPlanner, BenefitAuditSink,
-    BenefitFactsPort, CatalogBenefitFacts, ConsentBrokerConfig, HmacSha256Verifier,
-    HumanDecisionVerifierRegistration, IngestInputs, InputAuthorityError, InstallConsentMode,
-    InstallConsentPolicy, InstallPolicyStore, ConsentResolutionResult,
-    DesiredSetRequest, DesiredSetResult, QueryInput,
-    QueryInputAuthority, QueryRequest, QueryService,
-    QueryServiceConfig, QueryServiceResult, NetBenefitPolicy,
-    ReplayDecisionPlanner, ServiceError, SinkError, TrustedHumanDecisionVerifierRegistry,
-    failpoints, hmac_sha256_proof, load_catalog_dir, open_query_service,
+    BenefitFactsPort, CatalogBenefitFacts, ConsentBrokerConfig, ConsentResolutionResult,
+    DesiredSetRequest, DesiredSetResult, HmacSha256Verifier, HumanDecisionVerifierRegistration,
+    IngestInputs, InputAuthorityError, InstallConsentMode, InstallConsentPolicy,
+    InstallPolicyStore, NetBenefitPolicy, QueryInput, QueryInputAuthority, QueryRequest,
+    QueryService, QueryServiceConfig, QueryServiceResult, ReplayDecisionPlanner, ServiceError,
+    SinkError, TrustedHumanDecisionVerifierRegistry, failpoints, hmac_sha256_proof,
+    load_catalog_dir, open_query_service,
 };
 
 /// Most steps run per program; the rest of a longer program is ignored.
