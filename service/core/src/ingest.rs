@@ -5,11 +5,20 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::catalog::{CatalogError, LoadedCatalog, load_catalog_dir, sample_catalog_files};
+use crate::catalog::{
+    BODY_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, CatalogError, LoadedCatalog,
+    load_catalog_dir, sample_catalog_files,
+};
 use crate::data_dir::Layout;
-use ctx_fs::create_private_dir_all;
+use ctx_fs::{create_private_dir_all, read_bounded_file};
 
-use crate::runtime::{CatalogLock, RuntimeError, write_atomically};
+use crate::runtime::{CatalogLock, RuntimeError, read_error_source, write_atomically};
+
+/// Most bytes of `catalog.json` the ingest copies: the catalog's own text limit
+/// ([`CATALOG_TEXT_MAX_BYTES`]), since the file was loaded under it a moment before.
+pub const CATALOG_FILE_COPY_MAX_BYTES: u64 = CATALOG_TEXT_MAX_BYTES as u64;
+/// Most bytes of one body file the ingest copies: the catalog's body limit ([`BODY_MAX_BYTES`]).
+pub const BODY_FILE_COPY_MAX_BYTES: u64 = BODY_MAX_BYTES.unsigned_abs();
 
 /// What an ingest did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +157,26 @@ impl Drop for EmbeddedSample {
     }
 }
 
+/// The most bytes the ingest copies of the catalog file `relative` (relative to the catalog
+/// directory): `catalog.json` is held to [`CATALOG_FILE_COPY_MAX_BYTES`], a body to
+/// [`BODY_FILE_COPY_MAX_BYTES`].
+fn copy_limit_bytes(relative: &str) -> u64 {
+    if relative == CATALOG_FILE_NAME {
+        CATALOG_FILE_COPY_MAX_BYTES
+    } else {
+        BODY_FILE_COPY_MAX_BYTES
+    }
+}
+
+/// Reads the source file `from` for the copy, at most `limit_bytes` bytes (following a link as
+/// the loader's open of `catalog.json` does; the loader has refused links among the bodies). A
+/// longer file, say one replaced since it was loaded, is refused as [`IngestError::Io`] naming
+/// the file, its size and the limit.
+fn read_source_file(from: &Path, limit_bytes: u64) -> Result<Vec<u8>, IngestError> {
+    let mut file = std::fs::File::open(from).map_err(io(from))?;
+    read_bounded_file(&mut file, from, limit_bytes).map_err(|e| io(from)(read_error_source(e)))
+}
+
 /// Writes the catalog into a fresh directory beside the target and swaps it in with renames.
 /// A crash leaves either the old catalog, the new one, or (between the two renames) none, which
 /// the next ingest repairs; a half-written catalog is never in place.
@@ -166,7 +195,7 @@ fn write_catalog(
         }
     }
     create_private_dir_all(&staging).map_err(RuntimeError::from)?;
-    let mut files = vec!["catalog.json".to_owned()];
+    let mut files = vec![CATALOG_FILE_NAME.to_owned()];
     for entry in loaded.catalog().entries() {
         for (_, body) in entry.bodies() {
             files.push(body.path.clone());
@@ -178,7 +207,7 @@ fn write_catalog(
         if let Some(parent) = to.parent() {
             create_private_dir_all(parent).map_err(RuntimeError::from)?;
         }
-        let bytes = std::fs::read(&from).map_err(io(&from))?;
+        let bytes = read_source_file(&from, copy_limit_bytes(&relative))?;
         write_atomically(&to, &bytes)?;
     }
     let target = layout.catalog();
@@ -193,3 +222,6 @@ fn write_catalog(
         .and_then(|d| d.sync_all())
         .map_err(io(layout.root()))
 }
+
+#[cfg(test)]
+mod tests;

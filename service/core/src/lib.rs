@@ -61,8 +61,9 @@ pub use planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
 pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, PolicyStoreError};
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 pub use runtime::{
-    CONSENT_AUDIENCE, Runtime, RuntimeError, WorkRequest, challenge_record, generate_device_key,
-    logical_id, read_device_key, register_device, uninstallable,
+    CONSENT_AUDIENCE, DEVICE_KEY_MAX_BYTES, Runtime, RuntimeError, VERIFIER_REGISTRATION_MAX_BYTES,
+    WORK_FILE_MAX_BYTES, WorkRequest, challenge_record, generate_device_key, logical_id,
+    read_device_key, register_device, uninstallable,
 };
 
 // Specified library API that no other crate of this repository calls yet (this crate's unit tests

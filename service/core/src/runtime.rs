@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctx_fs::{
-    DirLock, FILE_MODE_PRIVATE, LockError, LockOptions, PrivateError, WriteError,
-    create_private_dir_all, write_durable_with_temp,
+    DirLock, FILE_MODE_PRIVATE, LockError, LockOptions, PrivateError, ReadError, WriteError,
+    create_private_dir_all, read_bounded_file, write_durable_with_temp,
 };
 
 use ctx_journal::OpenOptions;
@@ -60,6 +60,15 @@ const WORK_SCHEMA: &str = "ctx.work-v1";
 /// Schema of a registered device key (public part) and of a device key file (private part).
 const VERIFIER_SCHEMA: &str = "ctx.verifier-v1";
 const DEVICE_KEY_SCHEMA: &str = "ctx.device-key-v1";
+/// Largest device key file read, in bytes: the file holds a schema, a 64-digit seed and an
+/// authenticator id (a few hundred bytes), so anything near the bound is not a key.
+pub const DEVICE_KEY_MAX_BYTES: u64 = 4 * 1024;
+/// Largest verifier registration (`verifiers/<authenticator id>.json`) read, in bytes: the file
+/// holds a schema, an audience, an authenticator id, a principal digest and a public key.
+pub const VERIFIER_REGISTRATION_MAX_BYTES: u64 = 4 * 1024;
+/// Largest stored work observation (`work/<work ref>.json`) read, in bytes: the file holds at most
+/// [`SIGNALS_MAX_TOKENS`] signals and a few digests, well under a kilobyte per signal.
+pub const WORK_FILE_MAX_BYTES: u64 = 64 * 1024;
 
 /// Why the runtime could not be composed or could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +124,52 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Reads the file `path` (following a link, as `File::open` does) for at most `limit_bytes`
+/// bytes. A longer file is refused as [`RuntimeError::Io`] naming the path, its size and the
+/// limit; the open and read failures keep their operating-system error.
+fn read_limited(path: &Path, limit_bytes: u64) -> Result<Vec<u8>, RuntimeError> {
+    let mut file = fs::File::open(path).map_err(io(path))?;
+    read_limited_file(&mut file, path, limit_bytes)
+}
+
+/// [`read_limited`] of a file already open.
+fn read_limited_file(
+    file: &mut fs::File,
+    path: &Path,
+    limit_bytes: u64,
+) -> Result<Vec<u8>, RuntimeError> {
+    read_bounded_file(file, path, limit_bytes).map_err(|e| io(path)(read_error_source(e)))
+}
+
+/// The operating-system error a ctx-fs bounded-read refusal is reported as, beside the path: an
+/// open or read failure keeps its own, a file over its limit names its size and the limit.
+pub(crate) fn read_error_source(e: ReadError) -> std::io::Error {
+    match e {
+        ReadError::Io { source, .. } => source,
+        ReadError::TooLarge {
+            size_bytes,
+            limit_bytes,
+            ..
+        } => std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the file is {size_bytes} bytes or more, over the limit of {limit_bytes} bytes"
+            ),
+        ),
+        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+    }
+}
+
+/// Text of a bounded read, refusing bytes that are not UTF-8 as `read_to_string` did.
+fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, RuntimeError> {
+    String::from_utf8(bytes).map_err(|_| {
+        io(path)(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
+    })
 }
 
 fn component(context: &'static str) -> impl FnOnce(String) -> RuntimeError {
@@ -394,7 +449,9 @@ impl QueryInputAuthority for WorkDirAuthority {
             return Err(unavailable());
         }
         let path = self.dir.join(format!("{current_work_ref}.json"));
-        let text = fs::read_to_string(&path).map_err(|_| unavailable())?;
+        let text = read_limited(&path, WORK_FILE_MAX_BYTES)
+            .and_then(|bytes| utf8(&path, bytes))
+            .map_err(|_| unavailable())?;
         let work = Json::parse(&text)
             .ok()
             .and_then(|v| StoredWork::from_json(&v).ok())
@@ -543,7 +600,7 @@ pub fn read_device_key(path: &Path) -> Result<(Ed25519Signer, DeviceIdentity), R
         what: "device key file",
         reason: reason.to_owned(),
     };
-    let file = fs::File::open(path).map_err(io(path))?;
+    let mut file = fs::File::open(path).map_err(io(path))?;
     let mode = file.metadata().map_err(io(path))?.permissions().mode();
     if mode & 0o077 != 0 {
         return Err(corrupt(&format!(
@@ -551,7 +608,10 @@ pub fn read_device_key(path: &Path) -> Result<(Ed25519Signer, DeviceIdentity), R
             mode & 0o777
         )));
     }
-    let text = std::io::read_to_string(file).map_err(io(path))?;
+    let text = utf8(
+        path,
+        read_limited_file(&mut file, path, DEVICE_KEY_MAX_BYTES)?,
+    )?;
     let value = Json::parse(&text).map_err(|e| corrupt(&e.to_string()))?;
     if value.get_str("schema") != Some(DEVICE_KEY_SCHEMA) {
         return Err(corrupt(&format!("its schema is not {DEVICE_KEY_SCHEMA}")));
@@ -593,7 +653,7 @@ fn verifier_registry(
             what: "verifier registration",
             reason: reason.to_owned(),
         };
-        let text = fs::read_to_string(&path).map_err(io(&path))?;
+        let text = utf8(&path, read_limited(&path, VERIFIER_REGISTRATION_MAX_BYTES)?)?;
         let value = Json::parse(&text).map_err(|e| corrupt(&e.to_string()))?;
         if value.get_str("schema") != Some(VERIFIER_SCHEMA) {
             return Err(corrupt(&format!("its schema is not {VERIFIER_SCHEMA}")));

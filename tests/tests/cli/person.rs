@@ -177,3 +177,55 @@ fn deny_records_the_denial_and_installs_nothing() {
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("\"not-a-digest\""), "{}", bad.stderr);
 }
+
+#[test]
+fn an_oversized_device_key_or_verifier_registration_is_refused_naming_the_file_and_the_limit() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let env = [("HOME", home.as_path())];
+    assert_eq!(run_ctx(&data, &["catalog", "ingest"], "").code, 0);
+
+    // A device key file one byte over the bound is refused before it is parsed.
+    let huge_key = dir.path().join("huge.key");
+    let over = usize::try_from(ctx_service::DEVICE_KEY_MAX_BYTES).expect("small") + 1;
+    std::fs::write(&huge_key, vec![b' '; over]).expect("write");
+    std::fs::set_permissions(&huge_key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let key_arg = huge_key.to_str().expect("UTF-8 path");
+    let refused = run_ctx_env(&data, &["key", "init", "--key", key_arg], "", &env);
+    assert_eq!(refused.code, 3, "{} {}", refused.stdout, refused.stderr);
+    let limit = format!(
+        "over the limit of {} bytes",
+        ctx_service::DEVICE_KEY_MAX_BYTES
+    );
+    assert!(
+        refused.stderr.contains(key_arg) && refused.stderr.contains(&limit),
+        "{}",
+        refused.stderr
+    );
+
+    // A registration one byte over its bound makes every runtime command refuse, naming it.
+    let key = home.join("device.key");
+    let key_arg = key.to_str().expect("UTF-8 path");
+    let init = run_ctx_env(&data, &["key", "init", "--key", key_arg], "", &env);
+    assert_eq!(init.code, 0, "{} {}", init.stdout, init.stderr);
+    let registration = std::fs::read_dir(data.join("verifiers"))
+        .expect("verifiers")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .next()
+        .expect("a registration");
+    let over = usize::try_from(ctx_service::VERIFIER_REGISTRATION_MAX_BYTES).expect("small") + 1;
+    std::fs::write(&registration, vec![b' '; over]).expect("write");
+    let run = run_ctx(&data, &["policy", "show"], "");
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let output = format!("{}{}", run.stdout, run.stderr);
+    let limit = format!(
+        "over the limit of {} bytes",
+        ctx_service::VERIFIER_REGISTRATION_MAX_BYTES
+    );
+    assert!(
+        output.contains(registration.to_str().expect("UTF-8 path")) && output.contains(&limit),
+        "{output}"
+    );
+}

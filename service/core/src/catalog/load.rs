@@ -160,7 +160,19 @@ fn read_body(root: &Path, body: &BodyRef) -> Result<String, BodyProblem> {
             }
         }
     }
-    let bytes = fs::read(&path).map_err(BodyProblem::Read)?;
+    // Bounded by the declared size (itself at most BODY_MAX_BYTES): a file grown or replaced
+    // since the check above is refused without being read whole.
+    let declared = u64::try_from(body.size_bytes).unwrap_or(0);
+    let bytes = ctx_fs::read_bounded(&path, declared).map_err(|e| match e {
+        ctx_fs::ReadError::TooLarge { size_bytes, .. } => BodyProblem::Size {
+            actual: size_bytes,
+            declared: body.size_bytes,
+        },
+        ctx_fs::ReadError::Symlink { path } => BodyProblem::Symlink { path },
+        ctx_fs::ReadError::NotRegularFile { .. } => BodyProblem::NotFile,
+        ctx_fs::ReadError::Io { source, .. } => BodyProblem::Read(source),
+        other => BodyProblem::Read(std::io::Error::other(other.to_string())),
+    })?;
     if i64::try_from(bytes.len()).ok() != Some(body.size_bytes) {
         return Err(BodyProblem::Size {
             actual: bytes.len() as u64,

@@ -21,7 +21,7 @@ mod tests;
 mod work;
 
 pub use error::{CatalogError, ObservationError, RetrievalError};
-pub use format::{CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is_body_path};
+pub use format::{BODY_MAX_BYTES, CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is_body_path};
 pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir};
 /// Most signals of a work observation; the runtime keeps no more (spec/catalog.md §5.1).
 pub(crate) use observation::SIGNALS_MAX_TOKENS;

@@ -85,6 +85,18 @@ pub enum RegistryError {
     /// The handle was issued in another process.
     #[error("managed artifact handle is unavailable outside its issuing process")]
     HandleOutsideProcess { issuing_pid: u32, current_pid: u32 },
+    /// Another registry handle or process held the publication lock for the whole bounded wait
+    /// ([`super::REGISTRY_LOCK_WAIT_MAX_MS`] unless the registry was opened with another); the
+    /// holder is the record the lock file holds (`pid <n> (<program>)`) or "an unknown holder".
+    #[error(
+        "managed artifact registry publication lock {path} is held by {holder}; the registry gave \
+         up after waiting {waited_ms} ms"
+    )]
+    LockTimeout {
+        path: PathBuf,
+        holder: String,
+        waited_ms: u128,
+    },
     /// The registry was opened in another process.
     #[error("managed artifact registry is unavailable outside its issuing process")]
     RegistryOutsideProcess { issuing_pid: u32, current_pid: u32 },

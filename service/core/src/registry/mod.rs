@@ -26,5 +26,11 @@ use store::{ARTIFACTS_DIR, MANIFESTS_DIR, PUBLICATION_LOCK_FILE};
 
 /// Largest manifest body accepted or written.
 pub const MANIFEST_MAX_BYTES: usize = 32 * 1024;
+/// Longest wait for the publication lock (held by another registry handle or process) before an
+/// open, ingest or reopen gives up with [`RegistryError::LockTimeout`]; the same bound as the
+/// skill store's and the policy store's locks.
+pub const REGISTRY_LOCK_WAIT_MAX_MS: u64 = 30_000;
+/// Pause between two attempts at the publication lock.
+pub const REGISTRY_LOCK_POLL_MS: u64 = 10;
 /// Most entries one registry directory scan (or one artifact walk) visits.
 pub const DIRECTORY_ENTRIES_MAX: usize = 8_192;

@@ -7,20 +7,21 @@
 //! crash leaves only a stage, which the next lock holder removes.
 
 use std::collections::BTreeSet;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{
-    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
-};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use ctx_fs::{check_private_dir, ensure_private_dir, fsync_dir, read_bounded};
+use ctx_fs::{
+    DirLock, LockError, LockOptions, MODE_GROUP_OTHER_WRITE, ModeRule, check_private_dir,
+    ensure_private_dir, fsync_dir, read_bounded,
+};
 use ctx_model::{Surrogate, is_safe_token, is_sha, sha256_hex_bytes};
 
 use crate::catalog::{CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, LoadedCatalog, load_catalog};
 
-use super::MANIFEST_MAX_BYTES;
 use super::error::RegistryError;
 use super::fsutil::{
     DIR_MODE, check_read_only_file, dir_error, list_dir, remove_stage, walk_artifact,
@@ -29,6 +30,7 @@ use super::fsutil::{
 use super::handle::ArtifactHandle;
 use super::manifest::Manifest;
 use super::surrogate::check_observation_surrogate;
+use super::{MANIFEST_MAX_BYTES, REGISTRY_LOCK_POLL_MS, REGISTRY_LOCK_WAIT_MAX_MS};
 
 /// Directory of published artifacts, one `<graph digest>/` directory each.
 pub const ARTIFACTS_DIR: &str = "artifacts";
@@ -78,22 +80,18 @@ pub struct ArtifactRegistry {
     artifacts: PathBuf,
     manifests: PathBuf,
     lock_path: PathBuf,
+    /// How long [`ArtifactRegistry::lock`] waits for another holder of the publication lock.
+    lock_wait: Duration,
     /// `(device, inode)` of root, artifacts and manifests at open; a replaced directory is refused.
     identities: [(u64, u64); 3],
     token: u64,
     pid: u32,
 }
 
-/// Holds the publication lock until dropped.
+/// Holds the publication lock (a ctx-fs [`DirLock`]) until dropped.
 #[derive(Debug)]
-struct PublicationLock(File);
-
-impl Drop for PublicationLock {
-    fn drop(&mut self) {
-        // Closing the file would release the lock too; unlocking first makes the release explicit
-        // and independent of when the descriptor is closed. A failure leaves only the close.
-        let _ = self.0.unlock();
-    }
+struct PublicationLock {
+    _lock: DirLock,
 }
 
 impl ArtifactRegistry {
@@ -106,7 +104,22 @@ impl ArtifactRegistry {
     /// Opens (creating if needed) the registry at the absolute path `root`. The root and its
     /// `artifacts/` and `manifests/` directories must be real directories of mode 0700 owned by
     /// this user; stages left by an interrupted publication are removed.
+    ///
+    /// Opening, ingesting and reopening take the publication lock, waiting at most
+    /// [`REGISTRY_LOCK_WAIT_MAX_MS`] for another holder ([`RegistryError::LockTimeout`]).
     pub fn open(root: &Path) -> Result<ArtifactRegistry, RegistryError> {
+        ArtifactRegistry::open_with_lock_wait(
+            root,
+            Duration::from_millis(REGISTRY_LOCK_WAIT_MAX_MS),
+        )
+    }
+
+    /// [`ArtifactRegistry::open`] with another bound on the wait for the publication lock (tests
+    /// use a short one).
+    pub(crate) fn open_with_lock_wait(
+        root: &Path,
+        lock_wait: Duration,
+    ) -> Result<ArtifactRegistry, RegistryError> {
         let unsafe_root = |problem: &str| RegistryError::UnsafeRoot {
             path: root.to_path_buf(),
             problem: problem.to_owned(),
@@ -149,6 +162,7 @@ impl ArtifactRegistry {
             artifacts,
             manifests,
             lock_path,
+            lock_wait,
             identities: [
                 (root_meta.dev(), root_meta.ino()),
                 (artifacts_meta.dev(), artifacts_meta.ino()),
@@ -259,6 +273,9 @@ impl ArtifactRegistry {
         Ok(())
     }
 
+    /// Takes the exclusive publication lock, polling every [`REGISTRY_LOCK_POLL_MS`] for at most
+    /// the registry's wait. The lock file (created 0600 when absent) must be a regular file of
+    /// this user that other users cannot write; the root around it is already owner-private.
     fn lock(&self) -> Result<PublicationLock, RegistryError> {
         let path = &self.lock_path;
         if let Ok(meta) = fs::symlink_metadata(path)
@@ -266,17 +283,17 @@ impl ArtifactRegistry {
         {
             return Err(RegistryError::unsafe_entry(path, "is not a regular file"));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(RegistryError::io("open the lock file", path))?;
-        file.lock()
-            .map_err(RegistryError::io("lock the lock file", path))?;
-        Ok(PublicationLock(file))
+        let poll = Duration::from_millis(REGISTRY_LOCK_POLL_MS);
+        // No grace for a record naming this process: the registry never takes its own lock
+        // re-entrantly, so such a record is another handle of this process (or a child's inherited
+        // copy), which the ordinary wait covers.
+        let options = LockOptions::new(self.lock_wait)
+            .poll(poll, poll)
+            .self_held_grace(Duration::ZERO)
+            .file_rule(ModeRule::NoneOf(MODE_GROUP_OTHER_WRITE));
+        DirLock::acquire(path, &options)
+            .map(|lock| PublicationLock { _lock: lock })
+            .map_err(lock_error)
     }
 
     /// Removes stages of interrupted publications and refuses names the layout does not allow.
@@ -454,6 +471,43 @@ impl ArtifactRegistry {
             }
         }
         Ok(loaded)
+    }
+}
+
+/// A ctx-fs lock refusal as a registry error: a lock held past the wait is
+/// [`RegistryError::LockTimeout`], naming the lock file and its holder.
+fn lock_error(e: LockError) -> RegistryError {
+    match e {
+        LockError::Held {
+            path,
+            holder,
+            waited,
+        } => RegistryError::LockTimeout {
+            path,
+            holder,
+            waited_ms: waited.as_millis(),
+        },
+        LockError::Unsafe { path, source } => {
+            RegistryError::unsafe_entry(path, format!("is not a safe lock file: {source}"))
+        }
+        LockError::Io {
+            action: "opened",
+            path,
+            source,
+        } => RegistryError::io("open the lock file", path)(source),
+        LockError::Io {
+            action: "locked",
+            path,
+            source,
+        } => RegistryError::io("lock the lock file", path)(source),
+        LockError::Io { path, source, .. } => {
+            RegistryError::io("record the holder in the lock file", path)(source)
+        }
+        other => RegistryError::Io {
+            operation: "lock the lock file",
+            path: PathBuf::new(),
+            source: std::io::Error::other(other.to_string()),
+        },
     }
 }
 

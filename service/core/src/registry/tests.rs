@@ -577,3 +577,79 @@ fn captured_authority_must_match_the_artifact() {
     );
     assert!(err.to_string().contains("snapshot does not match"), "{err}");
 }
+
+#[test]
+fn a_publication_while_another_handle_holds_the_lock_times_out_naming_the_holder() {
+    let (_dir, root) = root();
+    let wait = std::time::Duration::from_millis(60);
+    let registry = ArtifactRegistry::open_with_lock_wait(&root, wait).unwrap();
+    let lock_path = root.join(PUBLICATION_LOCK_FILE);
+    let held = ctx_fs::DirLock::acquire(
+        &lock_path,
+        &ctx_fs::LockOptions::new(std::time::Duration::ZERO)
+            .self_held_grace(std::time::Duration::ZERO),
+    )
+    .unwrap();
+
+    let loaded = sample();
+    let started = std::time::Instant::now();
+    let err = registry.ingest(&loaded, inputs(&loaded)).unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "bounded"
+    );
+    let holder_prefix = format!("pid {} (", std::process::id());
+    match &err {
+        RegistryError::LockTimeout {
+            path,
+            holder,
+            waited_ms,
+        } => {
+            assert_eq!(path, &lock_path);
+            assert!(holder.starts_with(&holder_prefix), "{holder}");
+            assert!(*waited_ms >= wait.as_millis(), "{waited_ms}");
+        }
+        other => panic!("expected LockTimeout, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(
+        message.starts_with("managed artifact registry publication lock ")
+            && message.contains(lock_path.to_str().unwrap())
+            && message.contains(&holder_prefix),
+        "{message}"
+    );
+    // Nothing was published while the lock was held elsewhere.
+    assert_eq!(fs::read_dir(root.join(MANIFESTS_DIR)).unwrap().count(), 0);
+
+    // Opening and reopening wait the same bounded time.
+    let err = ArtifactRegistry::open_with_lock_wait(&root, wait).unwrap_err();
+    assert!(matches!(err, RegistryError::LockTimeout { .. }), "{err:?}");
+
+    drop(held);
+    let handle = ingest_sample(&registry);
+    registry
+        .reopen(
+            handle.manifest_digest(),
+            handle.planning_environment_digest(),
+        )
+        .unwrap();
+}
+
+#[test]
+fn the_publication_lock_file_must_be_a_regular_file_others_cannot_write() {
+    let (_dir, root) = root();
+    let registry = ArtifactRegistry::open(&root).unwrap();
+    let lock_path = root.join(PUBLICATION_LOCK_FILE);
+    fs::set_permissions(&lock_path, fs::Permissions::from_mode(0o622)).unwrap();
+    let loaded = sample();
+    let err = registry.ingest(&loaded, inputs(&loaded)).unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::UnsafeEntry { path, .. } if path == &lock_path),
+        "{err:?}"
+    );
+    fs::set_permissions(&lock_path, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(&lock_path).unwrap();
+    fs::create_dir(&lock_path).unwrap();
+    let err = registry.ingest(&loaded, inputs(&loaded)).unwrap_err();
+    assert!(err.to_string().ends_with("is not a regular file"), "{err}");
+}
