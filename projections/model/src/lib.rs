@@ -8,12 +8,12 @@
 //! module is private and the list below is the whole API, one path per item.
 #![forbid(unsafe_code)]
 
-mod contract;
+mod action_contract;
 mod digest;
-mod identity;
+mod documents;
 mod json;
-mod model;
 mod plan;
+mod protocol;
 mod reducer;
 mod replay;
 mod replay_error;
@@ -24,14 +24,14 @@ mod state_check;
 pub mod testkit;
 mod vocab;
 
-pub use contract::{
+pub use action_contract::{
     PROMPT_CONTEXT_RECEIPT_SCHEMA_V1, consent_request_payload, expected_install_receipt,
     expected_material_receipt, install_payload, install_rollback, install_verification,
     material_payload, material_rollback, material_verification, validate_action,
     validate_receipt_verification,
 };
 pub use digest::{cj_digest, cja_digest, hex, parse_sha, sha256_hex, sha256_hex_bytes};
-pub use identity::{
+pub use documents::{
     ACTIVATION_AUTHORIZATION_SCHEMA, AUTHORIZED_MATERIAL_SCHEMA, CATALOG_IDENTITY_SCHEMA,
     EXECUTION_BINDING_SCHEMA, INSTALL_AUTHORIZATION_SCHEMA, INSTALL_DESCRIPTOR_SCHEMA_V1,
     INSTALL_DESCRIPTOR_SCHEMA_V2, INSTALLED_LINEAGE_SCHEMA, InstallDescriptorInput,
@@ -46,7 +46,13 @@ pub use identity::{
     validate_installed_lineage, validate_material_descriptor, validate_material_identity,
 };
 pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap, JsonView};
-pub use model::{
+pub use plan::{
+    BENEFIT_AUDIT_KEYS, DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, PLAN_ROW_V3_KEYS,
+    REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM, V3_ABSTENTION_CODES, canonical_row_order_key,
+    committed_plan_from_json, row_tier, validate_benefit_audit, validate_capability_plan_value,
+    validate_committed_plan, validate_plan_row,
+};
+pub use protocol::{
     ACTIVE_CAPABILITIES_MAX, ActionKind, CONSENT_EXPIRED_KEYS, Classification,
     EVENT_DIGEST_METADATA, EVENT_TEXT_METADATA, EngineEvent, EventKind, HostAction,
     INSTALL_ACTION_PAYLOAD_SCHEMA_V3, INSTALL_CONSENT_REQUEST_SCHEMA_V3, INSTALL_RECEIPT_SCHEMA_V3,
@@ -54,12 +60,6 @@ pub use model::{
     ProtocolError, RECEIPT_IDENTITY_KEYS, REPLAY_FIELDS, RandomSeed, ReceiptIdentity, Retention,
     SCOPE_KEYS, ScopeRef, Transition, USER_DECISION_KEYS, action_id, consent_id, has_exact_keys,
     normalize_protocol_timestamp,
-};
-pub use plan::{
-    BENEFIT_AUDIT_KEYS, DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, PLAN_ROW_V3_KEYS,
-    REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM, V3_ABSTENTION_CODES, canonical_row_order_key,
-    committed_plan_from_json, row_tier, validate_benefit_audit, validate_capability_plan_value,
-    validate_committed_plan, validate_plan_row,
 };
 pub use reducer::{ReduceError, reduce};
 pub use replay::{

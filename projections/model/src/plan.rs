@@ -10,12 +10,12 @@
 
 use std::borrow::Cow;
 
-use crate::identity::{
+use crate::documents::{
     INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
     validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
 };
 use crate::json::{Json, JsonMap};
-use crate::model::{ACTIVE_CAPABILITIES_MAX, ProtocolError, exact_keys, perr};
+use crate::protocol::{ACTIVE_CAPABILITIES_MAX, ProtocolError, exact_keys, perr};
 use crate::replay_error::{
     ReplayError, r_bounded, r_digest, r_exact, r_sequence, r_token, r_token_array, vfail,
 };
@@ -919,10 +919,10 @@ pub fn validate_capability_plan_value(value: &Json) -> Result<(), ReplayError> {
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::identity::tests::{
+    use crate::documents::tests::{
         d, demo_catalog, demo_descriptor_v2, demo_install_descriptor, demo_material,
     };
-    use crate::identity::{authorized_material_from_catalog, catalog_capability_identity};
+    use crate::documents::{authorized_material_from_catalog, catalog_capability_identity};
 
     fn presentation(id: &str, actionability: &str, install: Option<(&str, &str)>) -> JsonMap {
         let (kind, name) = id.split_once(':').unwrap();

@@ -3,7 +3,7 @@
 
 use crate::digest::{cj_digest, sha256_hex};
 use crate::json::{Json, JsonError, JsonMap, JsonView};
-use crate::model::{
+use crate::protocol::{
     ActionKind, EVENT_DIGEST_METADATA, EVENT_TEXT_METADATA, EngineEvent, EventKind, RandomSeed,
     ScopeRef, has_exact_keys,
 };
@@ -136,7 +136,7 @@ fn field<'a>(m: &'a JsonMap, key: &str) -> &'a Json {
     m.get(key).unwrap_or(&Json::Null)
 }
 
-fn from_protocol(e: crate::model::ProtocolError) -> ReplayError {
+fn from_protocol(e: crate::protocol::ProtocolError) -> ReplayError {
     ReplayError::Validation(e.message().to_owned())
 }
 
@@ -248,7 +248,7 @@ fn validate_current_work(value: &Json) -> Result<(), ReplayError> {
     r_token_array(
         field(m, "active_capability_ids"),
         "active_capability_ids",
-        crate::model::ACTIVE_CAPABILITIES_MAX,
+        crate::protocol::ACTIVE_CAPABILITIES_MAX,
     )?;
     r_token_array(
         field(m, "rejected_capability_ids"),
@@ -600,7 +600,7 @@ fn sanitize_payload(event: &EngineEvent) -> Result<(Json, Option<ObservationRef>
         EventKind::UserDecision => {
             let m = r_exact(
                 payload,
-                &crate::model::USER_DECISION_KEYS,
+                &crate::protocol::USER_DECISION_KEYS,
                 "UserDecision payload",
             )?;
             let basis = match field(m, "decision_basis").as_str() {
@@ -652,7 +652,7 @@ fn sanitize_payload(event: &EngineEvent) -> Result<(Json, Option<ObservationRef>
         EventKind::InstallConsentExpired => {
             let m = r_exact(
                 payload,
-                &crate::model::CONSENT_EXPIRED_KEYS,
+                &crate::protocol::CONSENT_EXPIRED_KEYS,
                 "InstallConsentExpired payload",
             )?;
             let out = Json::object([
@@ -714,7 +714,7 @@ fn sanitize_payload(event: &EngineEvent) -> Result<(Json, Option<ObservationRef>
             // the surrogate freeze rules: the verification is journaled verbatim.
             let kind = ActionKind::parse(field(m, "action_kind").as_str().unwrap_or_default())
                 .map_err(from_protocol)?;
-            crate::contract::validate_receipt_verification(kind, verification)
+            crate::action_contract::validate_receipt_verification(kind, verification)
                 .map_err(from_protocol)?;
             check_frozen(verification, 0)?;
             let mut out = receipt_identity(m)?;
@@ -1007,11 +1007,11 @@ impl ReplayInput {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::contract::expected_install_receipt;
-    use crate::contract::tests::{install_action, scope};
-    use crate::identity::tests::d;
-    use crate::model::{PrivacyLabel, Retention};
+    use crate::action_contract::expected_install_receipt;
+    use crate::action_contract::tests::{install_action, scope};
+    use crate::documents::tests::d;
     use crate::plan::tests::ready_value;
+    use crate::protocol::{PrivacyLabel, Retention};
 
     fn event(kind: EventKind, expected_revision: u64, payload: Json) -> EngineEvent {
         let mut e = EngineEvent::bare(

@@ -4,7 +4,7 @@
 //! validator without `plan` importing `replay` back.
 
 use crate::json::{Json, JsonMap};
-use crate::model::has_exact_keys;
+use crate::protocol::has_exact_keys;
 use crate::shape::{is_sha, is_token};
 
 /// Why a replay value was refused. The classes are the reference's: a structural violation, a

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use crate::json::{Json, JsonError, JsonMap, JsonView};
-use crate::model::{ACTION_KEYS, HostAction, SCOPE_KEYS, ScopeRef, exact_keys};
+use crate::protocol::{ACTION_KEYS, HostAction, SCOPE_KEYS, ScopeRef, exact_keys};
 
 pub const STATE_SCHEMA_V3: &str = "ctx.engine-state-v3";
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use crate::json::Json;
-use crate::model::{
+use crate::protocol::{
     ACTIVE_CAPABILITIES_MAX, ActionKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
     MATERIAL_ACTION_PAYLOAD_SCHEMA_V3,
 };
@@ -975,7 +975,7 @@ mod tests {
 
     use super::*;
     use crate::digest::{cj_digest, sha256_hex};
-    use crate::model::{PrivacyLabel, ScopeRef};
+    use crate::protocol::{PrivacyLabel, ScopeRef};
     use crate::state::{Exposure, Invocation, SessionStatus};
     use crate::vocab::{INSTALLER_DIGEST, INSTALLER_ID};
 

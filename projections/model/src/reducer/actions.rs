@@ -1,12 +1,12 @@
 //! Construction of the actions the reducer emits (spec/engine.md §1, §7).
 
 use super::{ReduceError, Step, invalid};
-use crate::contract::{
+use crate::action_contract::{
     consent_request_payload, install_payload, install_rollback, install_verification,
     material_payload, material_rollback, material_verification,
 };
 use crate::json::{Json, JsonMap};
-use crate::model::{ActionKind, HostAction, action_id, consent_id};
+use crate::protocol::{ActionKind, HostAction, action_id, consent_id};
 use crate::state::{CapabilityState, EffectKind, Installation, PendingConsent, PendingEffect};
 
 fn empty() -> Json {

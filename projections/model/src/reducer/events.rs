@@ -6,10 +6,10 @@ use super::actions::emit_material;
 use super::planning::commit_plan;
 use super::reconcile::reconcile;
 use super::{ReduceError, Step, invalid, invalid_event};
-use crate::contract::{expected_install_receipt, expected_material_receipt};
-use crate::identity::{authorized_material_from_lineage, build_installed_lineage};
+use crate::action_contract::{expected_install_receipt, expected_material_receipt};
+use crate::documents::{authorized_material_from_lineage, build_installed_lineage};
 use crate::json::Json;
-use crate::model::{
+use crate::protocol::{
     ActionKind, CONSENT_EXPIRED_KEYS, EventKind, ReceiptIdentity, USER_DECISION_KEYS,
     has_exact_keys,
 };
@@ -156,7 +156,7 @@ fn user_decision(step: &mut Step<'_>) -> Result<(), ReduceError> {
     Ok(())
 }
 
-fn requested_matches(step: &Step<'_>, install: &crate::model::HostAction) -> bool {
+fn requested_matches(step: &Step<'_>, install: &crate::protocol::HostAction) -> bool {
     let p = &step.event.payload;
     p.get_str("requested_action_id") == Some(install.action_id.as_str())
         && p.get_str("requested_action_kind") == Some(install.kind.as_str())

@@ -10,7 +10,7 @@ mod planning;
 mod reconcile;
 
 use crate::json::Json;
-use crate::model::{EngineEvent, EventKind, HostAction, ProtocolError, Transition};
+use crate::protocol::{EngineEvent, EventKind, HostAction, ProtocolError, Transition};
 use crate::replay::{REDUCER_V3, ReplayInput};
 use crate::shape::{ONE_HOUR_MICROS, UtcMicros, is_sha};
 use crate::state::{EngineState, HostLevel};

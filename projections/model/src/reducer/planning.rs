@@ -3,7 +3,7 @@
 use super::actions::present_bundle;
 use super::reconcile::reconcile;
 use super::{ReduceError, Step, invalid, invalid_event};
-use crate::identity::{classify_lineage_promotion, material_identity};
+use crate::documents::{classify_lineage_promotion, material_identity};
 use crate::json::Json;
 use crate::plan::validate_capability_plan_value;
 use crate::replay::Surrogate;

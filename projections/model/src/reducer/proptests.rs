@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::{ReduceError, reduce};
-use crate::model::{ActionKind, EventKind};
+use crate::protocol::{ActionKind, EventKind};
 use crate::state::{EngineState, Installation};
 use crate::testkit::ops::{Op, event_for};
 use crate::testkit::{self, Session};

@@ -6,7 +6,7 @@
 use super::actions::{emit_material, request_consent};
 use super::{ReduceError, Step};
 use crate::json::Json;
-use crate::model::{ACTIVE_CAPABILITIES_MAX, ActionKind};
+use crate::protocol::{ACTIVE_CAPABILITIES_MAX, ActionKind};
 use crate::state::{CapabilityState, EffectKind, EngineState, Installation, SessionStatus};
 
 fn has_pending(state: &EngineState, id: &str, effects: &[EffectKind]) -> bool {

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use crate::model::ActionKind;
+use crate::protocol::ActionKind;
 use crate::state::{Activation, EffectKind, Installation, SessionStatus};
 use crate::testkit::{self, RowKind, Session};
 

@@ -7,13 +7,13 @@
 pub mod ops;
 
 use crate::digest::sha256_hex;
-use crate::identity::{
+use crate::documents::{
     InstallDescriptorInput, MaterialDescriptorInput, authorized_material_from_catalog,
     catalog_capability_identity, install_plan_descriptor, material_descriptor, material_identity,
 };
 use crate::json::Json;
-use crate::model::{EngineEvent, EventKind, HostAction, RandomSeed, ScopeRef};
 use crate::plan::canonical_row_order_key;
+use crate::protocol::{EngineEvent, EventKind, HostAction, RandomSeed, ScopeRef};
 use crate::replay::{NORMALIZER_VERSION_DEFAULT, REDUCER_V3, ReplayInput, Surrogate};
 use crate::shape::{ONE_HOUR_MICROS, UtcMicros};
 use crate::vocab::{
@@ -370,10 +370,10 @@ impl Session {
     /// `ActionApplied` with the exact verification the action authorizes.
     pub fn applied(&mut self, action: &HostAction) -> EngineEvent {
         let verification = match action.kind {
-            crate::model::ActionKind::InstallCapability => {
-                crate::contract::expected_install_receipt(action)
+            crate::protocol::ActionKind::InstallCapability => {
+                crate::action_contract::expected_install_receipt(action)
             }
-            _ => crate::contract::expected_material_receipt(action),
+            _ => crate::action_contract::expected_material_receipt(action),
         };
         let mut fields = Self::receipt_identity(action);
         fields.push(("verification", verification));

@@ -3,7 +3,7 @@
 //! by the reducer's property test, the engine's property test and the benchmarks.
 
 use crate::json::Json;
-use crate::model::{EngineEvent, EventKind};
+use crate::protocol::{EngineEvent, EventKind};
 use crate::replay::Surrogate;
 use crate::state::{EffectKind, EngineState, SessionStatus};
 

@@ -7,12 +7,12 @@
 //! consent requests, schema-less material payloads, `{host_state}` receipts) and prompt-context
 //! actions are refused as unsupported schemas.
 
-use crate::identity::{
+use crate::documents::{
     INSTALL_DESCRIPTOR_SCHEMA_V2, descriptor_matches_result_material, validate_authorized_material,
     validate_catalog_identity, validate_install_plan_descriptor, validate_material_identity,
 };
 use crate::json::{Json, JsonMap};
-use crate::model::{
+use crate::protocol::{
     ACTIVE_CAPABILITIES_MAX, ActionKind, HostAction, INSTALL_ACTION_PAYLOAD_SCHEMA_V3,
     INSTALL_CONSENT_REQUEST_SCHEMA_V3, INSTALL_RECEIPT_SCHEMA_V3,
     MATERIAL_ACTION_PAYLOAD_SCHEMA_V3, MATERIAL_RECEIPT_SCHEMA_V3, ProtocolError, names, perr,
@@ -762,11 +762,11 @@ pub fn expected_material_receipt(action: &HostAction) -> Json {
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::identity::tests::{
+    use crate::documents::tests::{
         d, demo_catalog, demo_descriptor_v2, demo_install_descriptor, demo_lineage, demo_material,
     };
-    use crate::identity::{authorized_material_from_catalog, authorized_material_from_lineage};
-    use crate::model::{PrivacyLabel, ScopeRef};
+    use crate::documents::{authorized_material_from_catalog, authorized_material_from_lineage};
+    use crate::protocol::{PrivacyLabel, ScopeRef};
 
     pub(crate) fn scope() -> ScopeRef {
         ScopeRef::new(
@@ -964,7 +964,7 @@ pub(crate) mod tests {
     }
 
     fn material_identity_other() -> Json {
-        crate::identity::material_identity("skill:demo", "skill", &d('9'), 9).unwrap()
+        crate::documents::material_identity("skill:demo", "skill", &d('9'), 9).unwrap()
     }
 
     #[test]

@@ -1206,7 +1206,7 @@ impl HostAction {
     }
 
     /// Decodes an action mapping: exact key set and field types. The contract rules of the kinds
-    /// are checked by [`crate::contract::validate_action`].
+    /// are checked by [`crate::action_contract::validate_action`].
     pub fn from_json(v: &Json) -> Result<HostAction, ProtocolError> {
         let Some(m) = v.as_obj() else {
             return perr("action must be a JSON object");

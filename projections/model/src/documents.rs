@@ -10,7 +10,7 @@
 
 use crate::digest::{cj_digest, cja_digest};
 use crate::json::{Json, JsonMap};
-use crate::model::{HostAction, ProtocolError, exact_keys, has_exact_keys, perr};
+use crate::protocol::{HostAction, ProtocolError, exact_keys, has_exact_keys, perr};
 use crate::shape::{is_capability_identity, is_safe_token, is_sha};
 use crate::vocab::CapabilityKind;
 
