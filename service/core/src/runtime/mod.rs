@@ -1,0 +1,561 @@
+//! The runtime of one data directory: the managed query service composed from the files a
+//! [`Layout`] names — the ingested catalog, the artifact registry, the install policy store, the
+//! skill content-addressed store, the registered human device keys and the work observations —
+//! for a process that lives as long as one `ctx` command (spec/cli.md §2 and §4).
+//!
+//! Everything here is deterministic given the files and the clock the process passes in: two
+//! processes that observe the same work get the same work reference, artifact and events, so a
+//! retried command is an idempotent retry of the service call.
+//!
+//! This module holds the composition itself ([`Runtime`], the consent broker identity, the skill
+//! store's body source), [`RuntimeError`] and the file helpers its parts share; the parts are
+//! `device` (device keys and the verifier registry, spec/cli.md §4, spec/decisions.md §6–§7),
+//! `work` (stored work observations, spec/cli.md §4) and `catalog_lock` (spec/cli.md §2).
+
+mod catalog_lock;
+mod device;
+mod work;
+
+pub(crate) use catalog_lock::CatalogLock;
+use device::verifier_registry;
+pub use device::{
+    DEVICE_KEY_MAX_BYTES, VERIFIER_REGISTRATION_MAX_BYTES, generate_device_key, read_device_key,
+    register_device,
+};
+use work::{StoredWork, WorkDirAuthority};
+pub use work::{WORK_FILE_MAX_BYTES, WORK_PROMPT_MAX_BYTES, WorkRequest};
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ctx_fs::{
+    FILE_MODE_PRIVATE, PrivateError, ReadError, WriteError, create_private_dir_all,
+    read_bounded_file, write_durable_with_temp,
+};
+
+use ctx_journal::OpenOptions;
+use ctx_model::{
+    HostAction, INSTALLER_ID, Json, UtcMicros, is_token, sha256_hex, sha256_hex_bytes,
+};
+use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
+use ctx_projections::engine::{Clock, ManualClock};
+
+use crate::catalog::{
+    LoadedCatalog, SIGNALS_MAX_TOKENS, Spellings, TokenRule, language, load_catalog_dir, tokenize,
+    truncate,
+};
+use crate::data_dir::Layout;
+use crate::managed::{
+    ConsentBrokerConfig, QueryService, QueryServiceConfig, ServiceError, open_query_service,
+};
+use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlanner};
+use crate::planning::benefit::NetBenefitPolicy;
+use crate::planning::plan::{AuthenticatedNetBenefitPlanner, BenefitAuditSink, SinkError};
+use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
+use crate::policy::InstallPolicyStore;
+use crate::registry::{ArtifactRegistry, IngestInputs};
+use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntimeConfig};
+
+/// The planner version every artifact of this runtime binds.
+pub const PLANNER_VERSION: &str = "ctx-planner-v3";
+/// The audience human decisions are signed for.
+pub const CONSENT_AUDIENCE: &str = "ctx-managed-query";
+
+/// Why the runtime could not be composed or could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The data directory has no catalog yet.
+    #[error(
+        "no catalog has been ingested into {}; run `ctx catalog ingest` first",
+        .path.display()
+    )]
+    NoCatalog { path: PathBuf },
+    /// A value the caller gave is refused.
+    #[error("{0}")]
+    Invalid(String),
+    /// A file of the data directory could not be read or written.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A file of the data directory holds something this runtime refuses.
+    #[error("{} is not a valid {what}: {reason}", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        what: &'static str,
+        reason: String,
+    },
+    /// The catalog, registry, policy store, skill store, verifier or service refused.
+    #[error("{context}: {message}")]
+    Component {
+        context: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Service(#[from] crate::managed::ServiceError),
+}
+
+impl RuntimeError {
+    /// The stable wire code (spec/cli.md §4): a service refusal keeps its own code
+    /// ([`crate::ServiceError::code`]); a data directory without a catalog is `no-catalog`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RuntimeError::Service(e) => e.code(),
+            RuntimeError::NoCatalog { .. } => "no-catalog",
+            RuntimeError::Invalid(_) => "invalid",
+            _ => "internal",
+        }
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
+    move |source| RuntimeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Reads the file `path` (following a link, as `File::open` does) for at most `limit_bytes`
+/// bytes. A longer file is refused as [`RuntimeError::Io`] naming the path, its size and the
+/// limit; the open and read failures keep their operating-system error.
+fn read_limited(path: &Path, limit_bytes: u64) -> Result<Vec<u8>, RuntimeError> {
+    let mut file = fs::File::open(path).map_err(io(path))?;
+    read_limited_file(&mut file, path, limit_bytes)
+}
+
+/// [`read_limited`] of a file already open.
+fn read_limited_file(
+    file: &mut fs::File,
+    path: &Path,
+    limit_bytes: u64,
+) -> Result<Vec<u8>, RuntimeError> {
+    read_bounded_file(file, path, limit_bytes).map_err(|e| io(path)(read_error_source(e)))
+}
+
+/// The operating-system error a ctx-fs bounded-read refusal is reported as, beside the path: an
+/// open or read failure keeps its own, a file over its limit names its size and the limit.
+pub(crate) fn read_error_source(e: ReadError) -> std::io::Error {
+    match e {
+        ReadError::Io { source, .. } => source,
+        ReadError::TooLarge {
+            size_bytes,
+            limit_bytes,
+            ..
+        } => std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the file is {size_bytes} bytes or more, over the limit of {limit_bytes} bytes"
+            ),
+        ),
+        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+    }
+}
+
+/// Text of a bounded read, refusing bytes that are not UTF-8 as `read_to_string` did.
+fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, RuntimeError> {
+    String::from_utf8(bytes).map_err(|_| {
+        io(path)(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
+    })
+}
+
+fn component(context: &'static str) -> impl FnOnce(String) -> RuntimeError {
+    move |message| RuntimeError::Component { context, message }
+}
+
+/// A ctx-fs refusal of a data-directory path, as the runtime reports a failed file operation.
+impl From<PrivateError> for RuntimeError {
+    fn from(e: PrivateError) -> RuntimeError {
+        match e {
+            PrivateError::Io { path, source, .. } => RuntimeError::Io { path, source },
+            other => RuntimeError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other(other),
+            },
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The body source of the skill store: the ingested catalog's install results
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct CatalogBodies {
+    loaded: Arc<LoadedCatalog>,
+}
+
+impl SkillBodySource for CatalogBodies {
+    fn load(&self, action: &HostAction, _material: &Json) -> Result<String, BodySourceError> {
+        // The skill store authenticates the text against the material identity, so the source
+        // only has to find it.
+        let capability_id = action.entity_id.as_deref().unwrap_or_default();
+        self.loaded
+            .install_result_text(capability_id)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                BodySourceError::new(format!(
+                    "the catalog has no install result for {capability_id:?}"
+                ))
+            })
+    }
+}
+
+/// A benefit audit sink that acknowledges without storing; used only to compute the planning
+/// environment digest of a planner identity.
+#[derive(Debug)]
+struct IdentitySink;
+
+impl BenefitAuditSink for IdentitySink {
+    fn store(&self, _result_json: &Json) -> Result<String, SinkError> {
+        Err(SinkError::Unavailable("identity only".into()))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Files
+// ------------------------------------------------------------------------------------------------
+
+/// Writes `bytes` to `path` through a synced temporary file and a rename, then syncs the
+/// directory: a reader sees the old file or the new one, never a part.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
+    let dir = path.parent().ok_or_else(|| {
+        RuntimeError::Invalid(format!("{} has no parent directory", path.display()))
+    })?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    write_durable_with_temp(path, &tmp, bytes, FILE_MODE_PRIVATE).map_err(|e| match e {
+        WriteError::Io { path, source, .. } => RuntimeError::Io { path, source },
+        WriteError::NoParent { path } => {
+            RuntimeError::Invalid(format!("{} has no parent directory", path.display()))
+        }
+        other => RuntimeError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(other),
+        },
+    })
+}
+
+// ------------------------------------------------------------------------------------------------
+// The runtime
+// ------------------------------------------------------------------------------------------------
+
+/// The managed query service of one data directory, and what it was composed from.
+pub struct Runtime {
+    layout: Layout,
+    loaded: Arc<LoadedCatalog>,
+    registry: Arc<ArtifactRegistry>,
+    facts: Arc<CatalogBenefitFacts>,
+    policy: NetBenefitPolicy,
+    planning_environment_digest: String,
+    clock: Arc<ManualClock>,
+    policy_store: InstallPolicyStore,
+    service: QueryService,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("root", &self.layout.root())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The consent broker identity of a data directory. The directory is named by its canonical path
+/// (when it exists), so two spellings of one directory (a symlink, `..`) bind the same challenges.
+pub fn consent_config(layout: &Layout) -> ConsentBrokerConfig {
+    let root = layout
+        .root()
+        .canonicalize()
+        .unwrap_or_else(|_| layout.root().to_path_buf());
+    ConsentBrokerConfig {
+        audience: CONSENT_AUDIENCE.to_owned(),
+        workspace_identity_digest: sha256_hex(&format!("ctx-data-dir:{}", root.display())),
+        release_root_digest: sha256_hex("ctx-release-root-v1"),
+    }
+}
+
+impl Runtime {
+    /// Composes the service of `layout`'s data directory at the trusted time `now`.
+    pub fn open(layout: &Layout, now: UtcMicros) -> Result<Runtime, RuntimeError> {
+        let catalog_dir = layout.catalog();
+        // A missing data directory has no catalog; the lock below would create the directory.
+        if !layout.root().is_dir() {
+            return Err(RuntimeError::NoCatalog { path: catalog_dir });
+        }
+        let loaded = {
+            let _catalog = CatalogLock::acquire(layout, false)?;
+            if !catalog_dir.join("catalog.json").is_file() {
+                return Err(RuntimeError::NoCatalog { path: catalog_dir });
+            }
+            Arc::new(
+                load_catalog_dir(&catalog_dir)
+                    .map_err(|e| component("the ingested catalog does not load")(e.to_string()))?,
+            )
+        };
+        let catalog = Arc::new(loaded.catalog().clone());
+        let facts = Arc::new(CatalogBenefitFacts::new(catalog.clone()));
+        let ports = AdapterPorts::from_catalog(catalog.clone());
+        let policy = NetBenefitPolicy::new(&sha256_hex("ctx-default-calibration-v1"), 1);
+        let planning_environment_digest = ReplayDecisionPlanner::new(
+            AuthenticatedNetBenefitPlanner::new(policy.clone(), IdentitySink)
+                .map_err(|e| component("the planner refused")(e.to_string()))?,
+            ports.clone(),
+            PLANNER_VERSION,
+            catalog.namespace_digest(),
+        )
+        .map_err(|e| component("the planner refused")(e.to_string()))?
+        .catalog_snapshot_digest()
+        .to_owned();
+        for dir in [
+            layout.root().to_path_buf(),
+            layout.registry(),
+            layout.work(),
+            layout.skills(),
+            layout.materials(),
+        ] {
+            create_private_dir_all(&dir)?;
+        }
+        let registry = Arc::new(
+            ArtifactRegistry::open(&layout.registry())
+                .map_err(|e| component("the artifact registry refused")(e.to_string()))?,
+        );
+        let policy_store = InstallPolicyStore::new(&layout.install_policy())
+            .map_err(|e| component("the install policy store refused")(e.to_string()))?;
+        let bodies: Arc<dyn SkillBodySource> = Arc::new(CatalogBodies {
+            loaded: loaded.clone(),
+        });
+        let skill_cas = SkillCasRuntimeConfig::new(
+            &layout.skills(),
+            bodies.clone(),
+            INSTALLER_ID,
+            &sha256_hex("ctx-host:cli"),
+        )
+        .map_err(|e| component("the skill store refused")(e.to_string()))?;
+        let material_store = SkillCasRuntimeConfig::new(
+            &layout.materials(),
+            bodies,
+            INSTALLER_ID,
+            &sha256_hex("ctx-host:cli"),
+        )
+        .map_err(|e| component("the material store refused")(e.to_string()))?
+        .with_gate(CasGate::Materials);
+        let clock = Arc::new(ManualClock::new(now));
+        let service_clock: Arc<dyn Clock> = clock.clone();
+        let service = open_query_service(QueryServiceConfig {
+            data_dir: layout.journal(),
+            registry: registry.clone(),
+            input_authority: Arc::new(WorkDirAuthority {
+                dir: layout.work(),
+                registry: registry.clone(),
+            }),
+            ports,
+            net_benefit_policy: policy.clone(),
+            planner_version: PLANNER_VERSION.to_owned(),
+            clock: service_clock,
+            policy_store_root: Some(layout.install_policy()),
+            skill_cas: Some(Arc::new(skill_cas)),
+            material_store: Some(Arc::new(material_store)),
+            consent: Some(consent_config(layout)),
+            verifier_registry: verifier_registry(layout)?,
+        })?;
+        Ok(Runtime {
+            layout: layout.clone(),
+            loaded,
+            registry,
+            facts,
+            policy,
+            planning_environment_digest,
+            clock,
+            policy_store,
+            service,
+        })
+    }
+
+    pub fn service(&self) -> &QueryService {
+        &self.service
+    }
+
+    pub fn policy_store(&self) -> &InstallPolicyStore {
+        &self.policy_store
+    }
+
+    pub fn loaded(&self) -> &LoadedCatalog {
+        &self.loaded
+    }
+
+    pub fn now(&self) -> UtcMicros {
+        self.clock.now().unwrap_or(UtcMicros(0))
+    }
+
+    /// Records a work observation (binding it to an artifact of the current catalog) and returns
+    /// its current-work reference.
+    pub fn observe_work(&self, request: &WorkRequest) -> Result<String, RuntimeError> {
+        if !is_token(&request.session_id) {
+            return Err(RuntimeError::Invalid(format!(
+                "session_id {:?} must be a token of letters, digits and . _ : @ - (at most 128)",
+                request.session_id
+            )));
+        }
+        if !Path::new(&request.workspace).is_absolute() {
+            return Err(RuntimeError::Invalid(format!(
+                "workspace {:?} must be an absolute path",
+                request.workspace
+            )));
+        }
+        if !(1..=5).contains(&request.requested_limit) {
+            return Err(RuntimeError::Invalid(format!(
+                "requested_limit {} must be between 1 and 5",
+                request.requested_limit
+            )));
+        }
+        let tags: BTreeSet<&str> = self
+            .loaded
+            .catalog()
+            .entries()
+            .iter()
+            .flat_map(|e| e.tags.iter().map(String::as_str))
+            .collect();
+        let prompt = truncate(&request.prompt, WORK_PROMPT_MAX_BYTES);
+        let words: BTreeSet<String> = tokenize(prompt, TokenRule::Words).into_iter().collect();
+        let mut signals: BTreeSet<String> = words
+            .iter()
+            .filter(|w| tags.contains(w.as_str()))
+            .cloned()
+            .collect();
+        for signal in &request.signals {
+            if !ctx_model::is_safe_token(signal) {
+                return Err(RuntimeError::Invalid(format!(
+                    "signal {signal:?} must be a lowercase token"
+                )));
+            }
+            signals.insert(signal.clone());
+        }
+        let signals: Vec<String> = signals.into_iter().take(SIGNALS_MAX_TOKENS).collect();
+        let languages: Vec<String> = if request.languages.is_empty() {
+            words
+                .iter()
+                .filter_map(|w| language(w, Spellings::Canonical))
+                .map(str::to_owned)
+                .collect()
+        } else {
+            let set: BTreeSet<String> = request.languages.iter().cloned().collect();
+            set.into_iter().collect()
+        };
+        if let Some(bad) = languages.iter().find(|l| !ctx_model::is_safe_token(l)) {
+            return Err(RuntimeError::Invalid(format!(
+                "language {bad:?} must be a lowercase token"
+            )));
+        }
+        let mut work = StoredWork {
+            session_id: request.session_id.clone(),
+            workspace_digest: sha256_hex(&format!("ctx-workspace:{}", request.workspace)),
+            signals,
+            languages,
+            requested_limit: request.requested_limit,
+            observed_at: self.now(),
+            manifest_digest: String::new(),
+            planning_environment_digest: self.planning_environment_digest.clone(),
+        };
+        let artifact = self
+            .registry
+            .ingest(
+                &self.loaded,
+                IngestInputs {
+                    planning_environment_digest: self.planning_environment_digest.clone(),
+                    catalog_namespace_digest: self.loaded.catalog().namespace_digest().to_owned(),
+                    catalog_retrieval_digest: self
+                        .loaded
+                        .catalog()
+                        .retrieval_snapshot_digest()
+                        .to_owned(),
+                    benefit_facts_snapshot_digest: self
+                        .facts
+                        .benefit_facts_snapshot_digest()
+                        .to_owned(),
+                    benefit_policy_snapshot_digest: self.policy.policy_digest(),
+                    material_snapshot_digest: self
+                        .loaded
+                        .catalog()
+                        .material_snapshot_digest()
+                        .to_owned(),
+                    installation_snapshot_digest: self
+                        .loaded
+                        .catalog()
+                        .installation_snapshot_digest()
+                        .to_owned(),
+                    observation_surrogate: work.surrogate(),
+                    planning_schema_version: PLANNER_VERSION.to_owned(),
+                },
+            )
+            .map_err(|e| component("the artifact registry refused the work")(e.to_string()))?;
+        work.manifest_digest = artifact.manifest_digest().to_owned();
+        let work_ref = work.work_ref();
+        let path = self.layout.work().join(format!("{work_ref}.json"));
+        // An observation already stored keeps its first time, so its events never change.
+        if !path.exists() {
+            write_atomically(&path, work.to_json().to_string().as_bytes())?;
+        }
+        Ok(work_ref)
+    }
+}
+
+/// The consent challenge `challenge_digest` of this data directory's broker as it stands at
+/// `now` (pending, decided or expired).
+pub fn challenge_record(
+    layout: &Layout,
+    challenge_digest: &str,
+    now: UtcMicros,
+) -> Result<ChallengeRecord, ServiceError> {
+    // The runtime has opened the journal in this process; this open shares it.
+    let journal = crate::journal_store::open_journal(&layout.journal(), &OpenOptions::new())?;
+    let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)?;
+    let config = consent_config(layout);
+    Ok(store.get_by_challenge_digest(
+        challenge_digest,
+        &config.workspace_identity_digest,
+        &config.release_root_digest,
+        now,
+    )?)
+}
+
+/// Why no installer of a data directory — the skill store, and the material store of agents and
+/// MCP servers — could ever install the catalog entry `capability_id`, or `None` when one can (or
+/// the entry needs no install). Checked before a desired set: the service would publish a consent
+/// challenge and claim the install, and the store's eligibility gate would then refuse it on every
+/// attempt, leaving the claim indeterminate and the session busy.
+pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
+    use ctx_model::CapabilityKind;
+    let entry = loaded
+        .catalog()
+        .entries()
+        .iter()
+        .find(|e| e.id == capability_id)?;
+    let install = entry.install.as_ref()?;
+    let kind = entry.kind.as_str();
+    let (pe, cr) = (install.permission_expansion, install.credential_requirement);
+    if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
+        return None;
+    }
+    Some(if kind == CapabilityKind::Skill.as_str() {
+        "the skill store installs no skill that expands permissions or needs credentials".to_owned()
+    } else {
+        format!(
+            "no {kind} installer is configured (skills, agents and MCP servers are installed here)"
+        )
+    })
+}
+
+/// A logical id (a lowercase SHA-256 digest) for a host's label of a query or a choice.
+pub fn logical_id(kind: &str, label: &str) -> String {
+    sha256_hex_bytes(format!("ctx-{kind}:{label}").as_bytes())
+}
