@@ -237,7 +237,11 @@ pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &
     // Never the real home: hooks activate capabilities under $HOME, and the person's commands
     // keep their key there. A test that needs its own home passes HOME in `envs`.
     let home = data_dir.with_extension("home");
-    let mut child = Command::new(ctx_binary())
+    // setsid(1): ctx runs without a controlling terminal, as a host's hook or an agent's tool
+    // call does, also when the tests themselves run in a terminal (spec/decisions.md §13.2).
+    let mut child = Command::new("setsid")
+        .arg("--wait")
+        .arg(ctx_binary())
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
@@ -265,6 +269,102 @@ pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// One exchange at a terminal: wait until the output shows `expect`, then type `typed` + Enter.
+pub struct Typed<'a> {
+    pub expect: &'a str,
+    pub typed: &'a str,
+}
+
+/// Runs `ctx args…` on `data_dir` in a pseudo-terminal this test makes itself (the process's
+/// controlling terminal), answering each prompt of `script` in order. Returns the exit status and
+/// everything the terminal showed (stdout and stderr together); panics when a prompt does not
+/// appear within a minute.
+pub fn run_ctx_tty(
+    data_dir: &Path,
+    args: &[&str],
+    script: &[Typed<'_>],
+    envs: &[(&str, &Path)],
+) -> CtxRun {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+    use std::io::{Read as _, Write as _};
+    let home = data_dir.with_extension("home");
+    let pty = native_pty_system()
+        .openpty(PtySize {
+            rows: 50,
+            cols: 200,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("a pseudo-terminal");
+    let mut command = CommandBuilder::new(ctx_binary());
+    command.arg("--data-dir");
+    command.arg(data_dir);
+    command.args(args);
+    command.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    command.env("HOME", &home);
+    command.env("CODEX_HOME", home.join(".codex"));
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    // portable-pty starts in $HOME unless told otherwise, and the test's home may not exist.
+    command.cwd(data_dir.parent().unwrap_or(data_dir));
+    let mut child = pty
+        .slave
+        .spawn_command(command)
+        .expect("start ctx in the pty");
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().expect("the pty's reader");
+    let mut writer = pty.master.take_writer().expect("the pty's writer");
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let collector = {
+        let shown = shown.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                shown.lock().expect("the output buffer").push_str(&text);
+            }
+        })
+    };
+    let mut seen = 0;
+    for step in script {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let text = shown.lock().expect("the output buffer").clone();
+            if let Some(at) = text[seen..].find(step.expect) {
+                seen += at + step.expect.len();
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the terminal never showed {:?}; it showed {text:?}",
+                step.expect
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        writer
+            .write_all(format!("{}\r", step.typed).as_bytes())
+            .expect("type at the pty");
+        writer.flush().expect("flush the pty");
+    }
+    let status = child.wait().expect("wait for ctx");
+    drop(writer);
+    drop(pty.master);
+    let _ = collector.join();
+    let stdout = shown.lock().expect("the output buffer").clone();
+    CtxRun {
+        code: i32::try_from(status.exit_code()).unwrap_or(-1),
+        stdout,
+        stderr: String::new(),
     }
 }
 

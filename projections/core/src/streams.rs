@@ -96,6 +96,11 @@ pub const HOST_ACTIVATION_HOLDERS_NAMESPACE: &str = "ctx.host-activation-holders
 pub const HOST_ACTIVATION_HOLDER_KIND: &str = "ctx.host-activation-holder.v1";
 
 /// Every stream namespace ctx writes, with its record kinds.
+/// The verifier registry and the person-approved policies of a data directory (spec/decisions.md
+/// §14): one stream, every change signed.
+pub const TRUST_STREAM_NAMESPACE: &str = "ctx.trust";
+pub const TRUST_CHANGE_KIND: &str = "ctx.trust-change.v1";
+
 pub const STREAMS: &[StreamSpec] = &[
     StreamSpec {
         namespace: ENGINE_STREAM_NAMESPACE,
@@ -165,6 +170,11 @@ pub const STREAMS: &[StreamSpec] = &[
         namespace: HOST_ACTIVATION_HOLDERS_NAMESPACE,
         kinds: &[HOST_ACTIVATION_HOLDER_KIND],
         what: "the engine sessions holding one host entry",
+    },
+    StreamSpec {
+        namespace: TRUST_STREAM_NAMESPACE,
+        kinds: &[TRUST_CHANGE_KIND],
+        what: "the verifier registry and approved policies: signed registrations, removals, approvals",
     },
 ];
 

@@ -11,13 +11,18 @@ use ctx_model::{Json, UtcMicros};
 use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
+use ctx_service::Ed25519Signer;
 use ctx_service::{
     ActionSummary, CONSENT_AUDIENCE, CONSENT_REQUIRED, CatalogIngest, ConsentChallengeProjection,
     ConsentResolutionResult, DesiredSetRequest, DesiredSetResult, IngestError,
     InstallConsentPolicy, Layout, LoadedCatalog, QueryRequest, QueryServiceResult, Runtime,
-    RuntimeError, ServiceError, WorkRequest, challenge_record, generate_device_key, ingest_catalog,
-    logical_id, read_device_key, uninstallable,
+    RuntimeError, ServiceError, TrustBasis, TrustChange, TrustRecord, TrustState, VerifierEntry,
+    WorkRequest, append_trust, challenge_record, change_digest, fresh_signer, grants_by_itself,
+    ingest_catalog, logical_id, read_device_key, sign_trust_assertion, uninstallable,
+    unsigned_trust_assertion, write_plain_key,
 };
+
+use crate::tty::Terminal;
 
 use crate::error::{CliError, EXIT_INTERNAL, EXIT_OK, EXIT_OUTCOME, EXIT_USAGE};
 
@@ -30,7 +35,9 @@ pub const SIGNED_DECISION_TTL_SECONDS: i64 = 300;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HostCommand {
-    CatalogIngest { catalog_dir: Option<PathBuf> },
+    CatalogIngest {
+        catalog_dir: Option<PathBuf>,
+    },
     QueryPrepare,
     QueryReopen,
     DesiredSet,
@@ -38,9 +45,16 @@ pub enum HostCommand {
     ConsentResolve,
     ConsentRecover,
     PolicyShow,
-    PolicySet,
-    KeyGenerate { out: PathBuf },
-    KeySign { key: PathBuf },
+    /// `key`: the device key that approves a policy granting installs by itself.
+    PolicySet {
+        key: Option<PathBuf>,
+    },
+    KeyGenerate {
+        out: PathBuf,
+    },
+    KeySign {
+        key: PathBuf,
+    },
 }
 
 impl HostCommand {
@@ -55,7 +69,7 @@ impl HostCommand {
             HostCommand::ConsentResolve => "consent resolve",
             HostCommand::ConsentRecover => "consent recover",
             HostCommand::PolicyShow => "policy show",
-            HostCommand::PolicySet => "policy set",
+            HostCommand::PolicySet { .. } => "policy set",
             HostCommand::KeyGenerate { .. } => "key generate",
             HostCommand::KeySign { .. } => "key sign",
         }
@@ -223,28 +237,36 @@ pub(crate) fn dispatch(
             layout,
             catalog_dir.as_deref(),
         )?)),
+        // A plain file key, registered nowhere: a key becomes a verifier only through the signed
+        // registry, which the person changes at their terminal (spec/decisions.md §14).
         HostCommand::KeyGenerate { out } => {
             check_keys(request, &[])?;
-            let identity = generate_device_key(layout, out)?;
-            let mut result = identity.to_json();
+            let entry = write_plain_key(out, &fresh_signer()?)?;
+            let mut result = entry.to_json();
             if let Json::Obj(map) = &mut result {
                 map.insert("key_file".to_owned(), Json::str(out.display().to_string()));
+                map.insert("registered".to_owned(), Json::Bool(false));
             }
             ok(result)
         }
         HostCommand::KeySign { key } => ok(sign(key, now, request)?),
         HostCommand::PolicyShow => {
-            let runtime = Runtime::open(layout, now)?;
+            let runtime = Runtime::open_for_policy(layout, now)?;
             let policy = runtime
                 .policy_store()
                 .load_current()
                 .map_err(|e| CommandFailure::internal(e.to_string()))?;
             ok(policy.to_json())
         }
-        HostCommand::PolicySet => {
-            let runtime = Runtime::open(layout, now)?;
+        HostCommand::PolicySet { key } => {
+            let runtime = Runtime::open_for_policy(layout, now)?;
             let policy = InstallConsentPolicy::from_json(request)
                 .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+            if grants_by_itself(&policy)
+                && !runtime.trust().policy_approved(&policy.policy_digest())
+            {
+                approve_policy(layout, runtime.trust(), &policy, key.as_deref(), now)?;
+            }
             runtime
                 .policy_store()
                 .persist(&policy)
@@ -312,7 +334,7 @@ pub(crate) fn dispatch(
             check_keys(request, &["assertion"])?;
             let runtime = Runtime::open(layout, now)?;
             let assertion = required_str(request, "assertion")?;
-            let result = runtime.service().resolve_consent(assertion.as_bytes())?;
+            let result = runtime.resolve_consent(assertion.as_bytes(), &hook_session)?;
             ok(resolution_json(&result))
         }
         HostCommand::ConsentRecover => {
@@ -452,15 +474,45 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, CommandFailu
             "decision {decision:?} must be \"granted\" or \"denied\""
         )));
     }
-    let (signer, identity) = read_device_key(key)?;
+    let file = read_device_key(key)?;
+    let signer = if file.is_sealed() {
+        // The passphrase of a sealed key is typed by the person at the controlling terminal,
+        // never given on stdin (spec/decisions.md §13.2).
+        let mut tty = Terminal::open("signing with a sealed device key (`ctx key sign`)")
+            .map_err(|e| CommandFailure::outcome("no-terminal", e.to_string()))?;
+        let passphrase = tty
+            .passphrase(&format!("passphrase for {}: ", key.display()))
+            .map_err(|e| CommandFailure::internal(e.to_string()))?;
+        file.open(Some(&passphrase))?
+    } else {
+        file.open(None)?
+    };
+    let entry = file.entry();
+    let text = sign_decision(&signer, &entry, challenge_digest, decision, now)?;
+    Ok(Json::object([
+        ("assertion", Json::str(text)),
+        ("authenticator_id", Json::str(&entry.authenticator_id)),
+        ("decision", Json::str(decision)),
+        ("kind", Json::str(entry.kind.as_str())),
+    ]))
+}
+
+/// A signed consent decision of `entry`'s key on `challenge_digest`, in its wire form.
+pub(crate) fn sign_decision(
+    signer: &Ed25519Signer,
+    entry: &VerifierEntry,
+    challenge_digest: &str,
+    decision: &str,
+    now: UtcMicros,
+) -> Result<String, CommandFailure> {
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce)
         .map_err(|e| CommandFailure::internal(format!("no randomness for a nonce: {e}")))?;
     let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
         challenge_digest: challenge_digest.to_owned(),
         decision: decision.to_owned(),
-        principal_digest: identity.principal_digest.clone(),
-        authenticator_id: identity.authenticator_id.clone(),
+        principal_digest: entry.principal_digest.clone(),
+        authenticator_id: entry.authenticator_id.clone(),
         audience: CONSENT_AUDIENCE.to_owned(),
         nonce: format!(
             "ctx-nonce-{}",
@@ -481,13 +533,75 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, CommandFailu
     let wire = signed
         .encode()
         .map_err(|e| CommandFailure::invalid(e.to_string()))?;
-    let text = String::from_utf8(wire)
-        .map_err(|_| CommandFailure::internal("the assertion's wire form is not UTF-8"))?;
-    Ok(Json::object([
-        ("assertion", Json::str(text)),
-        ("authenticator_id", Json::str(&identity.authenticator_id)),
-        ("decision", Json::str(decision)),
-    ]))
+    String::from_utf8(wire)
+        .map_err(|_| CommandFailure::internal("the assertion's wire form is not UTF-8"))
+}
+
+/// True when a consent's session is one an agent host's hook opened (`<host>:…`): such a
+/// consent needs presence (spec/decisions.md §12.4).
+pub(crate) fn hook_session(session_id: &str) -> bool {
+    ctx_hosts::AgentHost::ALL
+        .iter()
+        .any(|host| session_id.starts_with(&format!("{}:", host.as_str())))
+}
+
+/// The person approves a policy that grants installs without asking: at their terminal, signed
+/// with a registered device key of at least presence assurance (spec/decisions.md §14.4).
+fn approve_policy(
+    layout: &Layout,
+    trust: &TrustState,
+    policy: &InstallConsentPolicy,
+    key: Option<&Path>,
+    now: UtcMicros,
+) -> Result<(), CommandFailure> {
+    let refused = |message: String| CommandFailure::outcome("refused", message);
+    let digest = policy.policy_digest();
+    let mut tty = Terminal::open(&format!(
+        "setting install policy {digest}, which grants installs without asking the person,"
+    ))
+    .map_err(|e| refused(e.to_string()))?;
+    let Some(key) = key else {
+        return Err(refused(
+            "name the device key that approves this policy with --key FILE".to_owned(),
+        ));
+    };
+    let file = read_device_key(key)?;
+    let entry = file.entry();
+    let change = TrustChange::ApprovePolicy {
+        policy_digest: digest.clone(),
+    };
+    let change_at = change_digest(&change, trust.revision());
+    tty.say(&format!(
+        "approve: {}\n  skills: {}, agents: {}, MCP servers: {}\n",
+        change.describe(),
+        policy.skill_mode.as_str(),
+        policy.agent_mode.as_str(),
+        policy.mcp_server_mode.as_str()
+    ))
+    .map_err(|e| CommandFailure::internal(e.to_string()))?;
+    if !file.is_sealed() {
+        return Err(refused(format!(
+            "{} is a plain file key; a policy is approved only with a sealed key or a passkey",
+            key.display()
+        )));
+    }
+    let passphrase = tty
+        .passphrase(&format!("passphrase for {}: ", key.display()))
+        .map_err(|e| CommandFailure::internal(e.to_string()))?;
+    let signer = file.open(Some(&passphrase))?;
+    let approval = unsigned_trust_assertion(&entry, &change_at, now)
+        .and_then(|unsigned| sign_trust_assertion(&signer, &unsigned))
+        .map_err(RuntimeError::from)?;
+    let journal = ctx_service::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())
+        .map_err(|e| CommandFailure::internal(e.to_string()))?;
+    let record = TrustRecord {
+        change,
+        basis: TrustBasis::Approved,
+        possession: None,
+        approval: Some(approval),
+    };
+    append_trust(&journal, trust, &record, Timestamp(now.0)).map_err(RuntimeError::from)?;
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------------

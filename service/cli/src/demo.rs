@@ -114,7 +114,7 @@ pub fn run_demo(
         "policy set",
         &layout,
         now,
-        HostCommand::PolicySet,
+        HostCommand::PolicySet { key: None },
         policy.clone(),
     )?;
     writeln!(
@@ -269,19 +269,21 @@ pub fn run_demo(
             },
             Json::object::<&str>([]),
         )?;
+        register_demo_key(&layout, &key_path, now)?;
         writeln!(
             out,
-            "   generated an Ed25519 key in {} (mode 0600) and registered its public key as \
-             device {}",
+            "   generated a plain Ed25519 file key in {} (mode 0600) and registered it as \
+             device {} (file assurance)",
             key_path.display(),
             field(&key, "authenticator_id")
         )?;
     }
     writeln!(
         out,
-        "   NOTE: this local key stands in for the person. In real use the person runs \
-         `ctx key init` once and `ctx consent approve <challenge>` in their own terminal, and \
-         ctx only holds the public key."
+        "   NOTE: a plain file key stands in for the person, which is enough only for a plain \
+         skill asked for through the JSON interface. In real use the person runs `ctx key init` \
+         once (a key sealed under their passphrase) and approves in their own terminal; a file \
+         key never approves what a host's hook asks for."
     )?;
 
     writeln!(out, "\n7. sign a grant and resolve the consent")?;
@@ -329,6 +331,34 @@ pub fn run_demo(
         installed_now,
         audited_records: audited,
     })
+}
+
+/// Registers the demo's file key in the verifier registry on the file-key first-use basis.
+fn register_demo_key(
+    layout: &Layout,
+    key: &std::path::Path,
+    now: UtcMicros,
+) -> Result<(), CliError> {
+    let failure = |e: ctx_service::RuntimeError| CliError::Step {
+        step: "key register",
+        message: e.to_string(),
+        exit: crate::error::EXIT_OUTCOME,
+    };
+    let file = ctx_service::read_device_key(key).map_err(failure)?;
+    let signer = file.open(None).map_err(failure)?;
+    let journal = ctx_service::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?;
+    let state = ctx_service::read_trust(&journal).map_err(|e| failure(e.into()))?;
+    if state.find(&file.entry().authenticator_id).is_some() {
+        return Ok(());
+    }
+    crate::person::register_file_key(
+        &journal,
+        &state,
+        &signer,
+        &file.entry(),
+        ctx_journal::Timestamp(now.0),
+    )
+    .map_err(failure)
 }
 
 /// The last step: `ctx audit`, as an operator would run it (every record, redb's integrity check,

@@ -97,6 +97,15 @@ pub enum CliError {
     /// The import as a whole was refused or failed (a non-empty target journal, storage).
     #[error("import failed: {0}")]
     Import(Box<ImportError>),
+    /// A person's command was run without a controlling terminal (spec/decisions.md §13.2).
+    #[error("{0}")]
+    NoTerminal(String),
+    /// A person's command was refused by the verifier registry, the key or the service.
+    #[error("{step}: {source}")]
+    Person {
+        step: &'static str,
+        source: ctx_service::RuntimeError,
+    },
 }
 
 impl From<ImportError> for CliError {
@@ -110,6 +119,12 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => EXIT_USAGE,
+            CliError::NoTerminal(_) => EXIT_OUTCOME,
+            CliError::Person { source, .. } => match source.code() {
+                "internal" => EXIT_INTERNAL,
+                "integrity" => EXIT_INTEGRITY,
+                _ => EXIT_OUTCOME,
+            },
             CliError::Open(e) => match e {
                 OpenError::RelativePath { .. } => EXIT_USAGE,
                 _ => EXIT_INTERNAL,

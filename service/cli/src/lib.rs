@@ -13,6 +13,7 @@ mod hook;
 mod init;
 mod inspect;
 mod person;
+mod tty;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -100,6 +101,8 @@ pub enum Command {
     /// `ctx key init [--key FILE]`: the person's device key.
     KeyInit {
         key: Option<PathBuf>,
+        approver: Option<PathBuf>,
+        file_key: bool,
     },
     /// `ctx consent approve|deny DIGEST [--key FILE] [--yes]`: the person's decision.
     ConsentDecide {
@@ -150,7 +153,8 @@ impl std::fmt::Debug for Streams<'_> {
 }
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 8] = [
+const VALUE_OPTIONS: [&str; 9] = [
+    "--approver",
     "--data-dir",
     "--journal",
     "--output",
@@ -180,6 +184,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     let mut help = false;
     let mut version = false;
     let mut yes = false;
+    let mut file_key = false;
     let mut iter = words.iter().map(String::as_str);
     while let Some(word) = iter.next() {
         match word {
@@ -187,6 +192,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             "-V" | "--version" => version = true,
             "-y" | "--yes" => yes = true,
             "--json" => json = true,
+            "--file-key" => file_key = true,
             _ if word.starts_with("--") => {
                 let (name, inline) = match word.split_once('=') {
                     Some((name, value)) => (name, Some(value)),
@@ -253,12 +259,16 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         ["consent", "resolve"] => Command::Host(HostCommand::ConsentResolve),
         ["consent", "recover"] => Command::Host(HostCommand::ConsentRecover),
         ["policy", "show"] => Command::Host(HostCommand::PolicyShow),
-        ["policy", "set"] => Command::Host(HostCommand::PolicySet),
+        ["policy", "set"] => Command::Host(HostCommand::PolicySet { key: take("--key") }),
         ["key", "generate"] => Command::Host(HostCommand::KeyGenerate {
             out: take("--out")
                 .ok_or_else(|| CliError::Usage("`ctx key generate` needs --out FILE".into()))?,
         }),
-        ["key", "init"] => Command::KeyInit { key: take("--key") },
+        ["key", "init"] => Command::KeyInit {
+            key: take("--key"),
+            approver: take("--approver"),
+            file_key,
+        },
         ["consent", verb @ ("approve" | "deny"), digest] => {
             person::check_digest(digest)?;
             Command::ConsentDecide {
@@ -330,6 +340,11 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         return Err(CliError::Usage(format!(
             "option {name} does not apply to this command; try `ctx --help`"
         )));
+    }
+    if file_key && !matches!(command, Command::KeyInit { .. }) {
+        return Err(CliError::Usage(
+            "option --file-key applies to `ctx key init` only".to_owned(),
+        ));
     }
     if yes && !matches!(command, Command::ConsentDecide { .. }) {
         return Err(CliError::Usage(
@@ -452,13 +467,29 @@ fn execute(
         Command::Inspect { json } => inspect::inspect(&layout()?, *json, out)?,
         Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
         Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
+        Command::Host(HostCommand::PolicySet { key: None }) => {
+            // The person's default device key approves a policy that grants installs by itself.
+            let key = person::default_device_key(&env).ok();
+            commands::execute(
+                &HostCommand::PolicySet { key },
+                &layout()?,
+                now,
+                input,
+                out,
+                err,
+            )?
+        }
         Command::Host(command) => commands::execute(command, &layout()?, now, input, out, err)?,
-        Command::KeyInit { key } => {
+        Command::KeyInit {
+            key,
+            approver,
+            file_key,
+        } => {
             let key = match key {
                 Some(key) => key.clone(),
                 None => person::default_device_key(&env)?,
             };
-            person::key_init(&layout()?, &key, out)?
+            person::key_init(&layout()?, now, &key, *file_key, approver.as_deref(), out)?
         }
         Command::ConsentDecide {
             challenge_digest,
@@ -470,17 +501,7 @@ fn execute(
                 Some(key) => key.clone(),
                 None => person::default_device_key(&env)?,
             };
-            let mut input = std::io::BufReader::new(input);
-            person::decide(
-                &layout()?,
-                now,
-                challenge_digest,
-                *grant,
-                &key,
-                *yes,
-                &mut input,
-                out,
-            )?
+            person::decide(&layout()?, now, challenge_digest, *grant, &key, *yes, out)?
         }
         // A hook never fails the host: every failure becomes a message in its JSON (exit 0).
         Command::Hook { host, event } => {

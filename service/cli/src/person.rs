@@ -1,18 +1,25 @@
 //! The person's commands, run in their own terminal rather than by a host (spec/cli.md §6):
-//! `ctx key init` creates (or re-registers) their device key, and `ctx consent approve` /
-//! `ctx consent deny` show exactly what a consent challenge would install and what it may do,
-//! ask, sign the decision with the device key and resolve the consent.
+//! `ctx key init` creates their device key and registers it in the signed verifier registry, and
+//! `ctx consent approve` / `ctx consent deny` show exactly what a consent challenge would install
+//! and what it may do, ask at the terminal, sign the decision with the device key and resolve the
+//! consent. Every answer and passphrase comes from the controlling terminal (spec/decisions.md
+//! §13.2).
 
 use std::ffi::OsString;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ctx_journal::Timestamp;
 use ctx_model::{Json, UtcMicros};
 
-use crate::commands::{HostCommand, field, run_step};
+use crate::commands::{HostCommand, field, run_step, sign_decision};
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
-use ctx_service::{Layout, generate_device_key, read_device_key, register_device};
+use crate::tty::Terminal;
+use ctx_service::{
+    DeviceKeyFile, Ed25519Signer, Layout, RuntimeError, TrustBasis, TrustChange, TrustRecord,
+    VerifierEntry, append_trust, change_digest, check_passphrase, fresh_signer, read_device_key,
+    read_trust, sign_trust_assertion, unsigned_trust_assertion, write_plain_key, write_sealed_key,
+};
 
 /// The device key's file name inside its directory.
 pub const DEVICE_KEY_FILE: &str = "device.key";
@@ -39,43 +46,230 @@ pub fn default_device_key(env: &dyn Fn(&str) -> Option<OsString>) -> Result<Path
     }
 }
 
-/// `ctx key init`: creates the device key at `key` (its directory 0700, the file 0600) unless it
-/// exists, and registers its public key in the data directory either way.
-pub(crate) fn key_init(layout: &Layout, key: &Path, out: &mut dyn Write) -> Result<u8, CliError> {
-    let failure = |e: ctx_service::RuntimeError| CliError::Step {
-        step: "key init",
-        message: e.to_string(),
-        exit: crate::error::EXIT_INTERNAL,
+/// Opens the journal of `layout` for a change of its verifier registry (creating the data
+/// directory when it is new).
+fn trust_journal(layout: &Layout) -> Result<ctx_journal::Journal, CliError> {
+    ctx_fs::create_private_dir_all(layout.root()).map_err(|e| person("key init")(e.into()))?;
+    Ok(ctx_service::open_journal(
+        &layout.journal(),
+        &ctx_journal::OpenOptions::new(),
+    )?)
+}
+
+fn person(step: &'static str) -> impl Fn(RuntimeError) -> CliError {
+    move |source| CliError::Person { step, source }
+}
+
+/// Registers a plain file key on the file-key first-use basis (CI and the demo).
+pub(crate) fn register_file_key(
+    journal: &ctx_journal::Journal,
+    state: &ctx_service::TrustState,
+    signer: &Ed25519Signer,
+    entry: &VerifierEntry,
+    now: Timestamp,
+) -> Result<(), RuntimeError> {
+    let change = TrustChange::Register(entry.clone());
+    let digest = change_digest(&change, state.revision());
+    let possession = unsigned_trust_assertion(entry, &digest, UtcMicros(now.0))
+        .and_then(|unsigned| sign_trust_assertion(signer, &unsigned))?;
+    let record = TrustRecord {
+        change,
+        basis: TrustBasis::FirstUseFileKey,
+        possession: Some(possession),
+        approval: None,
     };
-    let identity = if key.exists() {
-        let (_, identity) = read_device_key(key).map_err(failure)?;
-        register_device(layout, &identity).map_err(failure)?;
-        writeln!(out, "device key {} already exists", key.display())?;
-        identity
-    } else {
-        if let Some(parent) = key.parent() {
-            ctx_fs::create_private_dir_all(parent).map_err(|e| failure(e.into()))?;
+    append_trust(journal, state, &record, now)?;
+    Ok(())
+}
+
+/// Reads a new passphrase twice from the terminal.
+fn new_passphrase(tty: &mut Terminal) -> Result<zeroize::Zeroizing<String>, CliError> {
+    loop {
+        let first = tty.passphrase("choose a passphrase for the device key: ")?;
+        if let Err(e) = check_passphrase(&first) {
+            tty.say(&format!("{e}\n"))?;
+            continue;
         }
-        let identity = generate_device_key(layout, key).map_err(failure)?;
+        let second = tty.passphrase("type it again: ")?;
+        if *first == *second {
+            return Ok(first);
+        }
+        tty.say("the two passphrases differ; again\n")?;
+    }
+}
+
+/// Opens a device key: a sealed key with its passphrase typed at `tty`.
+fn open_key(
+    file: &DeviceKeyFile,
+    key: &Path,
+    tty: Option<&mut Terminal>,
+    step: &'static str,
+) -> Result<Ed25519Signer, CliError> {
+    if !file.is_sealed() {
+        return file.open(None).map_err(person(step));
+    }
+    let Some(tty) = tty else {
+        return Err(CliError::NoTerminal(format!(
+            "{step}: the sealed device key {} opens only with its passphrase, typed at the \
+             person's own terminal, and this process has no controlling terminal",
+            key.display()
+        )));
+    };
+    let passphrase = tty.passphrase(&format!("passphrase for {}: ", key.display()))?;
+    file.open(Some(&passphrase)).map_err(person(step))
+}
+
+/// `ctx key init`: creates the person's device key at `key` unless it exists — sealed under a
+/// passphrase, or a plain file key with `file_key` (CI and the demo) — and registers it as a
+/// verifier of the data directory: on first use from this terminal, or approved with the
+/// registered key `approver` (spec/decisions.md §14).
+pub(crate) fn key_init(
+    layout: &Layout,
+    now: Timestamp,
+    key: &Path,
+    file_key: bool,
+    approver: Option<&Path>,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let step = "key init";
+    let journal = trust_journal(layout)?;
+    let state = read_trust(&journal).map_err(|e| person(step)(e.into()))?;
+    if file_key && !key.exists() && !state.has_presence_verifier() {
+        // A file key proves nothing about the person, so CI may register one without a
+        // terminal while no presence verifier exists (spec/decisions.md §14.3).
+        let signer = fresh_signer().map_err(person(step))?;
+        let entry = write_plain_key(key, &signer).map_err(person(step))?;
+        register_file_key(&journal, &state, &signer, &entry, now).map_err(person(step))?;
         writeln!(
             out,
-            "created the device key {} (mode 0600); keep it to yourself",
-            key.display()
+            "created the plain file key {} (mode 0600) and registered it as {} (file assurance: \
+             never enough for a hook's consent, an agent, an MCP server or a permission-expanding \
+             install)",
+            key.display(),
+            entry.authenticator_id
         )?;
-        identity
+        return Ok(EXIT_OK);
+    }
+    let mut tty = Terminal::open("registering a device key (`ctx key init`)")?;
+    let (file, signer) = if key.exists() {
+        let file = read_device_key(key).map_err(person(step))?;
+        if !file.is_sealed()
+            && !file_key
+            && tty.confirm(&format!(
+                "{} is a plain device key: any program of your account can read it and decide \
+                 for you. Replace it with a new key sealed under a passphrase? [y/N] ",
+                key.display()
+            ))?
+        {
+            let signer = fresh_signer().map_err(person(step))?;
+            let passphrase = new_passphrase(&mut tty)?;
+            let fresh = key.with_extension("key.sealing");
+            let _ = std::fs::remove_file(&fresh);
+            write_sealed_key(&fresh, &signer, &passphrase).map_err(person(step))?;
+            std::fs::rename(&fresh, key)?;
+            writeln!(
+                out,
+                "sealed a new device key in {} (the plain key is gone)",
+                key.display()
+            )?;
+            (read_device_key(key).map_err(person(step))?, signer)
+        } else {
+            let signer = open_key(&file, key, Some(&mut tty), step)?;
+            writeln!(out, "device key {} already exists", key.display())?;
+            (file, signer)
+        }
+    } else {
+        if let Some(parent) = key.parent() {
+            ctx_fs::create_private_dir_all(parent).map_err(|e| person(step)(e.into()))?;
+        }
+        let signer = fresh_signer().map_err(person(step))?;
+        if file_key {
+            write_plain_key(key, &signer).map_err(person(step))?;
+            writeln!(
+                out,
+                "created the plain file key {} (mode 0600): low assurance, for CI and demos",
+                key.display()
+            )?;
+        } else {
+            let passphrase = new_passphrase(&mut tty)?;
+            write_sealed_key(key, &signer, &passphrase).map_err(person(step))?;
+            writeln!(
+                out,
+                "created the device key {}, sealed under your passphrase",
+                key.display()
+            )?;
+        }
+        (read_device_key(key).map_err(person(step))?, signer)
     };
+    let entry = file.entry();
+    if state.find(&entry.authenticator_id).is_some() {
+        writeln!(
+            out,
+            "device {} ({}, {} assurance) is already a verifier of {}",
+            entry.authenticator_id,
+            entry.kind.as_str(),
+            entry.assurance(),
+            layout.root().display()
+        )?;
+        return Ok(EXIT_OK);
+    }
+    let at = UtcMicros(now.0);
+    let change = TrustChange::Register(entry.clone());
+    let digest = change_digest(&change, state.revision());
+    let sign = |signer: &Ed25519Signer, entry: &VerifierEntry| {
+        unsigned_trust_assertion(entry, &digest, at)
+            .and_then(|unsigned| sign_trust_assertion(signer, &unsigned))
+            .map_err(|e| person(step)(e.into()))
+    };
+    let possession = sign(&signer, &entry)?;
+    let (basis, approval) = if state.has_presence_verifier() {
+        let Some(approver) = approver else {
+            return Err(CliError::Usage(format!(
+                "{} already has a verifier; a new one must be approved by it: name its key \
+                 with --approver FILE",
+                layout.root().display()
+            )));
+        };
+        let approver_file = read_device_key(approver).map_err(person(step))?;
+        tty.say(&format!("approve: {}\n", change.describe()))?;
+        let approver_signer = open_key(&approver_file, approver, Some(&mut tty), step)?;
+        (
+            TrustBasis::Approved,
+            Some(sign(&approver_signer, &approver_file.entry())?),
+        )
+    } else {
+        tty.say(&format!(
+            "{} has no verifier yet: {} is trusted on first use, from this terminal\n",
+            layout.root().display(),
+            entry.authenticator_id
+        ))?;
+        (TrustBasis::FirstUseTerminal, None)
+    };
+    let record = TrustRecord {
+        change,
+        basis,
+        possession: Some(possession),
+        approval,
+    };
+    append_trust(&journal, &state, &record, now).map_err(|e| person(step)(e.into()))?;
     writeln!(
         out,
-        "registered device {} (public key {}) as a trusted verifier of {}",
-        identity.authenticator_id,
-        identity.public_key_hex,
+        "registered device {} ({}, {} assurance; public key {}) as a verifier of {}",
+        entry.authenticator_id,
+        entry.kind.as_str(),
+        entry.assurance(),
+        entry
+            .public_key
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
         layout.root().display()
     )?;
     Ok(EXIT_OK)
 }
 
-/// `ctx consent approve|deny`: shows the challenge, asks unless `yes`, signs and resolves.
-#[allow(clippy::too_many_arguments)]
+/// `ctx consent approve|deny`: shows the challenge, asks at the terminal unless `yes`, signs
+/// with the device key (a sealed key's passphrase typed at the terminal) and resolves.
 pub(crate) fn decide(
     layout: &Layout,
     now: Timestamp,
@@ -83,7 +277,6 @@ pub(crate) fn decide(
     grant: bool,
     key: &Path,
     yes: bool,
-    input: &mut dyn BufRead,
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
     let now = UtcMicros(now.0);
@@ -147,49 +340,54 @@ pub(crate) fn decide(
         )?;
         return Ok(EXIT_OUTCOME);
     }
-    let verb = if grant { "approve" } else { "deny" };
-    if !yes {
-        write!(out, "{verb} this install? [y/N] ")?;
-        out.flush()?;
-        let mut answer = String::new();
-        input.read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            writeln!(out, "not confirmed; nothing was signed")?;
-            return Ok(EXIT_OUTCOME);
-        }
-    }
     if !key.exists() {
         return Err(CliError::Usage(format!(
             "there is no device key at {}; create it with `ctx key init`",
             key.display()
         )));
     }
-    let signed = run_step(
-        "key sign",
-        layout,
+    let file = read_device_key(key).map_err(person("consent"))?;
+    let verb = if grant { "approve" } else { "deny" };
+    // The question and a sealed key's passphrase are read from the controlling terminal only;
+    // a plain file key with --yes needs none (and is refused where presence is required).
+    let mut tty = if yes && !file.is_sealed() {
+        None
+    } else {
+        Some(Terminal::open(&format!("`ctx consent {verb}`"))?)
+    };
+    if !yes
+        && let Some(tty) = tty.as_mut()
+        && !tty.confirm(&format!("{verb} this install? [y/N] "))?
+    {
+        writeln!(out, "not confirmed; nothing was signed")?;
+        return Ok(EXIT_OUTCOME);
+    }
+    let signer = open_key(&file, key, tty.as_mut(), "consent")?;
+    let entry = file.entry();
+    let assertion = sign_decision(
+        &signer,
+        &entry,
+        challenge_digest,
+        if grant { "granted" } else { "denied" },
         now,
-        HostCommand::KeySign {
-            key: key.to_path_buf(),
-        },
-        Json::object([
-            ("challenge_digest", Json::str(challenge_digest)),
-            (
-                "decision",
-                Json::str(if grant { "granted" } else { "denied" }),
-            ),
-        ]),
-    )?;
+    )
+    .map_err(|f| CliError::Step {
+        step: "sign",
+        message: f.message,
+        exit: f.exit,
+    })?;
     let resolved = run_step(
         "consent resolve",
         layout,
         now,
         HostCommand::ConsentResolve,
-        Json::object([("assertion", Json::str(field(&signed, "assertion")))]),
+        Json::object([("assertion", Json::str(assertion))]),
     )?;
     writeln!(
         out,
-        "signed with device {}: {} ({})",
-        field(&signed, "authenticator_id"),
+        "signed with device {} ({}): {} ({})",
+        entry.authenticator_id,
+        entry.kind.as_str(),
         field(&resolved, "outcome"),
         field(&resolved, "reason_code")
     )?;

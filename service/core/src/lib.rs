@@ -23,6 +23,7 @@ mod planning;
 mod policy;
 mod registry;
 mod runtime;
+mod trust;
 // Public because its on-disk names (`LOCK_SUFFIX`, `STAGE_PREFIX`) would collide at the root with
 // the policy store's `LOCK_SUFFIX` and the other stores' stage prefixes; the module path says
 // whose files they name (spec/skill-cas.md).
@@ -61,9 +62,17 @@ pub use planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
 pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, PolicyStoreError};
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 pub use runtime::{
-    CONSENT_AUDIENCE, DEVICE_KEY_MAX_BYTES, Runtime, RuntimeError, VERIFIER_REGISTRATION_MAX_BYTES,
-    WORK_FILE_MAX_BYTES, WorkRequest, challenge_record, generate_device_key, logical_id,
-    read_device_key, register_device, uninstallable,
+    CONSENT_AUDIENCE, DEVICE_KEY_MAX_BYTES, DeviceKeyFile, Runtime, RuntimeError,
+    WORK_FILE_MAX_BYTES, WorkRequest, challenge_record, fresh_signer, grants_by_itself, logical_id,
+    read_device_key, uninstallable, write_plain_key, write_sealed_key,
+};
+pub use trust::{
+    Assurance, PASSPHRASE_MAX_BYTES, PASSPHRASE_MIN_CHARS, RegisteredVerifier, SEALED_KEY_BYTES,
+    SEALED_KEY_FORMAT_VERSION, SEALED_KEY_MAGIC, SealError, SealParams, TRUST_APPROVAL_TTL_SECONDS,
+    TRUST_AUDIENCE, TRUST_RECORDS_MAX, TrustBasis, TrustChange, TrustError, TrustRecord,
+    TrustState, VerifierEntry, VerifierKind, append_trust, change_digest, check_passphrase,
+    read_trust, required_assurance, seal_signer, sealed_public_key, sign_trust_assertion,
+    trust_stream, unseal_signer, unsigned_trust_assertion,
 };
 
 // Specified library API that no other crate of this repository calls yet (this crate's unit tests

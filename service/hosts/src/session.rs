@@ -333,21 +333,30 @@ fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, 
         ctx.layout.root().display()
     );
     activations.describe(&mut context);
+    // The model learns only that the person has not decided; the challenges and the commands go
+    // to the person alone (spec/decisions.md §12.5: the agent is never told how to approve).
+    let mut message = None;
     if !pending.is_empty() {
-        context.push_str(" Awaiting the person's consent: ");
-        context.push_str(
-            &pending
+        let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+        context.push_str(&format!(
+            " Not decided by the person yet: {}. Only the person can decide, outside this \
+             session; carry on without them.",
+            ids.join(", ")
+        ));
+        message = Some(format!(
+            "ctx: Awaiting the person's consent: {}. In your own terminal: `ctx consent approve \
+             <challenge>` or `ctx consent deny <challenge>`.",
+            pending
                 .iter()
                 .map(|(id, digest)| format!("{id} (challenge {digest})"))
                 .collect::<Vec<_>>()
-                .join(", "),
-        );
-        context.push('.');
+                .join(", ")
+        ));
     }
     Ok(HookReply::Context {
         host_event: input.host_event,
         context,
-        message: None,
+        message,
         // A host that re-scans its skills on request (Claude Code) is asked to when this
         // SessionStart activated some (spec/cli.md §7).
         reload_skills: ctx.host.profile().reloads_skills && activations.skill_activated,
@@ -451,10 +460,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             .find(|e| e.id == id)
             .map_or("", |e| e.label.as_str());
         let state = if Some(id) == challenge_id {
-            format!(
-                "needs the person's consent (challenge {})",
-                challenge_digest.unwrap_or("?")
-            )
+            "awaits the person's decision, which only they can give outside this session".to_owned()
         } else if failed.iter().any(|f| f == id) {
             "could not be installed".to_owned()
         } else if manual.contains(&id) {

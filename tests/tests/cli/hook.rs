@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 
 use ctx_model::Json;
 
+use super::person::{person_decide, person_key_init};
 use crate::support::{self, CtxRun, ctx_binary, run_ctx, run_ctx_env};
 
 /// The hook input a host sends for `host_event`, with the field names of the hosts' docs
@@ -230,7 +231,12 @@ fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
         .expect("a message")
         .to_owned();
     let digest = approve_digest(&message);
-    assert!(text.contains(&format!("challenge {digest}")), "{text}");
+    // The model is told that the person has not decided, never the challenge or a command.
+    assert!(
+        !text.contains(&digest) && !text.contains("ctx consent"),
+        "{text}"
+    );
+    assert!(text.contains("awaits the person's decision"), "{text}");
     assert!(text.contains("skill:terraform"), "{text}");
 
     // The same prompt delivered again is an exact retry: same challenge, one record.
@@ -246,14 +252,19 @@ fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
     let resumed = reply(&hook(&data, "claude", "session-start", &start)).expect("a reply");
     let text = context(&resumed, "SessionStart");
     assert!(
-        text.contains(&format!("skill:terraform (challenge {digest})")),
-        "{text}"
+        text.contains("Not decided by the person yet: skill:terraform") && !text.contains(&digest),
+        "the model learns that the person has not decided, never the challenge: {text}"
+    );
+    let to_person = resumed.get_str("systemMessage").unwrap_or_default();
+    assert!(
+        to_person.contains(&format!("skill:terraform (challenge {digest})")),
+        "{to_person}"
     );
 
     let env = [("HOME", home.as_path())];
-    let key = run_ctx_env(&data, &["key", "init"], "", &env);
+    let key = person_key_init(&data, &env);
     assert_eq!(key.code, 0, "{key:?}");
-    let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    let approved = person_decide(&data, "approve", &digest, &env);
     assert_eq!(approved.code, 0, "{approved:?}");
 
     let mut later = start.clone();
@@ -653,8 +664,8 @@ fn an_approved_install_is_activated_at_the_next_prompt() {
     let message = first.get_str("systemMessage").expect("a consent message");
     let digest = approve_digest(message);
     let env = [("HOME", home.as_path())];
-    assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
-    let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    assert_eq!(person_key_init(&data, &env).code, 0);
+    let approved = person_decide(&data, "approve", &digest, &env);
     assert_eq!(approved.code, 0, "{approved:?}");
     // A prompt about something else: the earlier prompt's approved install becomes active.
     let next = prompt("write go tests");
@@ -689,8 +700,8 @@ fn an_approved_install_is_activated_at_the_next_session_start() {
         "nothing before consent"
     );
     let env = [("HOME", home.as_path())];
-    assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
-    let approved = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    assert_eq!(person_key_init(&data, &env).code, 0);
+    let approved = person_decide(&data, "approve", &digest, &env);
     assert_eq!(approved.code, 0, "{approved:?}");
     let mut resume = hook_input("claude", "SessionStart", "s-9", &project);
     if let Json::Obj(map) = &mut resume {
@@ -719,7 +730,10 @@ fn awaiting(text: &str) -> Vec<(String, String)> {
     let Some(list) = text.split("Awaiting the person's consent: ").nth(1) else {
         return Vec::new();
     };
-    list.trim_end_matches('.')
+    list.split(". ")
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('.')
         .split(", ")
         .filter_map(|item| {
             let (id, rest) = item.split_once(" (challenge ")?;
@@ -734,9 +748,9 @@ fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_th
         let machine = Machine::new("app");
         let (data, home, project) = machine.paths();
         let env = [("HOME", home.as_path())];
-        assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
+        assert_eq!(person_key_init(&data, &env).code, 0);
         let decide = |digest: &str, verb: &str| {
-            let run = run_ctx_env(&data, &["consent", verb, digest, "--yes"], "", &env);
+            let run = person_decide(&data, verb, digest, &env);
             assert_eq!(run.code, 0, "{host} {verb}: {run:?}");
         };
         let start = |source: &str| {
@@ -746,7 +760,16 @@ fn approved_agents_and_mcp_servers_are_activated_for_each_host_and_removed_at_th
             }
             let answer =
                 reply(&hook_env(&data, &home, host, "session-start", &input)).expect("a reply");
-            context(&answer, "SessionStart")
+            let text = context(&answer, "SessionStart");
+            assert!(
+                !text.contains("(challenge "),
+                "the model is never told a challenge: {text}"
+            );
+            // The challenges go to the person, in the host's message for them.
+            format!(
+                "{text}\n{}",
+                answer.get_str("systemMessage").unwrap_or_default()
+            )
         };
         for prompt in [
             "what time is it in another timezone",

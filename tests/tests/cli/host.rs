@@ -166,6 +166,9 @@ fn a_consent_gated_install_runs_across_separate_processes() {
     let key_arg = key.to_str().expect("a UTF-8 path");
     let device = ok(&data, &["key", "generate", "--out", key_arg], "", 0);
     assert!(device.get_str("authenticator_id").is_some());
+    // A generated key is registered nowhere: signing with it is refused until the registry
+    // holds it (spec/decisions.md §14).
+    assert_eq!(device.get("registered"), Some(&Json::Bool(false)));
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&key)
         .expect("the key file")
@@ -179,6 +182,17 @@ fn a_consent_gated_install_runs_across_separate_processes() {
         "",
         3,
         "internal",
+    );
+
+    // A CI key registered as a plain file key (file assurance) may approve this plain skill,
+    // asked for through the JSON interface.
+    let ci_key = dir.path().join("ci.key");
+    let ci_arg = ci_key.to_str().expect("utf-8");
+    let registered = run_ctx(&data, &["key", "init", "--file-key", "--key", ci_arg], "");
+    assert_eq!(
+        registered.code, 0,
+        "{} {}",
+        registered.stdout, registered.stderr
     );
 
     // A denial signed by another, unregistered key is refused and changes nothing.
@@ -223,10 +237,27 @@ fn a_consent_gated_install_runs_across_separate_processes() {
         "unverifiable",
     );
     assert_eq!(skill_files(&data), Vec::<String>::new());
-
-    let signed = ok(
+    // The generated key, unregistered, is refused the same way.
+    let unregistered = ok(
         &data,
         &["key", "sign", "--key", key_arg],
+        &sign_request("granted"),
+        0,
+    );
+    refused(
+        &data,
+        &["consent", "resolve"],
+        &resolve(&unregistered),
+        1,
+        "unverifiable",
+    );
+    assert_eq!(skill_files(&data), Vec::<String>::new());
+
+    // The CI key, registered as a plain file key (file assurance), may approve this plain
+    // skill, asked for through the JSON interface.
+    let signed = ok(
+        &data,
+        &["key", "sign", "--key", ci_arg],
         &sign_request("granted"),
         0,
     );

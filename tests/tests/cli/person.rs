@@ -1,11 +1,12 @@
-//! The person's commands, run as processes: `ctx key init` and `ctx consent approve|deny`.
+//! The person's commands, run as processes: `ctx key init` and `ctx consent approve|deny`, at a
+//! pseudo-terminal the test makes (the person) and without one (a hook, an agent's tool call).
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
 use ctx_model::Json;
 
-use crate::support::{self, CtxRun, run_ctx, run_ctx_env};
+use crate::support::{self, CtxRun, Typed, run_ctx, run_ctx_env, run_ctx_tty};
 
 fn result(run: &CtxRun) -> Json {
     assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
@@ -61,56 +62,158 @@ fn installed(data: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// The passphrase the person types in these tests.
+pub(crate) const PASSPHRASE: &str = "correct horse battery";
+
+/// `ctx key init` at a terminal: the person chooses a passphrase (typed twice).
+pub(crate) fn person_key_init(data: &Path, env: &[(&str, &Path)]) -> CtxRun {
+    run_ctx_tty(
+        data,
+        &["key", "init"],
+        &[
+            Typed {
+                expect: "choose a passphrase",
+                typed: PASSPHRASE,
+            },
+            Typed {
+                expect: "type it again",
+                typed: PASSPHRASE,
+            },
+        ],
+        env,
+    )
+}
+
+/// `ctx consent approve|deny DIGEST --yes` at a terminal: the person types the passphrase.
+pub(crate) fn person_decide(
+    data: &Path,
+    verb: &str,
+    digest: &str,
+    env: &[(&str, &Path)],
+) -> CtxRun {
+    run_ctx_tty(
+        data,
+        &["consent", verb, digest, "--yes"],
+        &[Typed {
+            expect: "passphrase for",
+            typed: PASSPHRASE,
+        }],
+        env,
+    )
+}
+
+/// The verifier registry of a data directory, read as an auditor would.
+pub(crate) fn registry(data: &Path) -> ctx_service::TrustState {
+    let journal =
+        ctx_service::open_journal(&data.join("journal"), &ctx_journal::OpenOptions::new())
+            .expect("the journal");
+    ctx_service::read_trust(&journal).expect("a verifying registry")
+}
+
 #[test]
-fn key_init_creates_a_private_key_once_and_registers_it() {
+fn key_init_needs_a_terminal_seals_the_key_and_registers_it_once() {
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     let home = dir.path().join("home");
     let env = [("HOME", home.as_path())];
-    let first = run_ctx_env(&data, &["key", "init"], "", &env);
-    assert_eq!(first.code, 0, "{} {}", first.stdout, first.stderr);
+    let key = home.join(".config/ctx/device.key");
+
+    // Without a terminal (a hook, an agent's tool call) nothing is created or registered.
+    let headless = run_ctx_env(&data, &["key", "init"], "correct horse battery\n", &env);
+    assert_eq!(headless.code, 1, "{} {}", headless.stdout, headless.stderr);
     assert!(
-        first.stdout.contains("created the device key"),
+        headless.stderr.contains("no controlling terminal"),
+        "{}",
+        headless.stderr
+    );
+    assert!(!key.exists());
+
+    let first = person_key_init(&data, &env);
+    assert_eq!(first.code, 0, "{}", first.stdout);
+    assert!(
+        first.stdout.contains("sealed under your passphrase"),
         "{}",
         first.stdout
     );
-    let key = home.join(".config/ctx/device.key");
+    assert!(
+        first.stdout.contains("trusted on first use"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        !first.stdout.contains(PASSPHRASE),
+        "the passphrase is never echoed"
+    );
     let mode = |p: &Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
     assert_eq!(mode(&key), 0o600);
     assert_eq!(mode(key.parent().expect("a directory")), 0o700);
     let bytes = std::fs::read(&key).expect("the key");
-    let registered = std::fs::read_dir(data.join("verifiers"))
-        .expect("verifiers")
-        .count();
-    assert_eq!(registered, 1);
+    assert_eq!(bytes.len(), ctx_service::SEALED_KEY_BYTES);
+    assert!(bytes.starts_with(&ctx_service::SEALED_KEY_MAGIC));
+    let trust = registry(&data);
+    let active: Vec<_> = trust.active().collect();
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].entry.kind, ctx_service::VerifierKind::SealedKey);
+    assert_eq!(active[0].basis, ctx_service::TrustBasis::FirstUseTerminal);
 
-    let again = run_ctx_env(&data, &["key", "init"], "", &env);
-    assert_eq!(again.code, 0, "{}", again.stderr);
-    assert!(again.stdout.contains("already exists"), "{}", again.stdout);
+    let again = run_ctx_tty(
+        &data,
+        &["key", "init"],
+        &[Typed {
+            expect: "passphrase for",
+            typed: PASSPHRASE,
+        }],
+        &env,
+    );
+    assert_eq!(again.code, 0, "{}", again.stdout);
+    assert!(
+        again.stdout.contains("already a verifier"),
+        "{}",
+        again.stdout
+    );
     assert_eq!(
         std::fs::read(&key).expect("the key"),
         bytes,
         "never rewritten"
     );
+    assert_eq!(registry(&data).revision(), 1, "registered once");
 
     // A key others can read is refused, naming the file and the fix.
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let loose = run_ctx_env(&data, &["key", "init"], "", &env);
-    assert_eq!(loose.code, 3, "{}", loose.stdout);
-    assert!(loose.stderr.contains("chmod 600"), "{}", loose.stderr);
+    let loose = run_ctx_tty(&data, &["key", "init"], &[], &env);
+    assert_ne!(loose.code, 0, "{}", loose.stdout);
+    assert!(loose.stdout.contains("chmod 600"), "{}", loose.stdout);
 }
 
 #[test]
-fn approve_shows_the_install_asks_signs_and_installs_once() {
+fn approve_shows_the_install_asks_at_the_terminal_signs_and_installs_once() {
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     let home = dir.path().join("home");
     let env = [("HOME", home.as_path())];
     let digest = pending_challenge(&data);
-    assert_eq!(run_ctx_env(&data, &["key", "init"], "", &env).code, 0);
+    assert_eq!(person_key_init(&data, &env).code, 0);
 
-    let declined = run_ctx_env(&data, &["consent", "approve", &digest], "n\n", &env);
-    assert_eq!(declined.code, 1, "{}", declined.stderr);
+    // The answer comes from the terminal, never from stdin.
+    let piped = run_ctx_env(&data, &["consent", "approve", &digest], "y\n", &env);
+    assert_eq!(piped.code, 1, "{}", piped.stdout);
+    assert!(
+        piped.stderr.contains("no controlling terminal"),
+        "{}",
+        piped.stderr
+    );
+    assert_eq!(installed(&data), 0);
+
+    let declined = run_ctx_tty(
+        &data,
+        &["consent", "approve", &digest],
+        &[Typed {
+            expect: "approve this install? [y/N]",
+            typed: "n",
+        }],
+        &env,
+    );
+    assert_eq!(declined.code, 1, "{}", declined.stdout);
     for expected in [
         "install:               skill:terraform (skill)",
         "skills/terraform/SKILL.md",
@@ -127,8 +230,45 @@ fn approve_shows_the_install_asks_signs_and_installs_once() {
     }
     assert_eq!(installed(&data), 0);
 
-    let approved = run_ctx_env(&data, &["consent", "approve", &digest], "y\n", &env);
-    assert_eq!(approved.code, 0, "{} {}", approved.stdout, approved.stderr);
+    let wrong = run_ctx_tty(
+        &data,
+        &["consent", "approve", &digest],
+        &[
+            Typed {
+                expect: "[y/N]",
+                typed: "y",
+            },
+            Typed {
+                expect: "passphrase for",
+                typed: "not the passphrase",
+            },
+        ],
+        &env,
+    );
+    assert_ne!(wrong.code, 0, "{}", wrong.stdout);
+    assert!(
+        wrong.stdout.contains("does not open this device key"),
+        "{}",
+        wrong.stdout
+    );
+    assert_eq!(installed(&data), 0);
+
+    let approved = run_ctx_tty(
+        &data,
+        &["consent", "approve", &digest],
+        &[
+            Typed {
+                expect: "[y/N]",
+                typed: "y",
+            },
+            Typed {
+                expect: "passphrase for",
+                typed: PASSPHRASE,
+            },
+        ],
+        &env,
+    );
+    assert_eq!(approved.code, 0, "{}", approved.stdout);
     assert!(
         approved
             .stdout
@@ -136,9 +276,14 @@ fn approve_shows_the_install_asks_signs_and_installs_once() {
         "{}",
         approved.stdout
     );
+    assert!(
+        approved.stdout.contains("(sealed-key)"),
+        "{}",
+        approved.stdout
+    );
     assert_eq!(installed(&data), 1);
 
-    let again = run_ctx_env(&data, &["consent", "approve", &digest, "--yes"], "", &env);
+    let again = run_ctx_tty(&data, &["consent", "approve", &digest, "--yes"], &[], &env);
     assert_eq!(again.code, 1, "{}", again.stdout);
     assert!(
         again.stdout.contains("state:                 settled"),
@@ -152,19 +297,12 @@ fn approve_shows_the_install_asks_signs_and_installs_once() {
 fn deny_records_the_denial_and_installs_nothing() {
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
-    let key = dir.path().join("person.key");
-    let key_arg = key.to_str().expect("utf-8");
+    let home = dir.path().join("home");
+    let env = [("HOME", home.as_path())];
     let digest = pending_challenge(&data);
-    assert_eq!(
-        run_ctx(&data, &["key", "init", "--key", key_arg], "").code,
-        0
-    );
-    let denied = run_ctx(
-        &data,
-        &["consent", "deny", &digest, "--key", key_arg, "--yes"],
-        "",
-    );
-    assert_eq!(denied.code, 0, "{} {}", denied.stdout, denied.stderr);
+    assert_eq!(person_key_init(&data, &env).code, 0);
+    let denied = person_decide(&data, "deny", &digest, &env);
+    assert_eq!(denied.code, 0, "{}", denied.stdout);
     let record = result(&run_ctx(
         &data,
         &["consent", "challenge"],
@@ -179,7 +317,31 @@ fn deny_records_the_denial_and_installs_nothing() {
 }
 
 #[test]
-fn an_oversized_device_key_or_verifier_registration_is_refused_naming_the_file_and_the_limit() {
+fn a_plain_file_key_registers_without_a_terminal_and_approves_only_a_plain_json_skill() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let key = dir.path().join("ci.key");
+    let key_arg = key.to_str().expect("utf-8");
+    let digest = pending_challenge(&data);
+    let init = run_ctx(&data, &["key", "init", "--file-key", "--key", key_arg], "");
+    assert_eq!(init.code, 0, "{} {}", init.stdout, init.stderr);
+    assert!(init.stdout.contains("file assurance"), "{}", init.stdout);
+    let trust = registry(&data);
+    assert_eq!(trust.active().count(), 1);
+    assert!(!trust.has_presence_verifier());
+    // The challenge came through the JSON interface for a skill that expands nothing: a file
+    // key is enough (spec/decisions.md §12.4).
+    let approved = run_ctx(
+        &data,
+        &["consent", "approve", &digest, "--key", key_arg, "--yes"],
+        "",
+    );
+    assert_eq!(approved.code, 0, "{} {}", approved.stdout, approved.stderr);
+    assert_eq!(installed(&data), 1);
+}
+
+#[test]
+fn an_oversized_device_key_is_refused_naming_the_file_and_the_limit() {
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     let home = dir.path().join("home");
@@ -192,40 +354,15 @@ fn an_oversized_device_key_or_verifier_registration_is_refused_naming_the_file_a
     std::fs::write(&huge_key, vec![b' '; over]).expect("write");
     std::fs::set_permissions(&huge_key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let key_arg = huge_key.to_str().expect("UTF-8 path");
-    let refused = run_ctx_env(&data, &["key", "init", "--key", key_arg], "", &env);
-    assert_eq!(refused.code, 3, "{} {}", refused.stdout, refused.stderr);
+    let refused = run_ctx_tty(&data, &["key", "init", "--key", key_arg], &[], &env);
+    assert_eq!(refused.code, 3, "{}", refused.stdout);
     let limit = format!(
         "over the limit of {} bytes",
         ctx_service::DEVICE_KEY_MAX_BYTES
     );
     assert!(
-        refused.stderr.contains(key_arg) && refused.stderr.contains(&limit),
+        refused.stdout.contains(key_arg) && refused.stdout.contains(&limit),
         "{}",
-        refused.stderr
-    );
-
-    // A registration one byte over its bound makes every runtime command refuse, naming it.
-    let key = home.join("device.key");
-    let key_arg = key.to_str().expect("UTF-8 path");
-    let init = run_ctx_env(&data, &["key", "init", "--key", key_arg], "", &env);
-    assert_eq!(init.code, 0, "{} {}", init.stdout, init.stderr);
-    let registration = std::fs::read_dir(data.join("verifiers"))
-        .expect("verifiers")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .next()
-        .expect("a registration");
-    let over = usize::try_from(ctx_service::VERIFIER_REGISTRATION_MAX_BYTES).expect("small") + 1;
-    std::fs::write(&registration, vec![b' '; over]).expect("write");
-    let run = run_ctx(&data, &["policy", "show"], "");
-    assert_ne!(run.code, 0, "{}", run.stdout);
-    let output = format!("{}{}", run.stdout, run.stderr);
-    let limit = format!(
-        "over the limit of {} bytes",
-        ctx_service::VERIFIER_REGISTRATION_MAX_BYTES
-    );
-    assert!(
-        output.contains(registration.to_str().expect("UTF-8 path")) && output.contains(&limit),
-        "{output}"
+        refused.stdout
     );
 }

@@ -28,6 +28,7 @@ mod tests;
 pub use activate::{
     ActivationDriver, ActivationReport, ActuatorObservation, failpoints as activation_failpoints,
 };
+pub(crate) use composition::open_journal as open_service_journal;
 pub use composition::{EngineComposition, JOURNAL_LOCK_WAIT, open_engine_composition};
 pub use desired::{DesiredResultParts, DesiredSetRequest, DesiredSetResult};
 pub use error::{InputAuthorityError, ServiceError};

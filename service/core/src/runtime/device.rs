@@ -1,66 +1,79 @@
-//! Device keys and the verifier registry of a data directory (spec/cli.md §4 "Device keys",
-//! spec/decisions.md §6 and §7): the private key file a person signs with, its public
-//! registration under `verifiers/`, and the trusted registry composed from those registrations.
+//! Device key files and the consent verifier registry of a data directory (spec/decisions.md
+//! §13, §14): a person's key file — sealed under their passphrase, or a plain file key for CI
+//! and the demo — and the trusted registry of consent verifiers, composed from the signed
+//! `ctx.trust` stream, never from loose files.
 
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use ctx_fs::create_private_dir_all;
-use ctx_model::{Json, sha256_hex};
+use ctx_model::Json;
 
-use super::{
-    CONSENT_AUDIENCE, RuntimeError, component, io, read_limited, read_limited_file, utf8,
-    write_atomically,
-};
-use crate::data_dir::Layout;
+use super::{CONSENT_AUDIENCE, RuntimeError, component, io, read_limited_file, utf8};
 use crate::decision::{
-    Ed25519Signer, Ed25519Verifier, HumanDecisionVerifierRegistration,
-    TrustedHumanDecisionVerifierRegistry,
+    Ed25519Signer, HumanDecisionVerifierRegistration, TrustedHumanDecisionVerifierRegistry,
+};
+use crate::trust::{
+    SEALED_KEY_MAGIC, SealParams, TrustState, VerifierEntry, VerifierKind, seal_signer,
+    sealed_public_key, unseal_signer,
 };
 
-/// Schema of a registered device key (public part) and of a device key file (private part).
-const VERIFIER_SCHEMA: &str = "ctx.verifier-v1";
+/// Schema of a plain (file-key) device key file.
 const DEVICE_KEY_SCHEMA: &str = "ctx.device-key-v1";
-/// Largest device key file read, in bytes: the file holds a schema, a 64-digit seed and an
-/// authenticator id (a few hundred bytes), so anything near the bound is not a key.
+/// Largest device key file read, in bytes: a plain file holds a schema, a 64-digit seed and an
+/// authenticator id (a few hundred bytes) and a sealed one 144 bytes, so anything near the
+/// bound is not a key.
 pub const DEVICE_KEY_MAX_BYTES: u64 = 4 * 1024;
-/// Largest verifier registration (`verifiers/<authenticator id>.json`) read, in bytes: the file
-/// holds a schema, an audience, an authenticator id, a principal digest and a public key.
-pub const VERIFIER_REGISTRATION_MAX_BYTES: u64 = 4 * 1024;
 
-// ------------------------------------------------------------------------------------------------
-// Device keys
-// ------------------------------------------------------------------------------------------------
-
-/// A registered human device key: its identity and public key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceIdentity {
-    pub authenticator_id: String,
-    pub principal_digest: String,
-    pub public_key_hex: String,
+/// A device key file as read: a plain seed (a file key) or a sealed one (spec/decisions.md §13).
+pub enum DeviceKeyFile {
+    Plain(Ed25519Signer),
+    Sealed {
+        bytes: Vec<u8>,
+        public_key: [u8; 32],
+    },
 }
 
-impl DeviceIdentity {
-    fn of(signer: &Ed25519Signer) -> DeviceIdentity {
-        let public_key_hex = hex(&signer.verifying_key_bytes());
-        DeviceIdentity {
-            authenticator_id: format!("ctx-device-{}", &public_key_hex[..16]),
-            principal_digest: sha256_hex(&format!("ctx-principal:{public_key_hex}")),
-            public_key_hex,
+impl std::fmt::Debug for DeviceKeyFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKeyFile::Plain(_) => f.write_str("<plain device key>"),
+            DeviceKeyFile::Sealed { .. } => f.write_str("<sealed device key>"),
+        }
+    }
+}
+
+impl DeviceKeyFile {
+    /// The verifier entry this key registers as.
+    pub fn entry(&self) -> VerifierEntry {
+        match self {
+            DeviceKeyFile::Plain(signer) => {
+                VerifierEntry::ed25519(VerifierKind::FileKey, signer.verifying_key_bytes())
+            }
+            DeviceKeyFile::Sealed { public_key, .. } => {
+                VerifierEntry::ed25519(VerifierKind::SealedKey, *public_key)
+            }
         }
     }
 
-    pub fn to_json(&self) -> Json {
-        Json::object([
-            ("audience", Json::str(CONSENT_AUDIENCE)),
-            ("authenticator_id", Json::str(&self.authenticator_id)),
-            ("principal_digest", Json::str(&self.principal_digest)),
-            ("public_key", Json::str(&self.public_key_hex)),
-            ("schema", Json::str(VERIFIER_SCHEMA)),
-        ])
+    pub fn is_sealed(&self) -> bool {
+        matches!(self, DeviceKeyFile::Sealed { .. })
+    }
+
+    /// The signer: a plain key's at once, a sealed key's with `passphrase` (which the caller read
+    /// from the person's terminal).
+    pub fn open(&self, passphrase: Option<&str>) -> Result<Ed25519Signer, RuntimeError> {
+        match (self, passphrase) {
+            (DeviceKeyFile::Plain(signer), _) => Ok(Ed25519Signer::from_seed(&signer.seed_bytes())),
+            (DeviceKeyFile::Sealed { bytes, .. }, Some(passphrase)) => {
+                unseal_signer(bytes, passphrase).map_err(|e| RuntimeError::Invalid(e.to_string()))
+            }
+            (DeviceKeyFile::Sealed { .. }, None) => Err(RuntimeError::Invalid(
+                "a sealed device key opens only with its passphrase".to_owned(),
+            )),
+        }
     }
 }
 
@@ -78,50 +91,65 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Generates a device key, writes its private file at `out` (mode 0600, never over an existing
-/// file) and registers its public key in the data directory.
-pub fn generate_device_key(layout: &Layout, out: &Path) -> Result<DeviceIdentity, RuntimeError> {
-    let signer = Ed25519Signer::generate_from_os()
-        .map_err(|e| RuntimeError::Invalid(format!("no randomness for a device key: {e}")))?;
-    write_device_key(layout, out, &signer)
+/// A fresh signer from the OS's randomness.
+pub fn fresh_signer() -> Result<Ed25519Signer, RuntimeError> {
+    Ed25519Signer::generate_from_os()
+        .map_err(|e| RuntimeError::Invalid(format!("no randomness for a device key: {e}")))
 }
 
-/// [`generate_device_key`] with a given signer (tests and the demo use fresh ones too).
-pub(crate) fn write_device_key(
-    layout: &Layout,
-    out: &Path,
-    signer: &Ed25519Signer,
-) -> Result<DeviceIdentity, RuntimeError> {
-    let identity = DeviceIdentity::of(signer);
-    let private = Json::object([
-        ("authenticator_id", Json::str(&identity.authenticator_id)),
-        ("principal_digest", Json::str(&identity.principal_digest)),
-        ("schema", Json::str(DEVICE_KEY_SCHEMA)),
-        ("seed", Json::str(hex(&signer.seed_bytes()))),
-    ]);
+/// Writes `bytes` as a new private file at `out` (mode 0600, never over an existing file).
+fn write_new_private(out: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(out)
         .map_err(io(out))?;
-    file.write_all(private.to_string().as_bytes())
+    file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(io(out))?;
-    register_device(layout, &identity)?;
-    Ok(identity)
+    if let Some(parent) = out.parent() {
+        ctx_fs::fsync_dir(parent).map_err(|e| io(parent)(std::io::Error::other(e)))?;
+    }
+    Ok(())
 }
 
-/// Registers a device's public key as a trusted verifier of the data directory (idempotent).
-pub fn register_device(layout: &Layout, identity: &DeviceIdentity) -> Result<(), RuntimeError> {
-    let dir = layout.verifiers();
-    create_private_dir_all(&dir)?;
-    let path = dir.join(format!("{}.json", identity.authenticator_id));
-    write_atomically(&path, identity.to_json().to_string().as_bytes())
+/// Writes a plain file key at `out` (a low-assurance kind for CI and the demo). Registers
+/// nothing: a key becomes a verifier only through the registry (spec/decisions.md §14).
+pub fn write_plain_key(out: &Path, signer: &Ed25519Signer) -> Result<VerifierEntry, RuntimeError> {
+    let entry = VerifierEntry::ed25519(VerifierKind::FileKey, signer.verifying_key_bytes());
+    let private = Json::object([
+        ("authenticator_id", Json::str(&entry.authenticator_id)),
+        ("principal_digest", Json::str(&entry.principal_digest)),
+        ("schema", Json::str(DEVICE_KEY_SCHEMA)),
+        ("seed", Json::str(hex(&signer.seed_bytes()))),
+    ]);
+    write_new_private(out, private.to_string().as_bytes())?;
+    Ok(entry)
 }
 
-/// Reads a device key file written by [`generate_device_key`].
-pub fn read_device_key(path: &Path) -> Result<(Ed25519Signer, DeviceIdentity), RuntimeError> {
+/// Seals `signer` under `passphrase` and writes it at `out` (0600, never over an existing file).
+pub fn write_sealed_key(
+    out: &Path,
+    signer: &Ed25519Signer,
+    passphrase: &str,
+) -> Result<VerifierEntry, RuntimeError> {
+    let mut salt = [0u8; 16];
+    let mut nonce = [0u8; 24];
+    getrandom::fill(&mut salt)
+        .and_then(|()| getrandom::fill(&mut nonce))
+        .map_err(|e| RuntimeError::Invalid(format!("no randomness to seal a key: {e}")))?;
+    let bytes = seal_signer(signer, passphrase, SealParams::DEFAULT, salt, nonce)
+        .map_err(|e| RuntimeError::Invalid(e.to_string()))?;
+    write_new_private(out, &bytes)?;
+    Ok(VerifierEntry::ed25519(
+        VerifierKind::SealedKey,
+        signer.verifying_key_bytes(),
+    ))
+}
+
+/// Reads a device key file (plain or sealed); refuses one other users could read.
+pub fn read_device_key(path: &Path) -> Result<DeviceKeyFile, RuntimeError> {
     let corrupt = |reason: &str| RuntimeError::Corrupt {
         path: path.to_path_buf(),
         what: "device key file",
@@ -135,10 +163,12 @@ pub fn read_device_key(path: &Path) -> Result<(Ed25519Signer, DeviceIdentity), R
             mode & 0o777
         )));
     }
-    let text = utf8(
-        path,
-        read_limited_file(&mut file, path, DEVICE_KEY_MAX_BYTES)?,
-    )?;
+    let bytes = read_limited_file(&mut file, path, DEVICE_KEY_MAX_BYTES)?;
+    if bytes.starts_with(&SEALED_KEY_MAGIC) {
+        let public_key = sealed_public_key(&bytes).map_err(|e| corrupt(&e.to_string()))?;
+        return Ok(DeviceKeyFile::Sealed { bytes, public_key });
+    }
+    let text = utf8(path, bytes)?;
     let value = Json::parse(&text).map_err(|e| corrupt(&e.to_string()))?;
     if value.get_str("schema") != Some(DEVICE_KEY_SCHEMA) {
         return Err(corrupt(&format!("its schema is not {DEVICE_KEY_SCHEMA}")));
@@ -149,57 +179,33 @@ pub fn read_device_key(path: &Path) -> Result<(Ed25519Signer, DeviceIdentity), R
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| corrupt("its seed is not 64 hex digits"))?;
     let signer = Ed25519Signer::from_seed(&seed);
-    let identity = DeviceIdentity::of(&signer);
-    if value.get_str("authenticator_id") != Some(identity.authenticator_id.as_str()) {
+    let entry = VerifierEntry::ed25519(VerifierKind::FileKey, signer.verifying_key_bytes());
+    if value.get_str("authenticator_id") != Some(entry.authenticator_id.as_str()) {
         return Err(corrupt("its authenticator id does not belong to its key"));
     }
-    Ok((signer, identity))
+    Ok(DeviceKeyFile::Plain(signer))
 }
 
-/// The verifier registry of every device key registered in the data directory, or `None` when
-/// there is none.
+/// The consent verifier registry of every active verifier of `trust`, or `None` when there is
+/// none.
 pub(super) fn verifier_registry(
-    layout: &Layout,
+    trust: &TrustState,
 ) -> Result<Option<Arc<TrustedHumanDecisionVerifierRegistry>>, RuntimeError> {
-    let dir = layout.verifiers();
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io(&dir)(e)),
-    };
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
     let mut registrations = Vec::new();
-    for path in paths {
-        let corrupt = |reason: &str| RuntimeError::Corrupt {
-            path: path.clone(),
-            what: "verifier registration",
-            reason: reason.to_owned(),
-        };
-        let text = utf8(&path, read_limited(&path, VERIFIER_REGISTRATION_MAX_BYTES)?)?;
-        let value = Json::parse(&text).map_err(|e| corrupt(&e.to_string()))?;
-        if value.get_str("schema") != Some(VERIFIER_SCHEMA) {
-            return Err(corrupt(&format!("its schema is not {VERIFIER_SCHEMA}")));
-        }
-        let key: [u8; 32] = value
-            .get_str("public_key")
-            .and_then(unhex)
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| corrupt("its public key is not 64 hex digits"))?;
-        let verifier =
-            Ed25519Verifier::from_public_key_bytes(&key).map_err(|e| corrupt(&e.to_string()))?;
-        let registration = HumanDecisionVerifierRegistration::new(
-            value.get_str("audience").unwrap_or_default(),
-            value.get_str("authenticator_id").unwrap_or_default(),
-            value.get_str("principal_digest").unwrap_or_default(),
-            Arc::new(verifier),
-        )
-        .map_err(|e| corrupt(&e.to_string()))?;
-        registrations.push(registration);
+    for registered in trust.active() {
+        let entry = &registered.entry;
+        let verifier = entry
+            .verifier()
+            .map_err(|e| component("the verifier registry refused")(e.to_string()))?;
+        registrations.push(
+            HumanDecisionVerifierRegistration::new(
+                CONSENT_AUDIENCE,
+                &entry.authenticator_id,
+                &entry.principal_digest,
+                verifier,
+            )
+            .map_err(|e| component("the verifier registry refused")(e.to_string()))?,
+        );
     }
     if registrations.is_empty() {
         return Ok(None);

@@ -19,8 +19,8 @@ mod work;
 pub(crate) use catalog_lock::CatalogLock;
 use device::verifier_registry;
 pub use device::{
-    DEVICE_KEY_MAX_BYTES, VERIFIER_REGISTRATION_MAX_BYTES, generate_device_key, read_device_key,
-    register_device,
+    DEVICE_KEY_MAX_BYTES, DeviceKeyFile, fresh_signer, read_device_key, write_plain_key,
+    write_sealed_key,
 };
 use work::{StoredWork, WorkDirAuthority};
 pub use work::{WORK_FILE_MAX_BYTES, WORK_PROMPT_MAX_BYTES, WorkRequest};
@@ -39,7 +39,7 @@ use ctx_journal::OpenOptions;
 use ctx_model::{
     HostAction, INSTALLER_ID, Json, UtcMicros, is_token, sha256_hex, sha256_hex_bytes,
 };
-use ctx_projections::consent_store::{ChallengeRecord, ConsentStore};
+use ctx_projections::consent_store::{ChallengeRecord, ConsentStore, SignedHumanDecisionAssertion};
 use ctx_projections::engine::{Clock, ManualClock};
 
 use crate::catalog::{
@@ -48,7 +48,8 @@ use crate::catalog::{
 };
 use crate::data_dir::Layout;
 use crate::managed::{
-    ConsentBrokerConfig, QueryService, QueryServiceConfig, ServiceError, open_query_service,
+    ConsentBrokerConfig, ConsentResolutionResult, QueryService, QueryServiceConfig, ServiceError,
+    open_query_service,
 };
 use crate::planning::adapter::{AdapterPorts, ReplayDecisionPlanner};
 use crate::planning::benefit::NetBenefitPolicy;
@@ -57,6 +58,7 @@ use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
 use crate::policy::InstallPolicyStore;
 use crate::registry::{ArtifactRegistry, IngestInputs};
 use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntimeConfig};
+use crate::trust::{Assurance, TrustError, TrustState, read_trust, required_assurance};
 
 /// The planner version every artifact of this runtime binds.
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
@@ -97,6 +99,29 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Service(#[from] crate::managed::ServiceError),
+    /// The verifier registry does not verify, or refused a change.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
+    /// The decision was made on an authenticator weaker than the install needs
+    /// (spec/decisions.md §12.4).
+    #[error(
+        "{capability_id} needs a decision of at least {required} assurance, and {authenticator_id} \
+         is a {kind} of {has} assurance; decide with a sealed device key or a passkey"
+    )]
+    AssuranceTooLow {
+        capability_id: String,
+        authenticator_id: String,
+        kind: &'static str,
+        has: Assurance,
+        required: Assurance,
+    },
+    /// The install policy grants installs by itself and the person never approved it.
+    #[error(
+        "the install policy {policy_digest} grants installs without asking, and no registered \
+         verifier approved it; the person sets such a policy with `ctx policy set` in their own \
+         terminal"
+    )]
+    UnapprovedPolicy { policy_digest: String },
 }
 
 impl RuntimeError {
@@ -107,6 +132,12 @@ impl RuntimeError {
             RuntimeError::Service(e) => e.code(),
             RuntimeError::NoCatalog { .. } => "no-catalog",
             RuntimeError::Invalid(_) => "invalid",
+            RuntimeError::Trust(TrustError::Invalid { .. }) => "integrity",
+            RuntimeError::Trust(TrustError::Raced { .. }) => "conflict",
+            RuntimeError::Trust(_) => "refused",
+            RuntimeError::AssuranceTooLow { .. } | RuntimeError::UnapprovedPolicy { .. } => {
+                "refused"
+            }
             _ => "internal",
         }
     }
@@ -259,6 +290,7 @@ pub struct Runtime {
     planning_environment_digest: String,
     clock: Arc<ManualClock>,
     policy_store: InstallPolicyStore,
+    trust: TrustState,
     service: QueryService,
 }
 
@@ -285,8 +317,23 @@ pub fn consent_config(layout: &Layout) -> ConsentBrokerConfig {
 }
 
 impl Runtime {
-    /// Composes the service of `layout`'s data directory at the trusted time `now`.
+    /// Composes the service of `layout`'s data directory at the trusted time `now`. Refuses a
+    /// current install policy that grants installs by itself unless the person approved it
+    /// (spec/decisions.md §14.4).
     pub fn open(layout: &Layout, now: UtcMicros) -> Result<Runtime, RuntimeError> {
+        Runtime::compose(layout, now, true)
+    }
+
+    /// [`Runtime::open`] without the policy check: only to show or replace the policy.
+    pub fn open_for_policy(layout: &Layout, now: UtcMicros) -> Result<Runtime, RuntimeError> {
+        Runtime::compose(layout, now, false)
+    }
+
+    fn compose(
+        layout: &Layout,
+        now: UtcMicros,
+        gate_policy: bool,
+    ) -> Result<Runtime, RuntimeError> {
         let catalog_dir = layout.catalog();
         // A missing data directory has no catalog; the lock below would create the directory.
         if !layout.root().is_dir() {
@@ -331,6 +378,24 @@ impl Runtime {
         );
         let policy_store = InstallPolicyStore::new(&layout.install_policy())
             .map_err(|e| component("the install policy store refused")(e.to_string()))?;
+        // The registry is re-verified on every open (spec/decisions.md §14): a forged or altered
+        // change refuses the whole data directory rather than trusting part of it.
+        let trust = {
+            let journal = crate::managed::open_service_journal(&layout.journal())?;
+            read_trust(&journal)?
+        };
+        // A policy store this process cannot read grants nothing either: the service refuses
+        // every use of it, so only a readable granting policy needs the person's approval here.
+        if gate_policy
+            && policy_store.has_persisted().unwrap_or(false)
+            && let Ok(current) = policy_store.load_current()
+            && grants_by_itself(&current)
+            && !trust.policy_approved(&current.policy_digest())
+        {
+            return Err(RuntimeError::UnapprovedPolicy {
+                policy_digest: current.policy_digest(),
+            });
+        }
         let bodies: Arc<dyn SkillBodySource> = Arc::new(CatalogBodies {
             loaded: loaded.clone(),
         });
@@ -366,7 +431,7 @@ impl Runtime {
             skill_cas: Some(Arc::new(skill_cas)),
             material_store: Some(Arc::new(material_store)),
             consent: Some(consent_config(layout)),
-            verifier_registry: verifier_registry(layout)?,
+            verifier_registry: verifier_registry(&trust)?,
         })?;
         Ok(Runtime {
             layout: layout.clone(),
@@ -377,8 +442,56 @@ impl Runtime {
             planning_environment_digest,
             clock,
             policy_store,
+            trust,
             service,
         })
+    }
+
+    /// The verifier registry as verified when this runtime opened.
+    pub fn trust(&self) -> &TrustState {
+        &self.trust
+    }
+
+    /// Resolves a signed consent decision after checking that its authenticator is strong
+    /// enough for what the challenge installs (spec/decisions.md §12.4). `hook_published` tells
+    /// whether a challenge's session is one an agent host's hook opened (the caller knows the
+    /// hosts; this layer names none).
+    pub fn resolve_consent(
+        &self,
+        assertion_payload: &[u8],
+        hook_published: &dyn Fn(&str) -> bool,
+    ) -> Result<ConsentResolutionResult, RuntimeError> {
+        let assertion = SignedHumanDecisionAssertion::decode(assertion_payload)
+            .map_err(|e| RuntimeError::Service(e.into()))?;
+        if let Some(registered) = self.trust.find(assertion.authenticator_id()) {
+            let record = challenge_record(&self.layout, assertion.challenge_digest(), self.now())?;
+            let challenge = record.challenge();
+            let kind = self
+                .loaded
+                .catalog()
+                .entries()
+                .iter()
+                .find(|e| e.id == challenge.capability_id())
+                .map_or(ctx_model::CapabilityKind::Agent, |e| e.kind);
+            let required = required_assurance(
+                kind,
+                challenge.permission_expansion(),
+                challenge.credential_requirement(),
+                hook_published(&challenge.scope().session_id),
+            );
+            let has = registered.entry.assurance();
+            if has < required {
+                return Err(RuntimeError::AssuranceTooLow {
+                    capability_id: challenge.capability_id().to_owned(),
+                    authenticator_id: registered.entry.authenticator_id.clone(),
+                    kind: registered.entry.kind.as_str(),
+                    has,
+                    required,
+                });
+            }
+        }
+        // An unknown authenticator is the service's to refuse (`unverifiable`).
+        Ok(self.service.resolve_consent(assertion_payload)?)
     }
 
     pub fn service(&self) -> &QueryService {
@@ -507,6 +620,12 @@ impl Runtime {
         }
         Ok(work_ref)
     }
+}
+
+/// True when `policy` grants some install without asking the person.
+pub fn grants_by_itself(policy: &crate::policy::InstallConsentPolicy) -> bool {
+    [policy.skill_mode, policy.agent_mode, policy.mcp_server_mode]
+        .contains(&crate::policy::InstallConsentMode::PreapprovedAuto)
 }
 
 /// The consent challenge `challenge_digest` of this data directory's broker as it stands at
