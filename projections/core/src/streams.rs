@@ -95,12 +95,20 @@ pub const HOST_ACTIVATION_HOLDERS_NAMESPACE: &str = "ctx.host-activation-holders
 /// Kind of a holder record.
 pub const HOST_ACTIVATION_HOLDER_KIND: &str = "ctx.host-activation-holder.v1";
 
-/// Every stream namespace ctx writes, with its record kinds.
+// Who may decide (spec/decisions.md §12–§15), written by the service.
+
 /// The verifier registry and the person-approved policies of a data directory (spec/decisions.md
 /// §14): one stream, every change signed.
 pub const TRUST_STREAM_NAMESPACE: &str = "ctx.trust";
+/// Kind of a registry change: a registration, a removal or a policy approval.
 pub const TRUST_CHANGE_KIND: &str = "ctx.trust-change.v1";
+/// Stream namespace of decision evidence; the key is the challenge digest (spec/decisions.md
+/// §12.5).
+pub const DECISION_EVIDENCE_NAMESPACE: &str = "ctx.decision-evidence";
+/// Kind of one verified decision's signed assertion, verifier kind and assurance.
+pub const DECISION_EVIDENCE_KIND: &str = "ctx.decision-evidence.v1";
 
+/// Every stream namespace ctx writes, with its record kinds.
 pub const STREAMS: &[StreamSpec] = &[
     StreamSpec {
         namespace: ENGINE_STREAM_NAMESPACE,
@@ -175,6 +183,11 @@ pub const STREAMS: &[StreamSpec] = &[
         namespace: TRUST_STREAM_NAMESPACE,
         kinds: &[TRUST_CHANGE_KIND],
         what: "the verifier registry and approved policies: signed registrations, removals, approvals",
+    },
+    StreamSpec {
+        namespace: DECISION_EVIDENCE_NAMESPACE,
+        kinds: &[DECISION_EVIDENCE_KIND],
+        what: "one challenge's decision evidence: each verified signed assertion and its assurance",
     },
 ];
 

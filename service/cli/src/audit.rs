@@ -1,7 +1,8 @@
 //! `ctx audit`: every check ctx can make of a data directory's journal, offline (spec/cli.md §5):
 //! redb's integrity check of the file, the journal's verification pass (digest, chain, MAC,
 //! indexes), a replay of every engine stream through the reducer, and a fresh fold of every
-//! projection compared with the stored tables. The report names, for each kind of failure, the
+//! projection compared with the stored tables, the verifier registry's whole history and every
+//! recorded consent decision re-verified against it (spec/decisions.md §12.5). The report names, for each kind of failure, the
 //! first bad stream and revision; the exit status is 0 only when everything verifies.
 
 use std::collections::HashSet;
@@ -250,6 +251,12 @@ struct Report {
     engine_streams: u64,
     engine_revisions: u64,
     projections: Vec<ProjectionLine>,
+    /// Registry changes replayed and verifiers registered now.
+    trust_changes: u64,
+    verifiers_active: u64,
+    /// Consent decisions re-verified, by the assurance their evidence shows.
+    decisions: u64,
+    decisions_by_assurance: Vec<(String, u64)>,
     failures: Vec<Failure>,
 }
 
@@ -298,6 +305,17 @@ impl Report {
             ("engine_streams", Json::from(self.engine_streams)),
             ("engine_revisions", Json::from(self.engine_revisions)),
             ("projections", Json::Arr(projections)),
+            ("trust_changes", Json::from(self.trust_changes)),
+            ("verifiers_active", Json::from(self.verifiers_active)),
+            ("decisions", Json::from(self.decisions)),
+            (
+                "decisions_by_assurance",
+                Json::object(
+                    self.decisions_by_assurance
+                        .iter()
+                        .map(|(a, n)| (a.as_str(), Json::from(*n))),
+                ),
+            ),
             (
                 "failures",
                 Json::Arr(self.failures.iter().map(Failure::to_json).collect()),
@@ -335,6 +353,26 @@ impl Report {
                 p.name, p.version, p.status, p.folded, p.stored_digest
             )?;
         }
+        writeln!(
+            out,
+            "  trust        {} registry changes re-verified, {} verifiers registered now",
+            self.trust_changes, self.verifiers_active
+        )?;
+        let by: Vec<String> = self
+            .decisions_by_assurance
+            .iter()
+            .map(|(a, n)| format!("{n} {a}"))
+            .collect();
+        writeln!(
+            out,
+            "  decisions    {} consent decisions re-verified against the registry{}",
+            self.decisions,
+            if by.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by.join(", "))
+            }
+        )?;
         if self.is_ok() {
             writeln!(out, "result: OK, everything verifies ({elapsed_ms} ms)")?;
         } else {
@@ -537,6 +575,56 @@ fn projection_error(e: &FrameworkError) -> Failure {
 
 /// `ctx audit`: prints the report and returns the exit status (an `Err` after the report when
 /// anything failed).
+/// Replays the verifier registry and re-verifies every recorded consent decision against it
+/// (spec/decisions.md §12.5).
+fn check_decisions(journal: &Journal, report: &mut Report) {
+    let trust = match ctx_service::read_trust(journal) {
+        Ok(trust) => trust,
+        Err(e) => {
+            report.fail(Failure::new("trust", "registry-refused", e.to_string()));
+            return;
+        }
+    };
+    report.trust_changes = trust.revision();
+    report.verifiers_active = trust.active().count() as u64;
+    let checks = match ctx_service::audit_decisions(journal, &trust, &crate::commands::hook_session)
+    {
+        Ok(checks) => checks,
+        Err(e) => {
+            report.fail(Failure::new("decisions", "unreadable", e.to_string()));
+            return;
+        }
+    };
+    report.decisions = checks.len() as u64;
+    for check in checks {
+        let assurance = check
+            .assurance
+            .map_or_else(|| "unverified".to_owned(), |a| a.as_str().to_owned());
+        match report
+            .decisions_by_assurance
+            .iter_mut()
+            .find(|(a, _)| *a == assurance)
+        {
+            Some((_, n)) => *n += 1,
+            None => report.decisions_by_assurance.push((assurance, 1)),
+        }
+        if let Some(problem) = check.problem {
+            report.fail(Failure::new(
+                "decisions",
+                "unverified-decision",
+                format!(
+                    "the {} decision on {} (challenge {}) by {}: {problem}",
+                    check.decision,
+                    check.capability_id,
+                    check.challenge_digest,
+                    check.authenticator_id
+                ),
+            ));
+        }
+    }
+    report.decisions_by_assurance.sort();
+}
+
 pub(crate) fn audit(
     layout: &Layout,
     json: bool,
@@ -598,6 +686,8 @@ pub(crate) fn audit(
         report.engine_streams = engine_streams.len() as u64;
         replay_engine_streams(&journal, &engine_streams, &mut report, &mut progress);
         check_projections(&journal, &streams, &mut report, &mut progress);
+        progress.phase("decisions");
+        check_decisions(&journal, &mut report);
     }
     progress.clear();
     drop(progress);

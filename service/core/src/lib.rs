@@ -67,12 +67,13 @@ pub use runtime::{
     read_device_key, uninstallable, write_plain_key, write_sealed_key,
 };
 pub use trust::{
-    Assurance, PASSPHRASE_MAX_BYTES, PASSPHRASE_MIN_CHARS, RegisteredVerifier, SEALED_KEY_BYTES,
-    SEALED_KEY_FORMAT_VERSION, SEALED_KEY_MAGIC, SealError, SealParams, TRUST_APPROVAL_TTL_SECONDS,
-    TRUST_AUDIENCE, TRUST_RECORDS_MAX, TrustBasis, TrustChange, TrustError, TrustRecord,
-    TrustState, VerifierEntry, VerifierKind, append_trust, change_digest, check_passphrase,
-    read_trust, required_assurance, seal_signer, sealed_public_key, sign_trust_assertion,
-    trust_stream, unseal_signer, unsigned_trust_assertion,
+    Assurance, DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, PASSPHRASE_MAX_BYTES,
+    PASSPHRASE_MIN_CHARS, RegisteredVerifier, SEALED_KEY_BYTES, SEALED_KEY_FORMAT_VERSION,
+    SEALED_KEY_MAGIC, SealError, SealParams, TRUST_APPROVAL_TTL_SECONDS, TRUST_AUDIENCE,
+    TRUST_RECORDS_MAX, TrustBasis, TrustChange, TrustError, TrustRecord, TrustState, VerifierEntry,
+    VerifierKind, append_trust, audit_decisions, capability_kind_of, change_digest,
+    check_passphrase, read_trust, record_decision_evidence, required_assurance, seal_signer,
+    sealed_public_key, sign_trust_assertion, trust_stream, unseal_signer, unsigned_trust_assertion,
 };
 
 // Specified library API that no other crate of this repository calls yet (this crate's unit tests

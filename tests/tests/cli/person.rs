@@ -291,6 +291,28 @@ fn approve_shows_the_install_asks_at_the_terminal_signs_and_installs_once() {
         again.stdout
     );
     assert_eq!(installed(&data), 1, "nothing installed twice");
+
+    // The decision is re-verified offline: its signed assertion was journaled with its assurance.
+    let audit = run_ctx(&data, &["audit", "--json"], "");
+    assert_eq!(audit.code, 0, "{} {}", audit.stdout, audit.stderr);
+    let report = Json::parse(audit.stdout.trim_end()).expect("JSON");
+    assert_eq!(
+        report.get("decisions").and_then(Json::as_i64),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(
+        report
+            .get("decisions_by_assurance")
+            .and_then(|d| d.get("presence"))
+            .and_then(Json::as_i64),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(
+        report.get("verifiers_active").and_then(Json::as_i64),
+        Some(1)
+    );
 }
 
 #[test]

@@ -466,15 +466,8 @@ impl Runtime {
         if let Some(registered) = self.trust.find(assertion.authenticator_id()) {
             let record = challenge_record(&self.layout, assertion.challenge_digest(), self.now())?;
             let challenge = record.challenge();
-            let kind = self
-                .loaded
-                .catalog()
-                .entries()
-                .iter()
-                .find(|e| e.id == challenge.capability_id())
-                .map_or(ctx_model::CapabilityKind::Agent, |e| e.kind);
             let required = required_assurance(
-                kind,
+                crate::trust::capability_kind_of(challenge.capability_id()),
                 challenge.permission_expansion(),
                 challenge.credential_requirement(),
                 hook_published(&challenge.scope().session_id),
@@ -489,8 +482,30 @@ impl Runtime {
                     required,
                 });
             }
+            // The evidence goes in before the decision (spec/decisions.md §12.5), and only for a
+            // signature that verifies: an attempt with a forged one is refused below without
+            // leaving anything behind.
+            let verified = registered
+                .entry
+                .verifier()
+                .map(|v| v.verify_signed_assertion(&assertion, &assertion.signing_bytes()))
+                .unwrap_or(false);
+            if verified {
+                // The runtime has opened the journal in this process; this open shares it.
+                let journal =
+                    crate::journal_store::open_journal(&self.layout.journal(), &OpenOptions::new())
+                        .map_err(|e| RuntimeError::Service(e.into()))?;
+                crate::trust::record_decision_evidence(
+                    &journal,
+                    &assertion,
+                    &registered.entry,
+                    required,
+                    ctx_journal::Timestamp(self.now().0),
+                )?;
+            }
         }
-        // An unknown authenticator is the service's to refuse (`unverifiable`).
+        // An unknown authenticator or a forged signature is the service's to refuse
+        // (`unverifiable`).
         Ok(self.service.resolve_consent(assertion_payload)?)
     }
 

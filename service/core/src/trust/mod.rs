@@ -8,6 +8,7 @@
 //! its digest (or, for the very first presence verifier, when it was made from a terminal), and a
 //! registration also proves possession of the registered key.
 
+mod evidence;
 mod sealed;
 
 use std::sync::Arc;
@@ -21,6 +22,10 @@ use ctx_projections::streams::{TRUST_CHANGE_KIND, TRUST_STREAM_NAMESPACE};
 
 use crate::decision::{Ed25519Signer, Ed25519Verifier, HumanDecisionVerifier};
 
+pub use evidence::{
+    DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, audit_decisions, capability_kind_of,
+    record_decision_evidence,
+};
 pub use sealed::{
     PASSPHRASE_MAX_BYTES, PASSPHRASE_MIN_CHARS, SEALED_KEY_BYTES, SEALED_KEY_FORMAT_VERSION,
     SEALED_KEY_MAGIC, SealError, SealParams, check_passphrase, seal_signer, sealed_public_key,
