@@ -104,7 +104,7 @@ pub enum CliError {
     #[error("{step}: {source}")]
     Person {
         step: &'static str,
-        source: ctx_service::RuntimeError,
+        source: Box<ctx_service::RuntimeError>,
     },
 }
 

@@ -57,7 +57,10 @@ fn trust_journal(layout: &Layout) -> Result<ctx_journal::Journal, CliError> {
 }
 
 fn person(step: &'static str) -> impl Fn(RuntimeError) -> CliError {
-    move |source| CliError::Person { step, source }
+    move |source| CliError::Person {
+        step,
+        source: Box::new(source),
+    }
 }
 
 /// Registers a plain file key on the file-key first-use basis (CI and the demo).

@@ -1,5 +1,6 @@
 //! Black-box tests of the `ctx` binary: they run it as a host or an operator would.
 
+mod adversary;
 mod audit;
 mod demo;
 mod hook;

@@ -491,10 +491,7 @@ impl Runtime {
                 .map(|v| v.verify_signed_assertion(&assertion, &assertion.signing_bytes()))
                 .unwrap_or(false);
             if verified {
-                // The runtime has opened the journal in this process; this open shares it.
-                let journal =
-                    crate::journal_store::open_journal(&self.layout.journal(), &OpenOptions::new())
-                        .map_err(|e| RuntimeError::Service(e.into()))?;
+                let journal = crate::managed::open_service_journal(&self.layout.journal())?;
                 crate::trust::record_decision_evidence(
                     &journal,
                     &assertion,
@@ -650,8 +647,12 @@ pub fn challenge_record(
     challenge_digest: &str,
     now: UtcMicros,
 ) -> Result<ChallengeRecord, ServiceError> {
-    // The runtime has opened the journal in this process; this open shares it.
-    let journal = crate::journal_store::open_journal(&layout.journal(), &OpenOptions::new())?;
+    // Another process (a second approval, a hook) may hold the directory for a moment: wait for
+    // it as every other open does.
+    let journal = crate::journal_store::open_journal(
+        &layout.journal(),
+        &OpenOptions::new().lock_wait(crate::managed::JOURNAL_LOCK_WAIT),
+    )?;
     let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)?;
     let config = consent_config(layout);
     Ok(store.get_by_challenge_digest(

@@ -63,8 +63,18 @@ pub fn record_decision_evidence(
     ])
     .to_cja();
     let event_id = format!("decision-evidence-{}", &sha256_hex(&payload)[..48]);
+    let stream = evidence_stream(assertion.challenge_digest())?;
+    // A replayed assertion is already in evidence (its record carries the first attempt's time,
+    // so appending it again would be a different record under the same event id).
+    if journal
+        .read_stream(&stream, 1, DECISION_EVIDENCE_RECORDS_MAX)?
+        .iter()
+        .any(|r| r.event_id == event_id)
+    {
+        return Ok(());
+    }
     let append = StreamAppend::new(
-        evidence_stream(assertion.challenge_digest())?,
+        stream,
         ExpectedRevision::Any,
         vec![NewRecord::new(
             event_id,
@@ -73,7 +83,7 @@ pub fn record_decision_evidence(
             payload.into_bytes(),
         )],
     );
-    journal.append(append).map_err(TrustError::Append)?;
+    journal.append(append).map_err(TrustError::Evidence)?;
     Ok(())
 }
 

@@ -397,6 +397,9 @@ pub enum TrustError {
     Read(#[from] ctx_journal::ReadError),
     #[error("the verifier registry could not be written: {0}")]
     Append(AppendError),
+    /// A decision's evidence could not be journaled (spec/decisions.md §12.5).
+    #[error("the decision's evidence could not be journaled: {0}")]
+    Evidence(AppendError),
 }
 
 /// One verifier as the registry knows it: its entry and where it was registered and removed.
