@@ -83,7 +83,9 @@ pub fn record_decision_evidence(
             payload.into_bytes(),
         )],
     );
-    journal.append(append).map_err(TrustError::Evidence)?;
+    journal
+        .append(append)
+        .map_err(|e| TrustError::Evidence(Box::new(e)))?;
     Ok(())
 }
 

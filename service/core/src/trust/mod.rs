@@ -396,10 +396,10 @@ pub enum TrustError {
     #[error("the verifier registry could not be read: {0}")]
     Read(#[from] ctx_journal::ReadError),
     #[error("the verifier registry could not be written: {0}")]
-    Append(AppendError),
+    Append(Box<AppendError>),
     /// A decision's evidence could not be journaled (spec/decisions.md §12.5).
     #[error("the decision's evidence could not be journaled: {0}")]
-    Evidence(AppendError),
+    Evidence(Box<AppendError>),
 }
 
 /// One verifier as the registry knows it: its entry and where it was registered and removed.
@@ -777,7 +777,7 @@ pub fn append_trust(
     match journal.append(append) {
         Ok(_) => read_trust(journal),
         Err(AppendError::WrongRevision { current, .. }) => Err(TrustError::Raced { current }),
-        Err(e) => Err(TrustError::Append(e)),
+        Err(e) => Err(TrustError::Append(Box::new(e))),
     }
 }
 
