@@ -372,6 +372,7 @@ pub(crate) fn doctor(
         }
     }
     let any_registered = reports.iter().any(HostReport::registered);
+    let (verifiers, warnings) = verifier_warnings(layout, any_registered)?;
     let ok = any_registered
         && reports
             .iter()
@@ -384,6 +385,11 @@ pub(crate) fn doctor(
             ("exe", Json::str(exe.display().to_string())),
             ("data_dir", Json::str(layout.root().display().to_string())),
             ("hosts", Json::Arr(reports.iter().map(host_json).collect())),
+            ("verifiers", Json::Arr(verifiers)),
+            (
+                "warnings",
+                Json::Arr(warnings.iter().map(Json::str).collect()),
+            ),
         ]);
         writeln!(out, "{}", report.to_cja())?;
     } else {
@@ -395,6 +401,18 @@ pub(crate) fn doctor(
         )?;
         for report in &reports {
             write_host(report, out)?;
+        }
+        for verifier in &verifiers {
+            writeln!(
+                out,
+                "verifier {} ({}, {} assurance)",
+                verifier.get_str("authenticator_id").unwrap_or_default(),
+                verifier.get_str("kind").unwrap_or_default(),
+                verifier.get_str("assurance").unwrap_or_default()
+            )?;
+        }
+        for warning in &warnings {
+            writeln!(out, "warning: {warning}")?;
         }
         if ok {
             writeln!(out, "ok: ctx's hooks are installed and consistent")?;
@@ -414,6 +432,62 @@ pub(crate) fn doctor(
     }
     Ok(if ok { EXIT_OK } else { EXIT_OUTCOME })
 }
+
+/// The verifiers the data directory trusts now, and what the person should know about them
+/// (spec/decisions.md §15.3): a plain file key is readable by every process of the user, so it
+/// is named whenever hooks are registered, and a directory with no presence verifier cannot
+/// approve what the hooks ask.
+fn verifier_warnings(
+    layout: &Layout,
+    hooks_registered: bool,
+) -> Result<(Vec<Json>, Vec<String>), CliError> {
+    if !ctx_service::journal_exists(&layout.journal()) {
+        let warnings = if hooks_registered {
+            vec![NO_PRESENCE_VERIFIER.to_owned()]
+        } else {
+            Vec::new()
+        };
+        return Ok((Vec::new(), warnings));
+    }
+    let journal = ctx_service::open_journal(
+        &layout.journal(),
+        &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
+    )?;
+    let trust = match ctx_service::read_trust(&journal) {
+        Ok(trust) => trust,
+        Err(e) => {
+            return Ok((
+                Vec::new(),
+                vec![format!(
+                    "the verifier registry is refused ({e}); no consent can be decided until \
+                     `ctx audit` is clean"
+                )],
+            ));
+        }
+    };
+    let mut warnings = Vec::new();
+    let verifiers = trust.active().map(|v| v.entry.to_json()).collect();
+    if hooks_registered {
+        for file_key in trust
+            .active()
+            .filter(|v| v.entry.kind == ctx_service::VerifierKind::FileKey)
+        {
+            warnings.push(format!(
+                "verifier {} is a plain file key (file assurance): every process of your user, \
+                 the agent included, can read it and sign with it; it is never accepted for a \
+                 consent a hook asked for, so keep it for CI and the demo only",
+                file_key.entry.authenticator_id
+            ));
+        }
+        if !trust.has_presence_verifier() {
+            warnings.push(NO_PRESENCE_VERIFIER.to_owned());
+        }
+    }
+    Ok((verifiers, warnings))
+}
+
+const NO_PRESENCE_VERIFIER: &str = "no passphrase-sealed device key or passkey is registered, so \
+     the consents the hooks ask for cannot be approved; run `ctx key init` in your own terminal";
 
 /// What the activation ledger says about every host entry ctx answers for; `None` when the data
 /// directory has no journal (nothing was ever activated from it).

@@ -327,6 +327,46 @@ fn show_event(event: &HookEvent, host: AgentHost) -> String {
     }
 }
 
+/// The Claude Code permission rules `ctx init --host claude` adds to `permissions.deny`
+/// (spec/decisions.md §15.2): the agent's Bash tool may not run the person's commands, and its
+/// file tools may not read or edit the device key's directory. A second line only: the agent
+/// can spell a command another way, and a host that runs without permission checks ignores them.
+pub(crate) fn claude_deny_rules(exe: &Path, device_key: Option<&Path>) -> Vec<String> {
+    let mut rules = Vec::new();
+    let mut programs = vec!["ctx".to_owned()];
+    let exe = exe.display().to_string();
+    if exe != "ctx" && !exe.contains(char::is_whitespace) {
+        programs.push(exe);
+    }
+    for program in &programs {
+        for words in ["consent approve", "consent deny", "key"] {
+            rules.push(format!("Bash({program} {words} *)"));
+        }
+    }
+    if let Some(dir) = device_key.and_then(Path::parent) {
+        // `//` starts an absolute path in Claude Code's rule syntax.
+        let dir = dir.display().to_string();
+        let dir = dir.trim_start_matches('/');
+        rules.push(format!("Read(//{dir}/**)"));
+        rules.push(format!("Edit(//{dir}/**)"));
+    }
+    rules
+}
+
+/// The rules of `wanted` that `root`'s `permissions.deny` does not hold yet.
+fn missing_deny_rules<'a>(root: &JsonNode, wanted: &'a [String]) -> Vec<&'a String> {
+    let present: Vec<&str> = root
+        .get("permissions")
+        .and_then(|p| p.get("deny"))
+        .and_then(JsonNode::as_array)
+        .map(|rules| rules.iter().filter_map(JsonNode::as_str).collect())
+        .unwrap_or_default();
+    wanted
+        .iter()
+        .filter(|rule| !present.contains(&rule.as_str()))
+        .collect()
+}
+
 /// `ctx init --host claude|codex`.
 pub(crate) fn init(
     host: AgentHost,
@@ -334,8 +374,14 @@ pub(crate) fn init(
     data_dir_option: Option<&Path>,
     home: &HostHome,
     exe: &Path,
+    device_key: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
+    let deny_rules = match host {
+        AgentHost::Claude => claude_deny_rules(exe, device_key),
+        AgentHost::Codex => Vec::new(),
+    };
+    let mut added_rules: Vec<String> = Vec::new();
     let step = match host {
         AgentHost::Claude => "ctx init --host claude",
         AgentHost::Codex => "ctx init --host codex",
@@ -359,6 +405,12 @@ pub(crate) fn init(
             let group = registration.group(state.event).to_text();
             edited = append_element(&edited, &["hooks", state.event.host_event], &group)
                 .map_err(refused)?;
+        }
+        added_rules.clear();
+        for rule in missing_deny_rules(&root, &deny_rules) {
+            let value = JsonNode::String(rule.clone()).to_text();
+            edited = append_element(&edited, &["permissions", "deny"], &value).map_err(refused)?;
+            added_rules.push(rule.clone());
         }
         // Nothing missing: nothing is written, not even the same bytes (Codex trust is per
         // content hash, and a rewrite would also wake every watcher of the file).
@@ -386,6 +438,21 @@ pub(crate) fn init(
                 state.ctx_entries
             )?,
         }
+    }
+    for rule in &deny_rules {
+        let verb = if added_rules.contains(rule) {
+            "denied"
+        } else {
+            "present"
+        };
+        writeln!(out, "  {verb:<12} permission rule {rule}")?;
+    }
+    if !deny_rules.is_empty() {
+        writeln!(
+            out,
+            "  (a second line of defence: the consent itself needs your passphrase or passkey, \
+             which the agent cannot give)"
+        )?;
     }
     match (outcome.written, outcome.before, outcome.after) {
         (true, before, Some(after)) => writeln!(

@@ -511,12 +511,14 @@ fn execute(
         }
         Command::Init { host } => {
             let home = HostHome::from_env(&env).map_err(|e| CliError::Usage(e.to_string()))?;
+            let key = person::default_device_key(&env).ok();
             init::init(
                 *host,
                 &layout()?,
                 invocation.data_dir.as_deref(),
                 &home,
                 &current_exe()?,
+                key.as_deref(),
                 out,
             )?
         }

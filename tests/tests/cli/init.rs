@@ -198,11 +198,34 @@ fn codex_group(exe: &str, data: &str, entry: (&str, &str, Option<&str>, bool, i6
     Json::object(group)
 }
 
-fn expected_claude(exe: &str, data: &str) -> Json {
-    Json::object([(
-        "hooks",
-        Json::object(CLAUDE.map(|e| (e.0, Json::Arr(vec![claude_group(exe, data, e)])))),
-    )])
+/// The permission rules init adds for Claude Code (spec/decisions.md §15.2): the person's
+/// commands for the Bash tool, by name and by the binary's path, and the device key's directory
+/// for the file tools.
+fn expected_deny(exe: &str, home: &Path) -> Json {
+    let keys = home.join(".config/ctx");
+    let keys = keys.to_str().unwrap().trim_start_matches('/');
+    let mut rules = Vec::new();
+    for program in ["ctx", exe] {
+        rules.push(format!("Bash({program} consent approve *)"));
+        rules.push(format!("Bash({program} consent deny *)"));
+        rules.push(format!("Bash({program} key *)"));
+    }
+    rules.push(format!("Read(//{keys}/**)"));
+    rules.push(format!("Edit(//{keys}/**)"));
+    Json::Arr(rules.into_iter().map(Json::Str).collect())
+}
+
+fn expected_claude(exe: &str, data: &str, home: &Path) -> Json {
+    Json::object([
+        (
+            "hooks",
+            Json::object(CLAUDE.map(|e| (e.0, Json::Arr(vec![claude_group(exe, data, e)])))),
+        ),
+        (
+            "permissions",
+            Json::object([("deny", expected_deny(exe, home))]),
+        ),
+    ])
 }
 
 fn expected_codex(exe: &str, data: &str) -> Json {
@@ -270,7 +293,7 @@ fn init_claude_on_an_empty_home_writes_the_documented_entries_and_directories() 
     ok(&run, "init");
     assert_eq!(
         read_json(&m.settings()),
-        expected_claude(&exe(), m.data_str())
+        expected_claude(&exe(), m.data_str(), &m.home)
     );
     assert!(m.home.join(".claude/skills").is_dir());
     assert!(m.home.join(".claude/agents").is_dir());
@@ -321,13 +344,30 @@ fn init_keeps_the_persons_hooks_unknown_keys_and_formatting() {
     let text = fs::read_to_string(m.settings()).unwrap();
     // ctx inserted after the person's SessionStart group and after the hooks' last member;
     // every other byte is as it was.
-    assert!(text.starts_with(PERSON_HEAD), "{text}");
+    // The deny rules went after the person's last permissions member, the same way.
+    let allow = "\"permissions\":{\"allow\":[ \"Bash(npm run lint)\" ]";
+    let (head_before, head_after) = PERSON_HEAD.split_once(allow).unwrap();
+    assert!(
+        text.starts_with(&format!("{head_before}{allow},\"deny\":[")),
+        "{text}"
+    );
+    let rest = &text[text.find(head_after).expect("the rest of the head")..];
+    assert!(rest.starts_with(head_after), "{text}");
     assert!(text.ends_with(PERSON_TAIL), "{text}");
-    assert!(text[PERSON_HEAD.len()..].contains(PERSON_MID), "{text}");
+    assert!(rest.contains(PERSON_MID), "{text}");
     let after = Json::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    for key in ["$schema", "permissions", "zeta", "model"] {
+    for key in ["$schema", "zeta", "model"] {
         assert_eq!(after.get(key), before.get(key), "{key}");
     }
+    let permissions = after.get("permissions").unwrap();
+    assert_eq!(
+        permissions.get("allow"),
+        before.get("permissions").unwrap().get("allow")
+    );
+    assert_eq!(
+        permissions.get("deny"),
+        Some(&expected_deny(&exe(), &m.home))
+    );
     let hooks = after.get("hooks").unwrap();
     let old_hooks = before.get("hooks").unwrap();
     assert_eq!(hooks.get("PreToolUse"), old_hooks.get("PreToolUse"));
@@ -650,7 +690,7 @@ fn concurrent_inits_register_each_hook_exactly_once() {
     let exe = exe();
     assert_eq!(
         read_json(&m.settings()),
-        expected_claude(&exe, m.data_str())
+        expected_claude(&exe, m.data_str(), &m.home)
     );
     assert_eq!(
         read_json(&m.codex_hooks()),
@@ -659,4 +699,57 @@ fn concurrent_inits_register_each_hook_exactly_once() {
     // Exactly one run per host wrote; the others found everything present.
     let writers = runs.iter().filter(|r| r.stdout.contains("wrote")).count();
     assert_eq!(writers, 2);
+}
+
+/// The warnings of a doctor report.
+fn warnings(report: &Json) -> Vec<String> {
+    report
+        .get("warnings")
+        .and_then(Json::as_arr)
+        .map(|w| {
+            w.iter()
+                .filter_map(|w| w.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn doctor_warns_about_file_keys_and_a_missing_presence_verifier() {
+    let m = Machine::new();
+    ok(&m.ctx(&["init", "--host", "claude"]), "init");
+    let (_, report) = doctor(&m);
+    let found = warnings(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("run `ctx key init`"), "{found:?}");
+
+    // CI's plain file key: trusted, and named as readable by the agent.
+    let key = m.home.join("ci.key");
+    ok(
+        &m.ctx(&["key", "init", "--file-key", "--key", key.to_str().unwrap()]),
+        "file key",
+    );
+    let (_, report) = doctor(&m);
+    let found = warnings(&report);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found.iter().any(|w| w.contains("plain file key")),
+        "{found:?}"
+    );
+
+    // The person's sealed key at their terminal: presence is there, the file key is still named.
+    let init = super::person::person_key_init(&m.data, &m.env());
+    assert_eq!(init.code, 0, "{init:?}");
+    let (_, report) = doctor(&m);
+    let found = warnings(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("plain file key"), "{found:?}");
+    let kinds: Vec<&str> = report
+        .get("verifiers")
+        .and_then(Json::as_arr)
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.get_str("kind"))
+        .collect();
+    assert_eq!(kinds, ["file-key", "sealed-key"]);
 }
