@@ -37,7 +37,8 @@ Usage: ctx [--data-dir DIR] [--journal SOURCE] <command> [options]
 
 Commands:
   demo                      the whole flow on the sample catalog, step by step
-  audit [--json]            verify every record, replay every stream, rebuild every projection
+  audit [--json]            verify every record, replay every stream, rebuild every projection,
+                            re-verify the verifier registry and every consent decision
   inspect [--json]          streams, heads, projection counts and digests
   export [--output FILE]    the journal as JSON lines with digests (stdout by default)
   import [--input FILE]     an export into an empty data directory (stdin by default)
@@ -47,16 +48,23 @@ Host commands (JSON on stdin and stdout, see spec/cli.md):
   query prepare | query reopen
   desired set
   consent challenge | consent resolve | consent recover
-  policy show | policy set
-  key generate --out FILE               a human device key (0600), registered as a verifier
+  policy show | policy set [--key FILE]
+                                        a policy that installs without asking needs the
+                                        person's approval at their terminal
+  key generate --out FILE               a plain device key (0600); registers nothing
   key sign --key FILE                   sign a consent challenge with a device key
 
-The person's commands (in their own terminal):
-  key init [--key FILE]                 create the device key (default $XDG_CONFIG_HOME/ctx/
-                                        device.key or ~/.config/ctx/device.key), register it
+The person's commands (in their own terminal; answers and passphrases only from it):
+  key init [--key FILE] [--approver FILE]
+                                        create the device key sealed under a passphrase
+                                        (default $XDG_CONFIG_HOME/ctx/device.key or
+                                        ~/.config/ctx/device.key) and register it; after the
+                                        first, --approver names a registered key that approves
+  key init --file-key --key FILE        a plain key for CI and the demo (file assurance)
   consent approve DIGEST [--key FILE] [--yes]
   consent deny DIGEST [--key FILE] [--yes]
-                                        show what the challenge installs, ask, sign, resolve
+                                        show what the challenge installs, ask, sign, resolve;
+                                        --yes skips the question, never the passphrase
 
 Agent hosts (Claude Code, Codex):
   init --host claude|codex              register ctx's hooks with the host, once
