@@ -1,9 +1,11 @@
 //! Black-box tests of the `ctx` binary: they run it as a host or an operator would.
 
 mod audit;
+mod browser;
 mod demo;
 mod hook;
 mod host;
 mod init;
 mod person;
 mod postgres;
+mod webdriver;

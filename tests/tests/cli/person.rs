@@ -16,7 +16,7 @@ fn result(run: &CtxRun) -> Json {
 
 /// A data directory with the sample catalog, an explicit ask-each-time policy and a pending
 /// challenge for skill:terraform; returns the challenge digest.
-fn pending_challenge(data: &Path) -> String {
+pub(crate) fn pending_challenge(data: &Path) -> String {
     result(&run_ctx(data, &["catalog", "ingest"], ""));
     let policy = result(&run_ctx(data, &["policy", "show"], ""));
     result(&run_ctx(data, &["policy", "set"], &policy.to_string()));
@@ -51,7 +51,7 @@ fn pending_challenge(data: &Path) -> String {
         .to_owned()
 }
 
-fn installed(data: &Path) -> usize {
+pub(crate) fn installed(data: &Path) -> usize {
     std::fs::read_dir(data.join("skills"))
         .map(|entries| {
             entries
