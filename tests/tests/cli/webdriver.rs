@@ -264,6 +264,20 @@ impl Browser {
         }
     }
 
+    /// Runs `script` in the page as an asynchronous script (its last argument is the callback)
+    /// and returns what it passed to the callback.
+    pub fn execute_async(&self, script: &str) -> Json {
+        self.call(
+            "POST",
+            "/execute/async",
+            Some(&Json::object([
+                ("script", Json::str(script)),
+                ("args", Json::Arr(Vec::new())),
+            ])),
+        )
+        .expect("the script's result")
+    }
+
     /// A PNG screenshot of the page.
     pub fn screenshot(&self) -> Vec<u8> {
         use base64::Engine as _;
