@@ -78,7 +78,7 @@ pub use trust::{
     OriginPolicy, WEBAUTHN_ATTESTATION_MAX_BYTES, WEBAUTHN_AUTHENTICATOR_DATA_MAX_BYTES,
     WEBAUTHN_CLIENT_DATA_MAX_BYTES, WEBAUTHN_CREDENTIAL_ID_MAX_BYTES, WEBAUTHN_FORMAT_VERSION,
     WEBAUTHN_PUBLIC_KEY_BYTES, WEBAUTHN_RP_ID, WEBAUTHN_SIGNATURE_MAX_BYTES, WebAuthnCredential,
-    WebAuthnError, WebAuthnProof, WebAuthnVerifier, verify_webauthn_registration,
+    WebAuthnError, WebAuthnProof, WebAuthnVerifier, check_sign_count, verify_webauthn_registration,
     webauthn_challenge,
 };
 

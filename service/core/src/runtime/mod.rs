@@ -58,7 +58,10 @@ use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
 use crate::policy::InstallPolicyStore;
 use crate::registry::{ArtifactRegistry, IngestInputs};
 use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntimeConfig};
-use crate::trust::{Assurance, TrustError, TrustState, read_trust, required_assurance};
+use crate::trust::{
+    Assurance, TrustError, TrustState, VerifierKind, WebAuthnCredential, WebAuthnProof,
+    check_sign_count, read_trust, required_assurance,
+};
 
 /// The planner version every artifact of this runtime binds.
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
@@ -115,6 +118,12 @@ pub enum RuntimeError {
         has: Assurance,
         required: Assurance,
     },
+    /// A passkey decision whose signature counter does not grow (spec/webauthn.md §6).
+    #[error("passkey {authenticator_id} is refused: {source}")]
+    PasskeyCounter {
+        authenticator_id: String,
+        source: crate::trust::WebAuthnError,
+    },
     /// The install policy grants installs by itself and the person never approved it.
     #[error(
         "the install policy {policy_digest} grants installs without asking, and no registered \
@@ -135,9 +144,9 @@ impl RuntimeError {
             RuntimeError::Trust(TrustError::Invalid { .. }) => "integrity",
             RuntimeError::Trust(TrustError::Raced { .. }) => "conflict",
             RuntimeError::Trust(_) => "refused",
-            RuntimeError::AssuranceTooLow { .. } | RuntimeError::UnapprovedPolicy { .. } => {
-                "refused"
-            }
+            RuntimeError::AssuranceTooLow { .. }
+            | RuntimeError::UnapprovedPolicy { .. }
+            | RuntimeError::PasskeyCounter { .. } => "refused",
             _ => "internal",
         }
     }
@@ -489,6 +498,9 @@ impl Runtime {
                     required,
                 });
             }
+            if registered.entry.kind == VerifierKind::Passkey {
+                check_passkey_counter(&registered.entry, &assertion)?;
+            }
         }
         // An unknown authenticator is the service's to refuse (`unverifiable`).
         Ok(self.service.resolve_consent(assertion_payload)?)
@@ -620,6 +632,28 @@ impl Runtime {
         }
         Ok(work_ref)
     }
+}
+
+/// spec/webauthn.md §6: the counter a passkey decision claims must be above the one recorded
+/// when the credential was registered. A proof that does not decode is left to the verifier,
+/// which refuses it. Decisions do not journal their counters, so two decisions after
+/// registration are not compared with each other (spec/webauthn.md §6 names this gap).
+fn check_passkey_counter(
+    entry: &crate::trust::VerifierEntry,
+    assertion: &SignedHumanDecisionAssertion,
+) -> Result<(), RuntimeError> {
+    let refused = |source| RuntimeError::PasskeyCounter {
+        authenticator_id: entry.authenticator_id.clone(),
+        source,
+    };
+    let credential = WebAuthnCredential::from_bytes(&entry.public_key).map_err(refused)?;
+    if let Some(seen) = WebAuthnProof::decode(assertion.proof())
+        .ok()
+        .and_then(|proof| proof.sign_count())
+    {
+        check_sign_count(credential.sign_count, seen).map_err(refused)?;
+    }
+    Ok(())
 }
 
 /// True when `policy` grants some install without asking the person.

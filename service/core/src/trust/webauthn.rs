@@ -106,6 +106,11 @@ pub enum WebAuthnError {
     SignatureEncoding { hex: String },
     #[error("the ES256 signature of credential {credential} does not verify")]
     BadSignature { credential: String },
+    #[error(
+        "the authenticator's signature counter is {seen}, not above {last}, the last one seen for \
+         this credential: it may have been cloned"
+    )]
+    SignCount { last: u32, seen: u32 },
     #[error("the attestation object is refused: {0}")]
     Attestation(String),
     #[error("the credential public key is refused: {0}")]
@@ -286,6 +291,13 @@ impl WebAuthnProof {
         Ok(proof)
     }
 
+    /// The signature counter the authenticator data claims (big-endian at bytes 33..37), if it
+    /// is long enough to hold one. Unverified: call after [`WebAuthnVerifier::verify_proof`].
+    pub fn sign_count(&self) -> Option<u32> {
+        let bytes = self.authenticator_data.get(33..37)?;
+        Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
     fn check_bounds(&self) -> Result<(), WebAuthnError> {
         check_credential_id(&self.credential_id, "passkey proof")?;
         for (what, part, max) in [
@@ -391,6 +403,17 @@ impl HumanDecisionVerifier for WebAuthnVerifier {
         WebAuthnProof::decode(assertion.proof())
             .and_then(|proof| self.verify_proof(&proof, signing_bytes))
             .is_ok()
+    }
+}
+
+/// spec/webauthn.md §6: a counter of zero means the authenticator keeps none (synced passkeys);
+/// any other counter must be above the last one seen for the credential, or two copies of the
+/// credential are in use.
+pub fn check_sign_count(last: u32, seen: u32) -> Result<(), WebAuthnError> {
+    if seen == 0 && last == 0 || seen > last {
+        Ok(())
+    } else {
+        Err(WebAuthnError::SignCount { last, seen })
     }
 }
 

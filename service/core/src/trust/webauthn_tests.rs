@@ -393,3 +393,30 @@ fn a_registration_yields_the_credential_and_checks_flags_and_key() {
         );
     }
 }
+
+#[test]
+fn a_counter_must_grow_unless_the_authenticator_keeps_none() {
+    assert_eq!(check_sign_count(0, 0), Ok(()));
+    assert_eq!(check_sign_count(0, 1), Ok(()));
+    assert_eq!(check_sign_count(7, 8), Ok(()));
+    assert_eq!(
+        check_sign_count(7, 7),
+        Err(WebAuthnError::SignCount { last: 7, seen: 7 })
+    );
+    assert_eq!(
+        check_sign_count(7, 3),
+        Err(WebAuthnError::SignCount { last: 7, seen: 3 })
+    );
+    // A counter that fell back to zero after counting is a clone or a reset: refused.
+    assert_eq!(
+        check_sign_count(7, 0),
+        Err(WebAuthnError::SignCount { last: 7, seen: 0 })
+    );
+    let a = authenticator(3);
+    assert_eq!(a.get(&Ceremony::default()).sign_count(), Some(7));
+    let short = WebAuthnProof {
+        authenticator_data: vec![0; 36],
+        ..a.get(&Ceremony::default())
+    };
+    assert_eq!(short.sign_count(), None);
+}
