@@ -37,6 +37,16 @@ pub enum BrowserError {
     Refused(String),
 }
 
+/// Why a handler refused a post: a sentence for the page and for [`BrowserError::Refused`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal(pub(crate) String);
+
+impl<E: std::fmt::Display> From<E> for Refusal {
+    fn from(error: E) -> Refusal {
+        Refusal(error.to_string())
+    }
+}
+
 /// What a handler decided about one post: answer the page and go on waiting, or finish.
 pub(crate) enum Step<T> {
     /// Answer with this JSON and wait for the next post (the next half of a ceremony).
@@ -93,7 +103,7 @@ impl PageServer {
     pub(crate) fn serve<T>(
         &self,
         timeout: Duration,
-        mut handle: impl FnMut(&str, &Json) -> Result<Step<T>, String>,
+        mut handle: impl FnMut(&str, &Json) -> Result<Step<T>, Refusal>,
     ) -> Result<T, BrowserError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -145,7 +155,7 @@ impl PageServer {
                             let _ = connection.respond_json(200, &answer);
                             return Ok(value);
                         }
-                        Err(reason) => {
+                        Err(Refusal(reason)) => {
                             let _ = connection.respond_json(400, &error_json(&reason));
                             return Err(BrowserError::Refused(reason));
                         }
@@ -164,13 +174,13 @@ fn error_json(message: &str) -> Json {
 }
 
 /// The bytes of a base64url field of a posted response.
-pub(crate) fn b64_field(body: &Json, key: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn b64_field(body: &Json, key: &str) -> Result<Vec<u8>, Refusal> {
     let text = body
         .get_str(key)
-        .ok_or_else(|| format!("the response has no {key}"))?;
+        .ok_or_else(|| Refusal(format!("the response has no {key}")))?;
     URL_SAFE_NO_PAD
         .decode(text.trim_end_matches('='))
-        .map_err(|_| format!("its {key} is not base64url"))
+        .map_err(|_| Refusal(format!("its {key} is not base64url")))
 }
 
 /// base64url without padding, as WebAuthn writes challenges.
@@ -499,7 +509,9 @@ mod tests {
                 b"POST /decide HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
             )
         });
-        let refused = server.serve::<()>(Duration::from_secs(30), |_, _| Err("forged".to_owned()));
+        let refused = server.serve::<()>(Duration::from_secs(30), |_, _| {
+            Err(Refusal("forged".to_owned()))
+        });
         assert!(matches!(refused, Err(BrowserError::Refused(ref r)) if r == "forged"));
         assert!(client.join().unwrap().starts_with("HTTP/1.1 400"));
 
@@ -514,14 +526,18 @@ mod tests {
                 .as_bytes(),
             )
         });
-        let failed = server.serve::<()>(Duration::from_secs(30), |_, _| Err("unused".to_owned()));
+        let failed = server.serve::<()>(Duration::from_secs(30), |_, _| {
+            Err(Refusal("unused".to_owned()))
+        });
         assert!(
             matches!(failed, Err(BrowserError::BrowserFailed(ref r)) if r == "NotAllowedErr"),
             "{failed:?}"
         );
         let _ = client.join();
 
-        let late = server.serve::<()>(Duration::from_millis(100), |_, _| Err(String::new()));
+        let late = server.serve::<()>(Duration::from_millis(100), |_, _| {
+            Err(Refusal(String::new()))
+        });
         assert!(matches!(late, Err(BrowserError::TimedOut { .. })));
     }
 

@@ -13,7 +13,8 @@ use ctx_journal::Timestamp;
 use ctx_model::{Json, UtcMicros};
 
 use crate::browser::{
-    DECIDE_SCRIPT, PAGE_CEREMONY_TIMEOUT, PageServer, REGISTER_SCRIPT, Step, b64, b64_field, page,
+    DECIDE_SCRIPT, PAGE_CEREMONY_TIMEOUT, PageServer, REGISTER_SCRIPT, Refusal, Step, b64,
+    b64_field, page,
 };
 use crate::commands::{HostCommand, field, run_step, sign_decision, unsigned_decision};
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
@@ -429,7 +430,7 @@ fn challenge_summary(record: &Json, challenge_digest: &str) -> Vec<String> {
 }
 
 /// The assertion fields of a passkey's `get` response posted by the page.
-fn posted_proof(body: &Json) -> Result<WebAuthnProof, String> {
+fn posted_proof(body: &Json) -> Result<WebAuthnProof, Refusal> {
     Ok(WebAuthnProof {
         credential_id: b64_field(body, "credentialId")?,
         authenticator_data: b64_field(body, "authenticatorData")?,
@@ -516,10 +517,10 @@ pub(crate) fn key_init_passkey(
                 .map_err(|e| e.to_string())?;
                 let entry = VerifierEntry::passkey(&credential);
                 if state.find(&entry.authenticator_id).is_some() {
-                    return Err(format!(
+                    return Err(Refusal(format!(
                         "passkey {} is already a verifier",
                         entry.authenticator_id
-                    ));
+                    )));
                 }
                 let digest = change_digest(&TrustChange::Register(entry.clone()), state.revision());
                 let unsigned =
@@ -547,7 +548,9 @@ pub(crate) fn key_init_passkey(
                     Json::object([("message", Json::str("verified: finish at your terminal"))]);
                 Ok(Step::Done(answer, (credential, signed)))
             }
-            (path, _) => Err(format!("{path} is not the next step of this registration")),
+            (path, _) => Err(Refusal(format!(
+                "{path} is not the next step of this registration"
+            ))),
         }
     })?;
     let entry = VerifierEntry::passkey(&credential);
@@ -674,7 +677,7 @@ pub(crate) fn decide_browser(
     let verifier = WebAuthnVerifier::new(credential, origin);
     let resolved = server.serve(PAGE_CEREMONY_TIMEOUT, |path, body| {
         if path != "/decide" {
-            return Err(format!("{path} is not this page's decision"));
+            return Err(Refusal(format!("{path} is not this page's decision")));
         }
         let proof = posted_proof(body)?;
         verifier
