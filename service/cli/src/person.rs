@@ -530,7 +530,7 @@ pub(crate) fn key_init_passkey(
                         "challenge",
                         Json::str(b64(&webauthn_challenge(&unsigned.signing_bytes()))),
                     ),
-                    ("credentialId", Json::str(b64(&credential.credential_id))),
+                    ("credentialId", Json::str(b64(credential.credential_id()))),
                 ]);
                 pending = Some((credential, unsigned));
                 Ok(Step::Continue(answer))
@@ -662,7 +662,7 @@ pub(crate) fn decide_browser(
             "challenge",
             Json::str(b64(&webauthn_challenge(&signing_bytes))),
         ),
-        ("credentialId", Json::str(b64(&credential.credential_id))),
+        ("credentialId", Json::str(b64(credential.credential_id()))),
         ("rpId", Json::str(WEBAUTHN_RP_ID)),
     ]);
     let title = format!("ctx: {} this install?", verb.to_lowercase());

@@ -148,7 +148,7 @@ impl VerifierEntry {
     /// id and its principal the public key, so another key under the same id is another
     /// principal.
     pub fn passkey(credential: &WebAuthnCredential) -> VerifierEntry {
-        let id_digest = sha256_hex_bytes(&credential.credential_id);
+        let id_digest = sha256_hex_bytes(credential.credential_id());
         VerifierEntry {
             kind: VerifierKind::Passkey,
             authenticator_id: format!("ctx-passkey-{}", &id_digest[..16]),

@@ -157,7 +157,8 @@ impl OriginPolicy {
 /// (spec/webauthn.md §2).
 #[derive(Clone, PartialEq, Eq)]
 pub struct WebAuthnCredential {
-    pub credential_id: Vec<u8>,
+    // Private so it stays within WEBAUTHN_CREDENTIAL_ID_MAX_BYTES, checked when built.
+    credential_id: Vec<u8>,
     public_key: VerifyingKey,
     pub sign_count: u32,
 }
@@ -186,6 +187,11 @@ impl WebAuthnCredential {
             public_key,
             sign_count,
         })
+    }
+
+    /// The credential id the authenticator chose.
+    pub fn credential_id(&self) -> &[u8] {
+        &self.credential_id
     }
 
     /// The uncompressed SEC1 public key (65 bytes).

@@ -420,3 +420,29 @@ fn a_counter_must_grow_unless_the_authenticator_keeps_none() {
     };
     assert_eq!(short.sign_count(), None);
 }
+
+#[test]
+fn a_registry_entry_must_name_its_own_credential() {
+    let credential = authenticator(8).credential();
+    let entry = VerifierEntry::passkey(&credential);
+    assert_eq!(
+        VerifierEntry::from_json(&entry.to_json()).ok(),
+        Some(entry.clone())
+    );
+    let renamed = VerifierEntry {
+        authenticator_id: "ctx-passkey-0000000000000000".to_owned(),
+        ..entry.clone()
+    };
+    assert!(VerifierEntry::from_json(&renamed.to_json()).is_err());
+    let other_key = VerifierEntry {
+        public_key: authenticator(9).credential().to_bytes(),
+        ..entry.clone()
+    };
+    assert!(VerifierEntry::from_json(&other_key.to_json()).is_err());
+    let garbage = VerifierEntry {
+        public_key: vec![1, 2, 3],
+        ..entry
+    };
+    assert!(VerifierEntry::from_json(&garbage.to_json()).is_err());
+    assert!(garbage.verifier().is_err());
+}
