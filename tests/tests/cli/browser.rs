@@ -224,6 +224,29 @@ fn a_passkey_registers_approves_in_the_browser_and_installs_once_and_without_uv_
         challenge_state(&other, &other_digest).get_str("state"),
         Some("pending")
     );
+
+    // The person runs the command again, verified this time, and denies: the denial is signed
+    // and recorded, and nothing is installed.
+    browser.set_user_verified(&authenticator, true);
+    let mut page_text = String::new();
+    let denied = ceremony(
+        &browser,
+        &other,
+        &["consent", "deny", &other_digest, "--browser"],
+        &other_env,
+        |browser| page_text = browser.text("#summary"),
+    );
+    assert_eq!(denied.code, 0, "{}", denied.stdout);
+    assert!(
+        page_text.contains("your decision: DENY this install (denied)"),
+        "{page_text}"
+    );
+    assert!(denied.stdout.contains("(passkey)"), "{}", denied.stdout);
+    assert_eq!(
+        challenge_state(&other, &other_digest).get_str("decision"),
+        Some("denied")
+    );
+    assert_eq!(installed(&other), 0);
 }
 
 /// Runs the page's own `get` with user verification discouraged and posts the result to
