@@ -9,7 +9,7 @@ use ctx_model::Json;
 
 use super::person::{installed, pending_challenge, registry};
 use super::webdriver::{Browser, CHROMEDRIVER, CHROMIUM};
-use crate::support::{self, CtxRun, CtxTty, run_ctx};
+use crate::support::{self, CtxRun, CtxTty, run_ctx, run_ctx_env};
 
 /// True when the browser tests can run; false (after saying why) when they are skipped.
 fn browser_available() -> bool {
@@ -270,3 +270,47 @@ const done = arguments[arguments.length - 1];
   done(await response.text());
 })().catch(e => done("script failed: " + e));
 "#;
+
+#[test]
+fn a_passkey_registers_only_from_a_terminal_and_browser_needs_a_registered_passkey() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let env = [("HOME", home.as_path())];
+    // Without a terminal (a hook, an agent's tool call) no page is served and nothing is
+    // registered: a first passkey is trusted only from the person's terminal.
+    let headless = run_ctx_env(&data, &["key", "init", "--passkey"], "", &env);
+    assert_eq!(headless.code, 1, "{} {}", headless.stdout, headless.stderr);
+    assert!(
+        headless.stderr.contains("no controlling terminal"),
+        "{}",
+        headless.stderr
+    );
+    assert!(
+        !headless.stdout.contains("http://localhost:"),
+        "{}",
+        headless.stdout
+    );
+    let digest = pending_challenge(&data);
+    assert_eq!(registry(&data).revision(), 0);
+    let none = run_ctx(&data, &["consent", "approve", &digest, "--browser"], "");
+    assert_eq!(none.code, 2, "{} {}", none.stdout, none.stderr);
+    assert!(
+        none.stderr
+            .contains("has no passkey; register one with `ctx key init --passkey`"),
+        "{}",
+        none.stderr
+    );
+    assert!(
+        !none.stdout.contains("http://localhost:"),
+        "{}",
+        none.stdout
+    );
+    assert_eq!(installed(&data), 0);
+    let both = run_ctx(
+        &data,
+        &["consent", "approve", &digest, "--browser", "--yes"],
+        "",
+    );
+    assert_eq!(both.code, 2, "{}", both.stderr);
+}
