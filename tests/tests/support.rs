@@ -445,3 +445,121 @@ pub fn seed_postgres_target(dir: &Path) -> Option<(String, String)> {
 pub fn open_routed(dir: &Path) -> Journal {
     ctx_service::open_journal(dir, &options()).unwrap()
 }
+
+/// `ctx args…` running in a pseudo-terminal the test made (the person's terminal), read while it
+/// runs: for a command that prints something the test must act on before it exits (the URL of a
+/// passkey page).
+pub struct CtxTty {
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    master: Box<dyn portable_pty::MasterPty + Send>,
+    shown: std::sync::Arc<std::sync::Mutex<String>>,
+    collector: std::thread::JoinHandle<()>,
+}
+
+impl CtxTty {
+    /// Starts `ctx --data-dir DATA args…` as [`run_ctx_tty`] does.
+    pub fn spawn(data_dir: &Path, args: &[&str], envs: &[(&str, &Path)]) -> CtxTty {
+        use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+        use std::io::Read as _;
+        let home = data_dir.with_extension("home");
+        let pty = native_pty_system()
+            .openpty(PtySize {
+                rows: 50,
+                cols: 200,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("a pseudo-terminal");
+        let mut command = CommandBuilder::new(ctx_binary());
+        command.arg("--data-dir");
+        command.arg(data_dir);
+        command.args(args);
+        command.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        command.env("HOME", &home);
+        command.env("CODEX_HOME", home.join(".codex"));
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        command.cwd(data_dir.parent().unwrap_or(data_dir));
+        let child = pty
+            .slave
+            .spawn_command(command)
+            .expect("start ctx in the pty");
+        drop(pty.slave);
+        let mut reader = pty.master.try_clone_reader().expect("the pty's reader");
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let collector = {
+            let shown = shown.clone();
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = reader.read(&mut buffer) {
+                    if n == 0 {
+                        break;
+                    }
+                    let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                    shown.lock().expect("the output buffer").push_str(&text);
+                }
+            })
+        };
+        CtxTty {
+            child,
+            master: pty.master,
+            shown,
+            collector,
+        }
+    }
+
+    /// Everything the terminal showed so far.
+    pub fn shown(&self) -> String {
+        self.shown.lock().expect("the output buffer").clone()
+    }
+
+    /// Waits up to a minute for the terminal to show `expect`; returns what it showed after it,
+    /// up to the end of that line.
+    pub fn wait_for(&self, expect: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let text = self.shown();
+            if let Some(at) = text.find(expect) {
+                let rest = &text[at + expect.len()..];
+                if let Some(end) = rest.find('\n') {
+                    return rest[..end].trim_end_matches('\r').to_owned();
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the terminal never showed {expect:?}; it showed {text:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for ctx to exit (up to `seconds`, then kills it and panics).
+    pub fn finish(mut self, seconds: u64) -> CtxRun {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("poll ctx") {
+                break status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "ctx did not exit within {seconds} s; it showed {:?}",
+                    self.shown()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        drop(self.master);
+        let _ = self.collector.join();
+        let stdout = self.shown.lock().expect("the output buffer").clone();
+        CtxRun {
+            code: i32::try_from(status.exit_code()).unwrap_or(-1),
+            stdout,
+            stderr: String::new(),
+        }
+    }
+}

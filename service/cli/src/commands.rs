@@ -505,10 +505,29 @@ pub(crate) fn sign_decision(
     decision: &str,
     now: UtcMicros,
 ) -> Result<String, CommandFailure> {
+    let unsigned = unsigned_decision(entry, challenge_digest, decision, now)?;
+    let signed = signer
+        .sign_assertion(&unsigned)
+        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+    let wire = signed
+        .encode()
+        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
+    String::from_utf8(wire)
+        .map_err(|_| CommandFailure::internal("the assertion's wire form is not UTF-8"))
+}
+
+/// A consent decision by `entry` with a placeholder proof, for a signer outside this process (a
+/// passkey) to sign its signing bytes.
+pub(crate) fn unsigned_decision(
+    entry: &VerifierEntry,
+    challenge_digest: &str,
+    decision: &str,
+    now: UtcMicros,
+) -> Result<SignedHumanDecisionAssertion, CommandFailure> {
     let mut nonce = [0u8; 16];
     getrandom::fill(&mut nonce)
         .map_err(|e| CommandFailure::internal(format!("no randomness for a nonce: {e}")))?;
-    let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+    SignedHumanDecisionAssertion::new(AssertionFields {
         challenge_digest: challenge_digest.to_owned(),
         decision: decision.to_owned(),
         principal_digest: entry.principal_digest.clone(),
@@ -526,15 +545,7 @@ pub(crate) fn sign_decision(
         .render(),
         proof: b"unsigned".to_vec(),
     })
-    .map_err(|e| CommandFailure::invalid(e.to_string()))?;
-    let signed = signer
-        .sign_assertion(&unsigned)
-        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
-    let wire = signed
-        .encode()
-        .map_err(|e| CommandFailure::invalid(e.to_string()))?;
-    String::from_utf8(wire)
-        .map_err(|_| CommandFailure::internal("the assertion's wire form is not UTF-8"))
+    .map_err(|e| CommandFailure::invalid(e.to_string()))
 }
 
 /// True when a consent's session is one an agent host's hook opened (`<host>:…`): such a

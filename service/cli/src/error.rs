@@ -101,6 +101,9 @@ pub enum CliError {
     #[error("{0}")]
     NoTerminal(String),
     /// A person's command was refused by the verifier registry, the key or the service.
+    /// A passkey ceremony did not complete (spec/webauthn.md §4).
+    #[error(transparent)]
+    Browser(#[from] crate::browser::BrowserError),
     #[error("{step}: {source}")]
     Person {
         step: &'static str,
@@ -120,6 +123,8 @@ impl CliError {
         match self {
             CliError::Usage(_) => EXIT_USAGE,
             CliError::NoTerminal(_) => EXIT_OUTCOME,
+            CliError::Browser(crate::browser::BrowserError::Listen(_)) => EXIT_INTERNAL,
+            CliError::Browser(_) => EXIT_OUTCOME,
             CliError::Person { source, .. } => match source.code() {
                 "internal" => EXIT_INTERNAL,
                 "integrity" => EXIT_INTEGRITY,

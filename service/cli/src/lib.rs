@@ -3,6 +3,7 @@
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
 mod audit;
+mod browser;
 mod commands;
 mod data_dir;
 mod demo;
@@ -65,6 +66,9 @@ The person's commands (in their own terminal; answers and passphrases only from 
   consent deny DIGEST [--key FILE] [--yes]
                                         show what the challenge installs, ask, sign, resolve;
                                         --yes skips the question, never the passphrase
+  key init --passkey [--approver FILE]  register a passkey or security key through a page
+                                        served once on localhost (spec/webauthn.md)
+  consent approve|deny DIGEST --browser sign with your passkey on a page served once on localhost
 
 Agent hosts (Claude Code, Codex):
   init --host claude|codex              register ctx's hooks with the host, once
@@ -111,6 +115,8 @@ pub enum Command {
         key: Option<PathBuf>,
         approver: Option<PathBuf>,
         file_key: bool,
+        /// `--passkey`: register a passkey instead (spec/webauthn.md §7).
+        passkey: bool,
     },
     /// `ctx consent approve|deny DIGEST [--key FILE] [--yes]`: the person's decision.
     ConsentDecide {
@@ -118,6 +124,8 @@ pub enum Command {
         grant: bool,
         key: Option<PathBuf>,
         yes: bool,
+        /// `--browser`: sign with the registered passkey (spec/webauthn.md §4).
+        browser: bool,
     },
     /// `ctx hook claude|codex EVENT`: one hook call of an agent host.
     Hook {
@@ -193,6 +201,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     let mut version = false;
     let mut yes = false;
     let mut file_key = false;
+    let (mut passkey, mut browser) = (false, false);
     let mut iter = words.iter().map(String::as_str);
     while let Some(word) = iter.next() {
         match word {
@@ -201,6 +210,8 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             "-y" | "--yes" => yes = true,
             "--json" => json = true,
             "--file-key" => file_key = true,
+            "--passkey" => passkey = true,
+            "--browser" => browser = true,
             _ if word.starts_with("--") => {
                 let (name, inline) = match word.split_once('=') {
                     Some((name, value)) => (name, Some(value)),
@@ -276,6 +287,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             key: take("--key"),
             approver: take("--approver"),
             file_key,
+            passkey,
         },
         ["consent", verb @ ("approve" | "deny"), digest] => {
             person::check_digest(digest)?;
@@ -284,6 +296,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                 grant: *verb == "approve",
                 key: take("--key"),
                 yes,
+                browser,
             }
         }
         ["consent", "approve" | "deny"] => {
@@ -352,6 +365,36 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     if file_key && !matches!(command, Command::KeyInit { .. }) {
         return Err(CliError::Usage(
             "option --file-key applies to `ctx key init` only".to_owned(),
+        ));
+    }
+    if passkey
+        && !matches!(
+            command,
+            Command::KeyInit {
+                file_key: false,
+                key: None,
+                ..
+            }
+        )
+    {
+        return Err(CliError::Usage(
+            "option --passkey applies to `ctx key init` only, without --key or --file-key"
+                .to_owned(),
+        ));
+    }
+    if browser
+        && !matches!(
+            command,
+            Command::ConsentDecide {
+                key: None,
+                yes: false,
+                ..
+            }
+        )
+    {
+        return Err(CliError::Usage(
+            "option --browser applies to `ctx consent approve|deny` only, without --key or --yes"
+                .to_owned(),
         ));
     }
     if yes && !matches!(command, Command::ConsentDecide { .. }) {
@@ -489,9 +532,15 @@ fn execute(
         }
         Command::Host(command) => commands::execute(command, &layout()?, now, input, out, err)?,
         Command::KeyInit {
+            approver,
+            passkey: true,
+            ..
+        } => person::key_init_passkey(&layout()?, now, approver.as_deref(), out)?,
+        Command::KeyInit {
             key,
             approver,
             file_key,
+            passkey: false,
         } => {
             let key = match key {
                 Some(key) => key.clone(),
@@ -502,8 +551,15 @@ fn execute(
         Command::ConsentDecide {
             challenge_digest,
             grant,
+            browser: true,
+            ..
+        } => person::decide_browser(&layout()?, now, challenge_digest, *grant, out)?,
+        Command::ConsentDecide {
+            challenge_digest,
+            grant,
             key,
             yes,
+            browser: false,
         } => {
             let key = match key {
                 Some(key) => key.clone(),
@@ -634,6 +690,26 @@ mod tests {
         assert!(usage_error(&["demo", "--json"]).contains("--json"));
         assert!(usage_error(&["--data-dir", "/a", "--data-dir", "/b", "demo"]).contains("twice"));
         assert!(usage_error(&["key", "generate"]).contains("--out"));
+        assert!(usage_error(&["demo", "--passkey"]).contains("--passkey"));
+        assert!(usage_error(&["key", "init", "--passkey", "--file-key"]).contains("--passkey"));
+        let digest = "a".repeat(64);
+        assert!(
+            usage_error(&["consent", "approve", &digest, "--browser", "--yes"])
+                .contains("--browser")
+        );
+        assert!(usage_error(&["audit", "--browser"]).contains("--browser"));
+        assert!(matches!(
+            command(&["consent", "deny", &digest, "--browser"]),
+            Command::ConsentDecide {
+                grant: false,
+                browser: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            command(&["key", "init", "--passkey"]),
+            Command::KeyInit { passkey: true, .. }
+        ));
     }
 
     #[test]

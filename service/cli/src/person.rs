@@ -12,13 +12,22 @@ use std::path::{Path, PathBuf};
 use ctx_journal::Timestamp;
 use ctx_model::{Json, UtcMicros};
 
-use crate::commands::{HostCommand, field, run_step, sign_decision};
+use crate::browser::{
+    DECIDE_SCRIPT, PAGE_CEREMONY_TIMEOUT, PageServer, REGISTER_SCRIPT, Refusal, Step, b64,
+    b64_field, page,
+};
+use crate::commands::{HostCommand, field, run_step, sign_decision, unsigned_decision};
 use crate::error::{CliError, EXIT_OK, EXIT_OUTCOME};
 use crate::tty::Terminal;
+use ctx_projections::consent_store::SignedHumanDecisionAssertion;
 use ctx_service::{
     DeviceKeyFile, Ed25519Signer, Layout, RuntimeError, TrustBasis, TrustChange, TrustRecord,
     VerifierEntry, append_trust, change_digest, check_passphrase, fresh_signer, read_device_key,
     read_trust, sign_trust_assertion, unsigned_trust_assertion, write_plain_key, write_sealed_key,
+};
+use ctx_service::{
+    OriginPolicy, VerifierKind, WEBAUTHN_RP_ID, WebAuthnCredential, WebAuthnProof,
+    WebAuthnVerifier, verify_webauthn_registration, webauthn_challenge,
 };
 
 /// The device key's file name inside its directory.
@@ -290,52 +299,9 @@ pub(crate) fn decide(
         HostCommand::ConsentChallenge,
         Json::object([("challenge_digest", Json::str(challenge_digest))]),
     )?;
-    let challenge = record.get("challenge").cloned().unwrap_or(Json::Null);
-    let install = record.get("install").cloned().unwrap_or(Json::Null);
-    let yes_no = |value: Option<&Json>| match value {
-        Some(Json::Bool(true)) => "YES",
-        _ => "no",
-    };
-    writeln!(out, "consent challenge {challenge_digest}")?;
-    writeln!(
-        out,
-        "  install:               {} ({})",
-        field(&record, "capability_id"),
-        field(&record, "kind")
-    )?;
-    writeln!(
-        out,
-        "  file it installs:      {}",
-        field(&install, "result_path")
-    )?;
-    writeln!(
-        out,
-        "  content SHA-256:       {}",
-        field(&install, "result_sha256")
-    )?;
-    writeln!(
-        out,
-        "  expands permissions:   {}",
-        yes_no(install.get("permission_expansion"))
-    )?;
-    writeln!(
-        out,
-        "  needs credentials:     {}",
-        yes_no(install.get("credential_requirement"))
-    )?;
-    writeln!(
-        out,
-        "  for session:           {}",
-        challenge
-            .get("scope")
-            .map_or("?", |s| field(s, "session_id"))
-    )?;
-    writeln!(
-        out,
-        "  expires at:            {}",
-        field(&challenge, "expires_at")
-    )?;
-    writeln!(out, "  state:                 {}", field(&record, "state"))?;
+    for line in challenge_summary(&record, challenge_digest) {
+        writeln!(out, "{line}")?;
+    }
     if field(&record, "state") != "pending" {
         writeln!(
             out,
@@ -418,6 +384,349 @@ pub(crate) fn check_digest(digest: &str) -> Result<(), CliError> {
             "{digest:?} is not a challenge digest (64 lowercase hex digits)"
         )))
     }
+}
+
+/// What a consent challenge installs and may do, one line each: what `ctx consent approve`
+/// prints and the passkey page shows (spec/cli.md §6).
+fn challenge_summary(record: &Json, challenge_digest: &str) -> Vec<String> {
+    let challenge = record.get("challenge").cloned().unwrap_or(Json::Null);
+    let install = record.get("install").cloned().unwrap_or(Json::Null);
+    let yes_no = |value: Option<&Json>| match value {
+        Some(Json::Bool(true)) => "YES",
+        _ => "no",
+    };
+    vec![
+        format!("consent challenge {challenge_digest}"),
+        format!(
+            "  install:               {} ({})",
+            field(record, "capability_id"),
+            field(record, "kind")
+        ),
+        format!(
+            "  file it installs:      {}",
+            field(&install, "result_path")
+        ),
+        format!(
+            "  content SHA-256:       {}",
+            field(&install, "result_sha256")
+        ),
+        format!(
+            "  expands permissions:   {}",
+            yes_no(install.get("permission_expansion"))
+        ),
+        format!(
+            "  needs credentials:     {}",
+            yes_no(install.get("credential_requirement"))
+        ),
+        format!(
+            "  for session:           {}",
+            challenge
+                .get("scope")
+                .map_or("?", |s| field(s, "session_id"))
+        ),
+        format!(
+            "  expires at:            {}",
+            field(&challenge, "expires_at")
+        ),
+        format!("  state:                 {}", field(record, "state")),
+    ]
+}
+
+/// The assertion fields of a passkey's `get` response posted by the page.
+fn posted_proof(body: &Json) -> Result<WebAuthnProof, Refusal> {
+    Ok(WebAuthnProof {
+        credential_id: b64_field(body, "credentialId")?,
+        authenticator_data: b64_field(body, "authenticatorData")?,
+        client_data_json: b64_field(body, "clientDataJSON")?,
+        signature: b64_field(body, "signature")?,
+    })
+}
+
+/// Tells the person where the page is: on stdout, which is their terminal.
+fn show_url(out: &mut dyn Write, what: &str, url: &str) -> Result<(), CliError> {
+    writeln!(
+        out,
+        "open {url} in your browser to {what} (the page waits {} s)",
+        PAGE_CEREMONY_TIMEOUT.as_secs()
+    )?;
+    out.flush()?;
+    Ok(())
+}
+
+/// `ctx key init --passkey`: registers a passkey or security key as a verifier of the data
+/// directory (spec/webauthn.md §7). The page creates the credential and then signs the
+/// registration's digest with it (the proof of possession); the first presence verifier is
+/// trusted on first use from this terminal, a later one needs the approval of a registered
+/// device key `approver`, opened at this terminal (spec/decisions.md §14.3).
+pub(crate) fn key_init_passkey(
+    layout: &Layout,
+    now: Timestamp,
+    approver: Option<&Path>,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let step = "key init --passkey";
+    let mut tty = Terminal::open("registering a passkey (`ctx key init --passkey`)")?;
+    let journal = trust_journal(layout)?;
+    let state = read_trust(&journal).map_err(|e| person(step)(e.into()))?;
+    if state.has_presence_verifier() && approver.is_none() {
+        return Err(CliError::Usage(format!(
+            "{} already has a verifier; a new one must be approved by it: name its key with \
+             --approver FILE",
+            layout.root().display()
+        )));
+    }
+    let mut random = [0u8; 48];
+    getrandom::fill(&mut random)
+        .map_err(|e| CliError::Unexpected(format!("no randomness for a challenge: {e}")))?;
+    let (challenge, user_id) = random.split_at(32);
+    let options = Json::object([
+        ("challenge", Json::str(b64(challenge))),
+        ("rpId", Json::str(WEBAUTHN_RP_ID)),
+        ("userId", Json::str(b64(user_id))),
+        (
+            "userName",
+            Json::str(format!("ctx {}", layout.root().display())),
+        ),
+    ]);
+    let summary = vec![
+        format!(
+            "register a passkey as a verifier of your decisions for {}",
+            layout.root().display()
+        ),
+        "it will be asked to verify you (PIN or biometric) on every decision".to_owned(),
+    ];
+    let server = PageServer::bind(page(
+        "ctx: register a passkey",
+        &summary,
+        "Register a passkey",
+        &options,
+        REGISTER_SCRIPT,
+    ))?;
+    let origin = OriginPolicy::Exact(server.origin());
+    show_url(out, "register your passkey", &server.url())?;
+    let at = UtcMicros(now.0);
+    // The registration half fixes the credential; the possession half proves the person's
+    // authenticator holds its key by signing the change's digest.
+    let mut pending: Option<(WebAuthnCredential, SignedHumanDecisionAssertion)> = None;
+    let (credential, possession) = server.serve(PAGE_CEREMONY_TIMEOUT, |path, body| {
+        match (path, pending.take()) {
+            ("/register", None) => {
+                let credential = verify_webauthn_registration(
+                    &b64_field(body, "attestationObject")?,
+                    &b64_field(body, "clientDataJSON")?,
+                    challenge,
+                    &origin,
+                )
+                .map_err(|e| e.to_string())?;
+                let entry = VerifierEntry::passkey(&credential);
+                if state.find(&entry.authenticator_id).is_some() {
+                    return Err(Refusal(format!(
+                        "passkey {} is already a verifier",
+                        entry.authenticator_id
+                    )));
+                }
+                let digest = change_digest(&TrustChange::Register(entry.clone()), state.revision());
+                let unsigned =
+                    unsigned_trust_assertion(&entry, &digest, at).map_err(|e| e.to_string())?;
+                let answer = Json::object([
+                    (
+                        "challenge",
+                        Json::str(b64(&webauthn_challenge(&unsigned.signing_bytes()))),
+                    ),
+                    ("credentialId", Json::str(b64(credential.credential_id()))),
+                ]);
+                pending = Some((credential, unsigned));
+                Ok(Step::Continue(answer))
+            }
+            ("/possess", Some((credential, unsigned))) => {
+                let proof = posted_proof(body)?;
+                WebAuthnVerifier::new(credential.clone(), origin.clone())
+                    .verify_proof(&proof, &unsigned.signing_bytes())
+                    .map_err(|e| e.to_string())?;
+                let signed = proof
+                    .encode()
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| unsigned.with_proof(bytes).map_err(|e| e.to_string()))?;
+                let answer =
+                    Json::object([("message", Json::str("verified: finish at your terminal"))]);
+                Ok(Step::Done(answer, (credential, signed)))
+            }
+            (path, _) => Err(Refusal(format!(
+                "{path} is not the next step of this registration"
+            ))),
+        }
+    })?;
+    let entry = VerifierEntry::passkey(&credential);
+    let change = TrustChange::Register(entry.clone());
+    let (basis, approval) = match approver {
+        Some(approver) if state.has_presence_verifier() => {
+            let digest = change_digest(&change, state.revision());
+            let approver_file = read_device_key(approver).map_err(person(step))?;
+            tty.say(&format!("approve: {}\n", change.describe()))?;
+            let approver_signer = open_key(&approver_file, approver, Some(&mut tty), step)?;
+            let approval = unsigned_trust_assertion(&approver_file.entry(), &digest, at)
+                .and_then(|unsigned| sign_trust_assertion(&approver_signer, &unsigned))
+                .map_err(|e| person(step)(e.into()))?;
+            (TrustBasis::Approved, Some(approval))
+        }
+        _ => {
+            tty.say(&format!(
+                "{} has no verifier yet: {} is trusted on first use, from this terminal\n",
+                layout.root().display(),
+                entry.authenticator_id
+            ))?;
+            (TrustBasis::FirstUseTerminal, None)
+        }
+    };
+    let record = TrustRecord {
+        change,
+        basis,
+        possession: Some(possession),
+        approval,
+    };
+    append_trust(&journal, &state, &record, now).map_err(|e| person(step)(e.into()))?;
+    writeln!(
+        out,
+        "registered passkey {} ({}, {} assurance; sign count {}) as a verifier of {}",
+        entry.authenticator_id,
+        entry.kind.as_str(),
+        entry.assurance(),
+        credential.sign_count,
+        layout.root().display()
+    )?;
+    Ok(EXIT_OK)
+}
+
+/// `ctx consent approve|deny DIGEST --browser`: shows the challenge, then serves a page that
+/// shows the same and has the person's registered passkey sign the decision; the signature is
+/// checked here and again when the decision is resolved (spec/webauthn.md §5). No terminal is
+/// needed: the passkey's user verification is the person's presence.
+pub(crate) fn decide_browser(
+    layout: &Layout,
+    now: Timestamp,
+    challenge_digest: &str,
+    grant: bool,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let step = "consent --browser";
+    let now = UtcMicros(now.0);
+    let record = run_step(
+        "consent challenge",
+        layout,
+        now,
+        HostCommand::ConsentChallenge,
+        Json::object([("challenge_digest", Json::str(challenge_digest))]),
+    )?;
+    let mut summary = challenge_summary(&record, challenge_digest);
+    for line in &summary {
+        writeln!(out, "{line}")?;
+    }
+    if field(&record, "state") != "pending" {
+        writeln!(
+            out,
+            "this challenge is not awaiting a decision; nothing was signed"
+        )?;
+        return Ok(EXIT_OUTCOME);
+    }
+    let journal = ctx_service::open_journal(&layout.journal(), &ctx_journal::OpenOptions::new())?;
+    let trust = read_trust(&journal).map_err(|e| person(step)(e.into()))?;
+    drop(journal);
+    // The most recently registered passkey signs: the assertion names its authenticator, so the
+    // credential is chosen before the challenge is made (spec/webauthn.md §4).
+    let Some(entry) = trust
+        .active()
+        .filter(|v| v.entry.kind == VerifierKind::Passkey)
+        .max_by_key(|v| v.registered_position)
+        .map(|v| v.entry.clone())
+    else {
+        return Err(CliError::Usage(format!(
+            "{} has no passkey; register one with `ctx key init --passkey`",
+            layout.root().display()
+        )));
+    };
+    let credential = WebAuthnCredential::from_bytes(&entry.public_key)
+        .map_err(|e| CliError::Integrity(format!("passkey {}: {e}", entry.authenticator_id)))?;
+    let decision = if grant { "granted" } else { "denied" };
+    let unsigned =
+        unsigned_decision(&entry, challenge_digest, decision, now).map_err(|f| CliError::Step {
+            step: "sign",
+            message: f.message,
+            exit: f.exit,
+        })?;
+    let signing_bytes = unsigned.signing_bytes();
+    let verb = if grant { "APPROVE" } else { "DENY" };
+    summary.push(String::new());
+    summary.push(format!(
+        "your decision: {verb} this install ({decision}), signed by passkey {}",
+        entry.authenticator_id
+    ));
+    let options = Json::object([
+        (
+            "challenge",
+            Json::str(b64(&webauthn_challenge(&signing_bytes))),
+        ),
+        ("credentialId", Json::str(b64(credential.credential_id()))),
+        ("rpId", Json::str(WEBAUTHN_RP_ID)),
+    ]);
+    let title = format!("ctx: {} this install?", verb.to_lowercase());
+    let button = format!("{} with my passkey", if grant { "Approve" } else { "Deny" });
+    let server = PageServer::bind(page(&title, &summary, &button, &options, DECIDE_SCRIPT))?;
+    let origin = OriginPolicy::Exact(server.origin());
+    show_url(
+        out,
+        &format!("{} this install", verb.to_lowercase()),
+        &server.url(),
+    )?;
+    let verifier = WebAuthnVerifier::new(credential, origin);
+    let resolved = server.serve(PAGE_CEREMONY_TIMEOUT, |path, body| {
+        if path != "/decide" {
+            return Err(Refusal(format!("{path} is not this page's decision")));
+        }
+        let proof = posted_proof(body)?;
+        verifier
+            .verify_proof(&proof, &signing_bytes)
+            .map_err(|e| e.to_string())?;
+        let wire = proof
+            .encode()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| unsigned.with_proof(bytes).map_err(|e| e.to_string()))
+            .and_then(|signed| signed.encode().map_err(|e| e.to_string()))
+            .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()))?;
+        let resolved = run_step(
+            "consent resolve",
+            layout,
+            now,
+            HostCommand::ConsentResolve,
+            Json::object([("assertion", Json::str(wire))]),
+        )
+        .map_err(|e| e.to_string())?;
+        let message = format!(
+            "{} ({})",
+            field(&resolved, "outcome"),
+            field(&resolved, "reason_code")
+        );
+        Ok(Step::Done(
+            Json::object([("message", Json::str(format!("done: {message}")))]),
+            resolved,
+        ))
+    })?;
+    writeln!(
+        out,
+        "signed with passkey {} ({}): {} ({})",
+        entry.authenticator_id,
+        entry.kind.as_str(),
+        field(&resolved, "outcome"),
+        field(&resolved, "reason_code")
+    )?;
+    if let Some(next) = resolved.get("next_challenge").filter(|n| **n != Json::Null) {
+        writeln!(
+            out,
+            "next: {} awaits consent: ctx consent approve {} --browser",
+            field(next, "capability_id"),
+            field(next, "challenge_digest")
+        )?;
+    }
+    Ok(EXIT_OK)
 }
 
 #[cfg(test)]

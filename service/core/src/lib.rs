@@ -75,6 +75,13 @@ pub use trust::{
     check_passphrase, read_trust, record_decision_evidence, required_assurance, seal_signer,
     sealed_public_key, sign_trust_assertion, trust_stream, unseal_signer, unsigned_trust_assertion,
 };
+pub use trust::{
+    OriginPolicy, WEBAUTHN_ATTESTATION_MAX_BYTES, WEBAUTHN_AUTHENTICATOR_DATA_MAX_BYTES,
+    WEBAUTHN_CLIENT_DATA_MAX_BYTES, WEBAUTHN_CREDENTIAL_ID_MAX_BYTES, WEBAUTHN_FORMAT_VERSION,
+    WEBAUTHN_PUBLIC_KEY_BYTES, WEBAUTHN_RP_ID, WEBAUTHN_SIGNATURE_MAX_BYTES, WebAuthnCredential,
+    WebAuthnError, WebAuthnProof, WebAuthnVerifier, check_sign_count, verify_webauthn_registration,
+    webauthn_challenge,
+};
 
 // Specified library API that no other crate of this repository calls yet (this crate's unit tests
 // do): the public-work normalizer and bounded retrieval (spec/catalog.md §5), the Ed25519 sizes

@@ -2,9 +2,11 @@
 
 mod adversary;
 mod audit;
+mod browser;
 mod demo;
 mod hook;
 mod host;
 mod init;
 mod person;
 mod postgres;
+mod webdriver;

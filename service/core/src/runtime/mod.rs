@@ -58,7 +58,10 @@ use crate::planning::ports::{BenefitFactsPort, CatalogBenefitFacts};
 use crate::policy::InstallPolicyStore;
 use crate::registry::{ArtifactRegistry, IngestInputs};
 use crate::skill_cas::{BodySourceError, CasGate, SkillBodySource, SkillCasRuntimeConfig};
-use crate::trust::{Assurance, TrustError, TrustState, read_trust, required_assurance};
+use crate::trust::{
+    Assurance, TrustError, TrustState, VerifierKind, WebAuthnCredential, WebAuthnProof,
+    check_sign_count, read_trust, required_assurance,
+};
 
 /// The planner version every artifact of this runtime binds.
 pub const PLANNER_VERSION: &str = "ctx-planner-v3";
@@ -115,6 +118,12 @@ pub enum RuntimeError {
         has: Assurance,
         required: Assurance,
     },
+    /// A passkey decision whose signature counter does not grow (spec/webauthn.md §6).
+    #[error("passkey {authenticator_id} is refused: {source}")]
+    PasskeyCounter {
+        authenticator_id: String,
+        source: crate::trust::WebAuthnError,
+    },
     /// The install policy grants installs by itself and the person never approved it.
     #[error(
         "the install policy {policy_digest} grants installs without asking, and no registered \
@@ -135,9 +144,9 @@ impl RuntimeError {
             RuntimeError::Trust(TrustError::Invalid { .. }) => "integrity",
             RuntimeError::Trust(TrustError::Raced { .. }) => "conflict",
             RuntimeError::Trust(_) => "refused",
-            RuntimeError::AssuranceTooLow { .. } | RuntimeError::UnapprovedPolicy { .. } => {
-                "refused"
-            }
+            RuntimeError::AssuranceTooLow { .. }
+            | RuntimeError::UnapprovedPolicy { .. }
+            | RuntimeError::PasskeyCounter { .. } => "refused",
             _ => "internal",
         }
     }
@@ -484,7 +493,7 @@ impl Runtime {
             }
             // The evidence goes in before the decision (spec/decisions.md §12.5), and only for a
             // signature that verifies: an attempt with a forged one is refused below without
-            // leaving anything behind.
+            // leaving anything behind. A passkey's counter is judged only on a verified proof.
             let verified = registered
                 .entry
                 .verifier()
@@ -492,6 +501,13 @@ impl Runtime {
                 .unwrap_or(false);
             if verified {
                 let journal = crate::managed::open_service_journal(&self.layout.journal())?;
+                if registered.entry.kind == VerifierKind::Passkey {
+                    let last = crate::trust::highest_passkey_counter(
+                        &journal,
+                        &registered.entry.authenticator_id,
+                    )?;
+                    check_passkey_counter(&registered.entry, &assertion, last)?;
+                }
                 crate::trust::record_decision_evidence(
                     &journal,
                     &assertion,
@@ -632,6 +648,29 @@ impl Runtime {
         }
         Ok(work_ref)
     }
+}
+
+/// spec/webauthn.md §6: the counter a passkey decision claims must be above the one recorded at
+/// registration and every counter an earlier decision of the credential showed (`decided`, read
+/// from the decision evidence, spec/decisions.md §12.5). It runs only on a verified proof.
+fn check_passkey_counter(
+    entry: &crate::trust::VerifierEntry,
+    assertion: &SignedHumanDecisionAssertion,
+    decided: Option<u32>,
+) -> Result<(), RuntimeError> {
+    let refused = |source| RuntimeError::PasskeyCounter {
+        authenticator_id: entry.authenticator_id.clone(),
+        source,
+    };
+    let credential = WebAuthnCredential::from_bytes(&entry.public_key).map_err(refused)?;
+    if let Some(seen) = WebAuthnProof::decode(assertion.proof())
+        .ok()
+        .and_then(|proof| proof.sign_count())
+    {
+        let last = credential.sign_count.max(decided.unwrap_or(0));
+        check_sign_count(last, seen).map_err(refused)?;
+    }
+    Ok(())
 }
 
 /// True when `policy` grants some install without asking the person.

@@ -19,6 +19,8 @@ use ctx_projections::streams::{
     CHALLENGE_KIND, DECISION_EVIDENCE_KIND, DECISION_EVIDENCE_NAMESPACE, DECISION_READY_KIND,
 };
 
+use super::webauthn::WebAuthnProof;
+
 use super::{Assurance, TrustError, TrustState, VerifierEntry, required_assurance};
 
 /// Most evidence records one challenge may collect (each a verified attempt; a decision is
@@ -247,4 +249,40 @@ fn check_decision(
         ));
     }
     Ok(check)
+}
+
+/// The highest passkey signature counter any journaled decision of `authenticator_id` showed
+/// (spec/webauthn.md §6): evidence is written only for verified decisions, so every counter here
+/// was signed by the credential. `None` when it decided nothing yet. Reads every evidence stream:
+/// a person's decision is rare enough that the scan is not on any hook's path.
+pub fn highest_passkey_counter(
+    journal: &Journal,
+    authenticator_id: &str,
+) -> Result<Option<u32>, TrustError> {
+    let mut streams = Vec::new();
+    journal
+        .visit_streams(|info| {
+            if info.first_kind.as_deref() == Some(DECISION_EVIDENCE_KIND) {
+                streams.push(info.stream);
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .map_err(|e| TrustError::Entry(format!("the journal's streams: {e}")))?;
+    let mut highest = None;
+    for stream in streams {
+        for record in journal.read_stream(&stream, 1, DECISION_EVIDENCE_RECORDS_MAX)? {
+            let counter = std::str::from_utf8(&record.payload)
+                .ok()
+                .and_then(|text| Json::parse(text).ok())
+                .and_then(|value| {
+                    SignedHumanDecisionAssertion::decode(value.get_str("assertion")?.as_bytes())
+                        .ok()
+                })
+                .filter(|assertion| assertion.authenticator_id() == authenticator_id)
+                .and_then(|assertion| WebAuthnProof::decode(assertion.proof()).ok())
+                .and_then(|proof| proof.sign_count());
+            highest = highest.max(counter);
+        }
+    }
+    Ok(highest)
 }

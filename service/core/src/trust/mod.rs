@@ -10,6 +10,7 @@
 
 mod evidence;
 mod sealed;
+mod webauthn;
 
 use std::sync::Arc;
 
@@ -24,12 +25,19 @@ use crate::decision::{Ed25519Signer, Ed25519Verifier, HumanDecisionVerifier};
 
 pub use evidence::{
     DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, audit_decisions, capability_kind_of,
-    record_decision_evidence,
+    highest_passkey_counter, record_decision_evidence,
 };
 pub use sealed::{
     PASSPHRASE_MAX_BYTES, PASSPHRASE_MIN_CHARS, SEALED_KEY_BYTES, SEALED_KEY_FORMAT_VERSION,
     SEALED_KEY_MAGIC, SealError, SealParams, check_passphrase, seal_signer, sealed_public_key,
     unseal_signer,
+};
+pub use webauthn::{
+    OriginPolicy, WEBAUTHN_ATTESTATION_MAX_BYTES, WEBAUTHN_AUTHENTICATOR_DATA_MAX_BYTES,
+    WEBAUTHN_CLIENT_DATA_MAX_BYTES, WEBAUTHN_CREDENTIAL_ID_MAX_BYTES, WEBAUTHN_FORMAT_VERSION,
+    WEBAUTHN_PUBLIC_KEY_BYTES, WEBAUTHN_RP_ID, WEBAUTHN_SIGNATURE_MAX_BYTES, WebAuthnCredential,
+    WebAuthnError, WebAuthnProof, WebAuthnVerifier, check_sign_count, verify_webauthn_registration,
+    webauthn_challenge,
 };
 
 /// The audience of the assertions that sign registry changes and policy approvals; a consent
@@ -141,6 +149,22 @@ impl VerifierEntry {
         }
     }
 
+    /// The entry of a passkey (spec/webauthn.md §2): its authenticator id names the credential
+    /// id and its principal the public key, so another key under the same id is another
+    /// principal.
+    pub fn passkey(credential: &WebAuthnCredential) -> VerifierEntry {
+        let id_digest = sha256_hex_bytes(credential.credential_id());
+        VerifierEntry {
+            kind: VerifierKind::Passkey,
+            authenticator_id: format!("ctx-passkey-{}", &id_digest[..16]),
+            principal_digest: sha256_hex(&format!(
+                "ctx-principal:passkey:{}",
+                hex(&credential.public_key_bytes())
+            )),
+            public_key: credential.to_bytes(),
+        }
+    }
+
     pub fn assurance(&self) -> Assurance {
         self.kind.assurance()
     }
@@ -161,10 +185,12 @@ impl VerifierEntry {
                 })?;
                 Ok(Arc::new(verifier))
             }
-            VerifierKind::Passkey => Err(TrustError::Entry(format!(
-                "verifier {} is a passkey, which this build cannot check",
-                self.authenticator_id
-            ))),
+            VerifierKind::Passkey => {
+                let credential = WebAuthnCredential::from_bytes(&self.public_key).map_err(|e| {
+                    TrustError::Entry(format!("verifier {}: {e}", self.authenticator_id))
+                })?;
+                Ok(webauthn::passkey_verifier(credential))
+            }
         }
     }
 
@@ -213,6 +239,17 @@ impl VerifierEntry {
             if derived != entry {
                 return Err(format!(
                     "verifier {} does not name the identity of its own key",
+                    entry.authenticator_id
+                )
+                .into());
+            }
+        }
+        if kind == VerifierKind::Passkey {
+            let credential = WebAuthnCredential::from_bytes(&entry.public_key)
+                .map_err(|e| format!("passkey {}: {e}", entry.authenticator_id))?;
+            if VerifierEntry::passkey(&credential) != entry {
+                return Err(format!(
+                    "verifier {} does not name the identity of its own credential",
                     entry.authenticator_id
                 )
                 .into());
@@ -800,6 +837,11 @@ pub fn required_assurance(
     } else {
         Assurance::File
     }
+}
+
+fn sha256_hex_bytes(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex(&sha2::Sha256::digest(bytes))
 }
 
 fn hex(bytes: &[u8]) -> String {
