@@ -86,13 +86,9 @@ fn resolve_refused(scene: &Scene, assertion: &str, code: &str) -> String {
     error.get_str("message").unwrap_or_default().to_owned()
 }
 
-/// An assertion in the wire form, signed by `signer` under the identity `entry` claims.
-fn forged_assertion(
-    signer: &Ed25519Signer,
-    entry: &VerifierEntry,
-    challenge_digest: &str,
-) -> String {
-    let now = UtcMicros(
+/// The wall clock, as the agent's own code would read it.
+fn now() -> UtcMicros {
+    UtcMicros(
         i64::try_from(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -100,7 +96,16 @@ fn forged_assertion(
                 .as_micros(),
         )
         .expect("in range"),
-    );
+    )
+}
+
+/// An assertion in the wire form, signed by `signer` under the identity `entry` claims.
+fn forged_assertion(
+    signer: &Ed25519Signer,
+    entry: &VerifierEntry,
+    challenge_digest: &str,
+) -> String {
+    let now = now();
     let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
         challenge_digest: challenge_digest.to_owned(),
         decision: "granted".to_owned(),
@@ -463,5 +468,60 @@ fn racing_approvals_install_exactly_once() {
         1,
         "exactly one install: {outcomes:?}"
     );
+    scene.assert_audit_clean();
+}
+
+#[test]
+fn a_webauthn_assertion_from_an_unregistered_credential_is_refused() {
+    let scene = Scene::new();
+    // The agent makes up a credential and a well-formed passkey proof for it (its own "security
+    // key"), and also presents that proof under the person's identity.
+    let proof = ctx_service::WebAuthnProof {
+        credential_id: vec![7; 16],
+        authenticator_data: [vec![0; 32], vec![0x05], vec![0, 0, 0, 9]].concat(),
+        client_data_json:
+            br#"{"type":"webauthn.get","challenge":"","origin":"http://localhost:1"}"#.to_vec(),
+        signature: vec![0x30; 70],
+    }
+    .encode()
+    .expect("an encodable proof");
+    let made_up = VerifierEntry {
+        kind: VerifierKind::Passkey,
+        authenticator_id: "ctx-passkey-0707070707070707".to_owned(),
+        principal_digest: "7".repeat(64),
+        public_key: Vec::new(),
+    };
+    let person = registry(&scene.data)
+        .active()
+        .next()
+        .expect("the person's verifier")
+        .entry
+        .clone();
+    for claimed in [&made_up, &person] {
+        let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+            challenge_digest: scene.digest.clone(),
+            decision: "granted".to_owned(),
+            principal_digest: claimed.principal_digest.clone(),
+            authenticator_id: claimed.authenticator_id.clone(),
+            audience: ctx_service::CONSENT_AUDIENCE.to_owned(),
+            nonce: "ctx-nonce-0a0b0c0d0e0f".to_owned(),
+            issued_at: now().render(),
+            expires_at: UtcMicros(now().0 + 300_000_000).render(),
+            proof: proof.clone(),
+        })
+        .expect("well-formed fields");
+        let wire = String::from_utf8(unsigned.encode().expect("encoded")).expect("UTF-8");
+        let code = if claimed.kind == VerifierKind::Passkey {
+            "unverifiable"
+        } else {
+            "rejected"
+        };
+        let message = resolve_refused(&scene, &wire, code);
+        assert!(
+            message.contains("verifier is registered") || message.contains("signature"),
+            "refused for who signed, not for when: {message}"
+        );
+    }
+    assert_eq!(installed(&scene.data), 0);
     scene.assert_audit_clean();
 }
