@@ -69,6 +69,7 @@ The person's commands (in their own terminal; answers and passphrases only from 
   key init --passkey [--approver FILE]  register a passkey or security key through a page
                                         served once on localhost (spec/webauthn.md)
   consent approve|deny DIGEST --browser sign with your passkey on a page served once on localhost
+  consent pending                       every consent that waits for you, with what it installs
 
 Agent hosts (Claude Code, Codex):
   init --host claude|codex              register ctx's hooks with the host, once
@@ -127,6 +128,8 @@ pub enum Command {
         /// `--browser`: sign with the registered passkey (spec/webauthn.md §4).
         browser: bool,
     },
+    /// `ctx consent pending`: every challenge that awaits the person (spec/cli.md §6).
+    ConsentPending,
     /// `ctx hook claude|codex EVENT`: one hook call of an agent host.
     Hook {
         host: AgentHost,
@@ -299,6 +302,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                 browser,
             }
         }
+        ["consent", "pending"] => Command::ConsentPending,
         ["consent", "approve" | "deny"] => {
             return Err(CliError::Usage(
                 "`ctx consent approve|deny` needs the challenge digest".to_owned(),
@@ -567,6 +571,7 @@ fn execute(
             };
             person::decide(&layout()?, now, challenge_digest, *grant, &key, *yes, out)?
         }
+        Command::ConsentPending => person::pending(&layout()?, now, out)?,
         // A hook never fails the host: every failure becomes a message in its JSON (exit 0).
         Command::Hook { host, event } => {
             let layout = layout();

@@ -280,9 +280,115 @@ pub(crate) fn key_init(
     Ok(EXIT_OK)
 }
 
-/// `ctx consent approve|deny`: shows the challenge, asks at the terminal unless `yes`, signs
-/// with the device key (a sealed key's passphrase typed at the terminal) and resolves.
+/// The digests of the challenges that await the person now, oldest first.
+fn pending_digests(layout: &Layout, now: Timestamp) -> Result<Vec<String>, CliError> {
+    let records =
+        ctx_service::challenges(layout, UtcMicros(now.0)).map_err(|e| CliError::Person {
+            step: "consent pending",
+            source: Box::new(RuntimeError::Service(e)),
+        })?;
+    Ok(records
+        .iter()
+        .filter(|r| r.state() == ctx_projections::consent_store::ChallengeState::Pending)
+        .map(|r| r.challenge().challenge_digest().to_owned())
+        .collect())
+}
+
+/// `ctx consent pending`: every challenge of the data directory that awaits the person, each with
+/// what it installs and may do (spec/cli.md §6). Reading needs no terminal: deciding does.
+pub(crate) fn pending(
+    layout: &Layout,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    if !ctx_service::journal_exists(&layout.journal()) {
+        writeln!(out, "no consent waits for you")?;
+        return Ok(EXIT_OK);
+    }
+    let digests = pending_digests(layout, now)?;
+    if digests.is_empty() {
+        writeln!(out, "no consent waits for you")?;
+        return Ok(EXIT_OK);
+    }
+    writeln!(out, "{} consent(s) wait for you:", digests.len())?;
+    for digest in &digests {
+        let record = run_step(
+            "consent challenge",
+            layout,
+            UtcMicros(now.0),
+            HostCommand::ConsentChallenge,
+            Json::object([("challenge_digest", Json::str(digest))]),
+        )?;
+        writeln!(out)?;
+        for line in challenge_summary(&record, digest) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    writeln!(
+        out,
+        "\ndecide each in this terminal: ctx consent approve <challenge> (or deny)"
+    )?;
+    Ok(EXIT_OK)
+}
+
+/// `ctx consent approve|deny`: decides one challenge ([`decide_one`]); then, at a terminal and
+/// without `--yes`, offers every other pending challenge in turn, so one sitting settles all
+/// of them (spec/cli.md §6).
 pub(crate) fn decide(
+    layout: &Layout,
+    now: Timestamp,
+    challenge_digest: &str,
+    grant: bool,
+    key: &Path,
+    yes: bool,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
+    let status = decide_one(layout, now, challenge_digest, grant, key, yes, out)?;
+    if status != EXIT_OK || yes {
+        return Ok(status);
+    }
+    let mut skipped: Vec<String> = vec![challenge_digest.to_owned()];
+    loop {
+        let next = pending_digests(layout, now)?
+            .into_iter()
+            .find(|d| !skipped.contains(d));
+        let Some(next) = next else {
+            return Ok(status);
+        };
+        let Ok(mut tty) = Terminal::open("offering the next consent") else {
+            return Ok(status);
+        };
+        let record = run_step(
+            "consent challenge",
+            layout,
+            UtcMicros(now.0),
+            HostCommand::ConsentChallenge,
+            Json::object([("challenge_digest", Json::str(&next))]),
+        )?;
+        writeln!(out, "\nanother consent waits for you:")?;
+        for line in challenge_summary(&record, &next) {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        let answer = tty.ask("[a]pprove, [d]eny, or [s]kip the rest? ")?;
+        let grant = match answer.trim() {
+            "a" | "approve" => true,
+            "d" | "deny" => false,
+            _ => {
+                writeln!(out, "skipped; `ctx consent pending` lists what still waits")?;
+                return Ok(status);
+            }
+        };
+        drop(tty);
+        skipped.push(next.clone());
+        // Shown and answered above: only the passphrase is asked now.
+        decide_one(layout, now, &next, grant, key, true, out)?;
+    }
+}
+
+/// `ctx consent approve|deny` of one challenge: shows it, asks at the terminal unless `yes`,
+/// signs with the device key (a sealed key's passphrase typed at the terminal) and resolves.
+fn decide_one(
     layout: &Layout,
     now: Timestamp,
     challenge_digest: &str,

@@ -14,6 +14,7 @@ use ctx_service::{Ed25519Signer, VerifierEntry, VerifierKind};
 
 use super::person::{
     installed, pending_challenge, person_decide, person_key_init, registry, result,
+    second_challenge,
 };
 use crate::support::{self, CtxRun, run_ctx, run_ctx_env};
 
@@ -353,41 +354,6 @@ fn a_replayed_assertion_is_refused_for_its_own_challenge_and_for_another() {
         "only the person's approval installed"
     );
     scene.assert_audit_clean();
-}
-
-/// Plans the terraform install again in `session` and returns its pending challenge's digest.
-fn second_challenge(data: &Path, session: &str) -> String {
-    let request = Json::object([
-        (
-            "prompt",
-            Json::str("write terraform for the new infrastructure"),
-        ),
-        ("session_id", Json::str(session)),
-        ("workspace", Json::str("/work/project")),
-    ]);
-    let query = result(&run_ctx(data, &["query", "prepare"], &request.to_string()));
-    let choose = Json::object([
-        (
-            "capability_ids",
-            Json::Arr(vec![Json::str("skill:terraform")]),
-        ),
-        ("choice_label", Json::str("c-2")),
-        (
-            "query_ref",
-            Json::str(query.get_str("query_ref").expect("a ref")),
-        ),
-    ]);
-    let run = run_ctx(data, &["desired", "set"], &choose.to_string());
-    assert_eq!(run.code, 1, "{run:?}");
-    Json::parse(run.stdout.trim_end())
-        .ok()
-        .and_then(|v| {
-            v.get("result")?
-                .get("challenge")?
-                .get_str("challenge_digest")
-                .map(str::to_owned)
-        })
-        .expect("a second challenge")
 }
 
 #[test]

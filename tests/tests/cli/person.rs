@@ -62,6 +62,41 @@ pub(crate) fn installed(data: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Plans the terraform install again in `session` and returns its pending challenge's digest.
+pub(crate) fn second_challenge(data: &Path, session: &str) -> String {
+    let request = Json::object([
+        (
+            "prompt",
+            Json::str("write terraform for the new infrastructure"),
+        ),
+        ("session_id", Json::str(session)),
+        ("workspace", Json::str("/work/project")),
+    ]);
+    let query = result(&run_ctx(data, &["query", "prepare"], &request.to_string()));
+    let choose = Json::object([
+        (
+            "capability_ids",
+            Json::Arr(vec![Json::str("skill:terraform")]),
+        ),
+        ("choice_label", Json::str("c-2")),
+        (
+            "query_ref",
+            Json::str(query.get_str("query_ref").expect("a ref")),
+        ),
+    ]);
+    let run = run_ctx(data, &["desired", "set"], &choose.to_string());
+    assert_eq!(run.code, 1, "{run:?}");
+    Json::parse(run.stdout.trim_end())
+        .ok()
+        .and_then(|v| {
+            v.get("result")?
+                .get("challenge")?
+                .get_str("challenge_digest")
+                .map(str::to_owned)
+        })
+        .expect("a second challenge")
+}
+
 /// The passphrase the person types in these tests.
 pub(crate) const PASSPHRASE: &str = "correct horse battery";
 
@@ -387,4 +422,79 @@ fn an_oversized_device_key_is_refused_naming_the_file_and_the_limit() {
         "{}",
         refused.stdout
     );
+}
+
+#[test]
+fn pending_lists_every_waiting_consent_and_approve_offers_the_next() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    let home = dir.path().join("home");
+    let env = [("HOME", home.as_path())];
+    let first = pending_challenge(&data);
+    let second = second_challenge(&data, "s-2");
+    assert_eq!(person_key_init(&data, &env).code, 0);
+
+    // Listing needs no terminal; it shows what each would install.
+    let listed = run_ctx(&data, &["consent", "pending"], "");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(
+        listed.stdout.starts_with("2 consent(s) wait for you:"),
+        "{}",
+        listed.stdout
+    );
+    for digest in [&first, &second] {
+        assert!(
+            listed
+                .stdout
+                .contains(&format!("consent challenge {digest}")),
+            "{}",
+            listed.stdout
+        );
+    }
+    assert_eq!(
+        listed.stdout.matches("skills/terraform/SKILL.md").count(),
+        2
+    );
+
+    // One sitting: approve the first, then deny the one offered next.
+    let sitting = run_ctx_tty(
+        &data,
+        &["consent", "approve", &first],
+        &[
+            Typed {
+                expect: "approve this install? [y/N]",
+                typed: "y",
+            },
+            Typed {
+                expect: "passphrase for",
+                typed: PASSPHRASE,
+            },
+            Typed {
+                expect: "[a]pprove, [d]eny, or [s]kip the rest?",
+                typed: "d",
+            },
+            Typed {
+                expect: "passphrase for",
+                typed: PASSPHRASE,
+            },
+        ],
+        &env,
+    );
+    assert_eq!(sitting.code, 0, "{sitting:?}");
+    assert!(
+        sitting
+            .stdout
+            .contains(&format!("consent challenge {second}")),
+        "the next one was shown before the question: {}",
+        sitting.stdout
+    );
+    assert_eq!(installed(&data), 1);
+    let decided = result(&run_ctx(
+        &data,
+        &["consent", "challenge"],
+        &Json::object([("challenge_digest", Json::str(&second))]).to_string(),
+    ));
+    assert_eq!(decided.get_str("decision"), Some("denied"), "{decided}");
+    let listed = run_ctx(&data, &["consent", "pending"], "");
+    assert_eq!(listed.stdout.trim_end(), "no consent waits for you");
 }

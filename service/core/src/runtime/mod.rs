@@ -733,3 +733,52 @@ pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<Stri
 pub fn logical_id(kind: &str, label: &str) -> String {
     sha256_hex_bytes(format!("ctx-{kind}:{label}").as_bytes())
 }
+
+/// Most challenges [`challenges`] returns: a listing for a person, bounded so that a directory
+/// with a long history cannot make it unbounded.
+pub const CHALLENGES_LIST_MAX: usize = 1_024;
+
+/// Every consent challenge of this data directory's journal as it stands at `now`, oldest first
+/// (at most [`CHALLENGES_LIST_MAX`], the newest kept): what `ctx consent pending` lists
+/// (spec/cli.md §6). A challenge stream whose first record does not decode is skipped here; the
+/// audit reports it.
+pub fn challenges(layout: &Layout, now: UtcMicros) -> Result<Vec<ChallengeRecord>, ServiceError> {
+    let journal = crate::journal_store::open_journal(
+        &layout.journal(),
+        &OpenOptions::new().lock_wait(crate::managed::JOURNAL_LOCK_WAIT),
+    )?;
+    let mut streams = Vec::new();
+    journal
+        .visit_streams(|info| {
+            if info.first_kind.as_deref() == Some(ctx_projections::streams::CHALLENGE_KIND) {
+                streams.push(info.stream);
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let mut found = Vec::new();
+    for stream in streams {
+        let first = journal
+            .read_stream(&stream, 1, 1)
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let Some(challenge) = first
+            .first()
+            .and_then(|r| std::str::from_utf8(&r.payload).ok())
+            .and_then(|text| {
+                ctx_projections::consent_store::InstallConsentChallenge::from_json_text(text).ok()
+            })
+        else {
+            continue;
+        };
+        let position = first.first().map_or(0, |r| r.position);
+        found.push((position, challenge.challenge_digest().to_owned()));
+    }
+    drop(journal);
+    found.sort();
+    let skip = found.len().saturating_sub(CHALLENGES_LIST_MAX);
+    found
+        .into_iter()
+        .skip(skip)
+        .map(|(_, digest)| challenge_record(layout, &digest, now))
+        .collect()
+}
