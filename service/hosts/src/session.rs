@@ -382,12 +382,25 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         languages: Vec::new(),
         requested_limit: 5,
     };
+    // What the person was already asked in this host session (spec/cli.md §7.3): a capability
+    // whose challenge waits, was granted or was denied is not chosen again, so no second
+    // challenge is published for it; only an expired one may be asked again.
+    let journal = open_journal(ctx.layout)?;
+    let earlier = read_session(&journal, ctx.host, &input.session)?;
     let work_ref = runtime.observe_work(&work)?;
     let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
     let prepared = runtime.service().prepare(&query)?;
     let plan_id = prepared.prepared().plan_id();
     let query_ref = prepared.query_ref().to_owned();
     let selections = prepared.prepared().selections();
+    // This very prompt delivered again is an exact retry of its own choice, not a second ask.
+    let asked = asked_before(
+        earlier
+            .iter()
+            .filter(|r| r.get_str("query_ref") != Some(query_ref.as_str())),
+        ctx.layout,
+        UtcMicros(ctx.now.0),
+    );
     // The person must set up manual capabilities; everything else this data directory can
     // install (or load from the catalog) is chosen.
     let chosen: Vec<&str> = selections
@@ -395,6 +408,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         .filter(|s| matches!(s.actionability(), "load" | "install"))
         .map(|s| s.capability_id())
         .filter(|id| uninstallable(runtime.loaded(), id).is_none())
+        .filter(|id| !asked.iter().any(|a| a.capability_id == *id))
         .collect();
     let manual: Vec<&str> = selections
         .iter()
@@ -413,20 +427,37 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     let challenge = desired.as_ref().and_then(|d| d.challenge());
     let challenge_id = challenge.map(|c| c.capability_id());
     let challenge_digest = challenge.map(|c| c.challenge_digest());
-    let journal = open_journal(ctx.layout)?;
     // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
     // have decided meanwhile). An earlier prompt without a challenge had its activations carried
     // out at the time; the session start retries everything.
     let mut queries = session_queries(
-        &read_session(&journal, ctx.host, &input.session)?
-            .into_iter()
+        &earlier
+            .iter()
             .filter(|r| r.get_str("challenge_digest").is_some())
+            .cloned()
             .collect::<Vec<_>>(),
     );
     if !queries.contains(&query_ref) {
         queries.push(query_ref.clone());
     }
     let activations = activate(ctx, &cwd, &runtime, &queries);
+    // A denial is told to the model once: ids already reported by an earlier prompt are not.
+    let reported: Vec<&str> = earlier
+        .iter()
+        .filter_map(|r| r.get("declined_capability_ids").and_then(Json::as_arr))
+        .flatten()
+        .filter_map(Json::as_str)
+        .collect();
+    let declined: Vec<&str> = selections
+        .iter()
+        .map(|s| s.capability_id())
+        .filter(|id| {
+            asked
+                .iter()
+                .any(|a| a.capability_id == *id && a.outcome == Asked::Denied)
+        })
+        .filter(|id| !reported.contains(id))
+        .collect();
     record(
         &journal,
         ctx,
@@ -438,6 +469,10 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             (
                 "chosen_capability_ids",
                 Json::Arr(chosen.iter().map(|id| Json::str(*id)).collect()),
+            ),
+            (
+                "declined_capability_ids",
+                Json::Arr(declined.iter().map(|id| Json::str(*id)).collect()),
             ),
             ("plan_id", Json::str(plan_id)),
             ("query_ref", Json::str(&query_ref)),
@@ -452,6 +487,11 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     let failed: &[String] = desired.as_ref().map_or(&[], |d| d.failed_capability_ids());
     for s in selections {
         let id = s.capability_id();
+        let before = asked.iter().find(|a| a.capability_id == id);
+        // A denial reported once is not repeated; the model simply does not get it.
+        if before.is_some_and(|a| a.outcome == Asked::Denied) && !declined.contains(&id) {
+            continue;
+        }
         let label = runtime
             .loaded()
             .catalog()
@@ -459,8 +499,14 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             .iter()
             .find(|e| e.id == id)
             .map_or("", |e| e.label.as_str());
-        let state = if Some(id) == challenge_id {
+        let state = if Some(id) == challenge_id
+            || before.is_some_and(|a| a.outcome == Asked::Waiting)
+        {
             "awaits the person's decision, which only they can give outside this session".to_owned()
+        } else if before.is_some_and(|a| a.outcome == Asked::Denied) {
+            "was declined by the person; ctx will not offer it again in this session".to_owned()
+        } else if before.is_some_and(|a| a.outcome == Asked::Granted) {
+            "was approved by the person earlier in this session".to_owned()
         } else if failed.iter().any(|f| f == id) {
             "could not be installed".to_owned()
         } else if manual.contains(&id) {
@@ -779,6 +825,59 @@ fn session_queries(session: &[Json]) -> Vec<String> {
     }
     let skip = queries.len().saturating_sub(SESSION_QUERIES_MAX);
     queries.split_off(skip)
+}
+
+/// How an earlier challenge of a host session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Waiting,
+    Granted,
+    Denied,
+}
+
+/// A capability the person was already asked about in this host session.
+#[derive(Debug, Clone)]
+struct AskedBefore {
+    capability_id: String,
+    outcome: Asked,
+}
+
+/// The capabilities the session's earlier prompts published a challenge for, with how each
+/// stands now; an expired challenge (or one that cannot be read) is not listed, so it may be
+/// asked again. The newest challenge of a capability wins.
+fn asked_before<'a>(
+    session: impl Iterator<Item = &'a Json>,
+    layout: &Layout,
+    now: UtcMicros,
+) -> Vec<AskedBefore> {
+    let mut asked: Vec<AskedBefore> = Vec::new();
+    for value in session {
+        let (Some(id), Some(digest)) = (
+            value.get_str("challenge_capability_id"),
+            value.get_str("challenge_digest"),
+        ) else {
+            continue;
+        };
+        let Ok(record) = challenge_record(layout, digest, now) else {
+            continue;
+        };
+        let outcome = match (record.state(), record.decision()) {
+            (ChallengeState::Expired, _) => None,
+            (ChallengeState::Pending | ChallengeState::ReauthenticationRequired, _) => {
+                Some(Asked::Waiting)
+            }
+            (_, Some("denied")) => Some(Asked::Denied),
+            (_, _) => Some(Asked::Granted),
+        };
+        asked.retain(|a| a.capability_id != id);
+        if let Some(outcome) = outcome {
+            asked.push(AskedBefore {
+                capability_id: id.to_owned(),
+                outcome,
+            });
+        }
+    }
+    asked
 }
 
 /// The consent challenges the session's queries wait on now: (capability id, challenge digest),

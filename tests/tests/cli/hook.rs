@@ -917,3 +917,81 @@ fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
 }
+
+#[test]
+fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
+    let machine = Machine::new("infra");
+    let (data, home, project) = machine.paths();
+    let prompt = |text: &str| {
+        let input = with_prompt(
+            hook_input("claude", "UserPromptSubmit", "s-4", &project),
+            text,
+        );
+        reply(&hook_env(
+            &data,
+            &home,
+            "claude",
+            "user-prompt-submit",
+            &input,
+        ))
+        .expect("a reply")
+    };
+    let message = |reply: &Json| {
+        reply
+            .get_str("systemMessage")
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first = prompt("write terraform for the new infrastructure");
+    let terraform = approve_digest(&message(&first));
+    // Another prompt planning the same skill while the person has not decided: no new challenge.
+    let second = prompt("terraform plan fails on the vpc module");
+    assert!(!message(&second).contains("skill:terraform"), "{second}");
+    let text = context(&second, "UserPromptSubmit");
+    assert!(
+        text.contains("skill:terraform") && text.contains("awaits the person's decision"),
+        "{text}"
+    );
+    let review = prompt("review this pull request for security issues");
+    assert!(message(&review).contains("agent:code-reviewer"), "{review}");
+    let reviewer = approve_digest(&message(&review));
+
+    let env = [("HOME", home.as_path())];
+    assert_eq!(person_key_init(&data, &env).code, 0);
+    assert_eq!(person_decide(&data, "approve", &terraform, &env).code, 0);
+    assert_eq!(person_decide(&data, "deny", &reviewer, &env).code, 0);
+
+    // Approved: never asked again in this session, and active.
+    let third = prompt("terraform state drift on the vpc module again");
+    assert!(!message(&third).contains("skill:terraform"), "{third}");
+    let text = context(&third, "UserPromptSubmit");
+    assert!(text.contains("skill:terraform"), "{text}");
+    assert!(home.join(".claude/skills/terraform/SKILL.md").is_file());
+
+    // Denied: not offered again; the model is told once.
+    let fourth = prompt("review this pull request for security issues, second pass");
+    assert!(
+        !message(&fourth).contains("agent:code-reviewer"),
+        "{fourth}"
+    );
+    let text = context(&fourth, "UserPromptSubmit");
+    assert!(
+        text.contains("agent:code-reviewer") && text.contains("was declined by the person"),
+        "{text}"
+    );
+    let fifth = prompt("review this pull request for security issues, third pass");
+    assert!(!message(&fifth).contains("agent:code-reviewer"), "{fifth}");
+    let text = context(&fifth, "UserPromptSubmit");
+    assert!(!text.contains("agent:code-reviewer"), "told once: {text}");
+
+    // Nothing the person decided waits again.
+    let pending = run_ctx(&data, &["consent", "pending"], "");
+    assert!(
+        !pending.stdout.contains("skill:terraform")
+            && !pending.stdout.contains("agent:code-reviewer"),
+        "{}",
+        pending.stdout
+    );
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
+}
