@@ -415,13 +415,69 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         .filter(|s| s.actionability() == "manual")
         .map(|s| s.capability_id())
         .collect();
-    let desired = if chosen.is_empty() {
+    // The engine acts on one desired set in order and stops at a consent: a skill loaded from
+    // the catalog would wait behind an install the person has not decided. So when a prompt
+    // chooses both, the catalog-loaded ones get an engine session of their own (spec/cli.md
+    // §7.3) and are active at once.
+    let loads: Vec<&str> = chosen
+        .iter()
+        .copied()
+        .filter(|id| {
+            selections
+                .iter()
+                .any(|s| s.capability_id() == *id && s.actionability() == "load")
+        })
+        .collect();
+    let split = !loads.is_empty() && loads.len() < chosen.len();
+    let load_query_ref = if split {
+        let load_work = WorkRequest {
+            session_id: format!("{}:{}:load", input.session, &input.digest[..16]),
+            ..work.clone()
+        };
+        let load_ref = runtime.observe_work(&load_work)?;
+        let load_query = QueryRequest::new(&logical_id("query", &load_ref), &load_ref)?;
+        let load_prepared = runtime.service().prepare(&load_query)?;
+        let load_query_ref = load_prepared.query_ref().to_owned();
+        let planned: Vec<&str> = loads
+            .iter()
+            .copied()
+            .filter(|id| {
+                load_prepared
+                    .prepared()
+                    .selections()
+                    .iter()
+                    .any(|s| s.capability_id() == *id)
+            })
+            .collect();
+        if !planned.is_empty() {
+            let request = DesiredSetRequest::new(
+                &load_query_ref,
+                &logical_id("choice", &load_query_ref),
+                &planned,
+                None,
+            )?;
+            runtime.service().set_desired(&request)?;
+        }
+        Some(load_query_ref)
+    } else {
+        None
+    };
+    let main: Vec<&str> = if split {
+        chosen
+            .iter()
+            .copied()
+            .filter(|id| !loads.contains(id))
+            .collect()
+    } else {
+        chosen.clone()
+    };
+    let desired = if main.is_empty() {
         None
     } else {
         // One choice per query: a repeated prompt is an exact retry, which resumes installs and
         // publication instead of minting a new choice.
         let request =
-            DesiredSetRequest::new(&query_ref, &logical_id("choice", &query_ref), &chosen, None)?;
+            DesiredSetRequest::new(&query_ref, &logical_id("choice", &query_ref), &main, None)?;
         Some(runtime.service().set_desired(&request)?)
     };
     let challenge = desired.as_ref().and_then(|d| d.challenge());
@@ -437,8 +493,10 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             .cloned()
             .collect::<Vec<_>>(),
     );
-    if !queries.contains(&query_ref) {
-        queries.push(query_ref.clone());
+    for q in std::iter::once(&query_ref).chain(load_query_ref.as_ref()) {
+        if !queries.contains(q) {
+            queries.push(q.clone());
+        }
     }
     let activations = activate(ctx, &cwd, &runtime, &queries);
     // A denial is told to the model once: ids already reported by an earlier prompt are not.
@@ -474,6 +532,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
                 "declined_capability_ids",
                 Json::Arr(declined.iter().map(|id| Json::str(*id)).collect()),
             ),
+            ("load_query_ref", opt_str(load_query_ref.as_deref())),
             ("plan_id", Json::str(plan_id)),
             ("query_ref", Json::str(&query_ref)),
             ("status", opt_str(desired.as_ref().map(|d| d.status()))),
@@ -817,10 +876,13 @@ pub fn read_session(
 fn session_queries(session: &[Json]) -> Vec<String> {
     let mut queries: Vec<String> = Vec::new();
     for value in session {
-        if let Some(q) = value.get_str("query_ref")
-            && !queries.iter().any(|known| known == q)
+        for q in [value.get_str("query_ref"), value.get_str("load_query_ref")]
+            .into_iter()
+            .flatten()
         {
-            queries.push(q.to_owned());
+            if !queries.iter().any(|known| known == q) {
+                queries.push(q.to_owned());
+            }
         }
     }
     let skip = queries.len().saturating_sub(SESSION_QUERIES_MAX);

@@ -955,6 +955,14 @@ fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
     let review = prompt("review this pull request for security issues");
     assert!(message(&review).contains("agent:code-reviewer"), "{review}");
     let reviewer = approve_digest(&message(&review));
+    // No head-of-line blocking: the skills loaded from the catalog are active while the agent
+    // waits for the person.
+    let text = context(&review, "UserPromptSubmit");
+    assert!(
+        text.contains("Activated now: skill:review-diff, skill:security-review"),
+        "{text}"
+    );
+    assert!(home.join(".claude/skills/review-diff/SKILL.md").is_file());
 
     let env = [("HOME", home.as_path())];
     assert_eq!(person_key_init(&data, &env).code, 0);
