@@ -693,9 +693,110 @@ fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
             ),
             ("result_path", Json::str(&install.result.path)),
             ("result_sha256", Json::str(&install.result.sha256)),
+            (
+                "what_it_does",
+                Json::Arr(
+                    loaded
+                        .body_at(&install.result.path)
+                        .map(|body| what_it_does(capability_id, body))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(Json::Str)
+                        .collect(),
+                ),
+            ),
         ]),
         None => Json::Null,
     }
+}
+
+/// Most characters one line of [`what_it_does`] shows; longer values are cut with an ellipsis.
+const WHAT_IT_DOES_LINE_MAX_CHARS: usize = 160;
+
+/// What an install would let the agent run or use, read from the material it installs, so the
+/// person decides on that and not on a name (spec/cli.md §6): for an MCP server its command and
+/// arguments or its URL and the *names* of the environment variables and headers it gets (never
+/// their values); for an agent its tools, model and permission mode; for a skill its file.
+pub(crate) fn what_it_does(capability_id: &str, body: &str) -> Vec<String> {
+    let clip = |text: String| -> String {
+        if text.chars().count() <= WHAT_IT_DOES_LINE_MAX_CHARS {
+            text
+        } else {
+            let cut: String = text.chars().take(WHAT_IT_DOES_LINE_MAX_CHARS).collect();
+            format!("{cut}…")
+        }
+    };
+    let names = |value: Option<&Json>| -> String {
+        value
+            .and_then(Json::as_obj)
+            .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "none".to_owned())
+    };
+    let mut lines = Vec::new();
+    match capability_id.split_once(':').map(|(kind, _)| kind) {
+        Some("mcp-server") => {
+            let servers = Json::parse(body)
+                .ok()
+                .and_then(|v| v.get("mcpServers").and_then(Json::as_obj).cloned())
+                .unwrap_or_default();
+            for (name, entry) in &servers {
+                if let Some(command) = entry.get_str("command") {
+                    let args: Vec<&str> = entry
+                        .get("args")
+                        .and_then(Json::as_arr)
+                        .map(|a| a.iter().filter_map(Json::as_str).collect())
+                        .unwrap_or_default();
+                    lines.push(clip(format!(
+                        "{:<23}{command} {}",
+                        format!("server {name} runs:"),
+                        args.join(" ")
+                    )));
+                }
+                if let Some(url) = entry.get_str("url") {
+                    lines.push(clip(format!(
+                        "{:<23}{url}",
+                        format!("server {name} connects:")
+                    )));
+                }
+                lines.push(clip(format!(
+                    "environment names:     {}",
+                    names(entry.get("env"))
+                )));
+                if entry.get("headers").is_some() {
+                    lines.push(clip(format!(
+                        "header names:          {}",
+                        names(entry.get("headers"))
+                    )));
+                }
+            }
+        }
+        Some("agent") => {
+            let front = body
+                .strip_prefix("---\n")
+                .and_then(|rest| rest.split_once("\n---").map(|(f, _)| f))
+                .unwrap_or_default();
+            for (key, label) in [
+                ("tools", "agent tools:           "),
+                ("model", "agent model:           "),
+                ("permissionMode", "permission mode:       "),
+            ] {
+                let value = front
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{key}:")))
+                    .map(str::trim);
+                let shown = match (key, value) {
+                    (_, Some(v)) if !v.is_empty() => v.to_owned(),
+                    ("tools", _) => "all tools (none named)".to_owned(),
+                    ("permissionMode", _) => "the session's".to_owned(),
+                    _ => "the session's".to_owned(),
+                };
+                lines.push(clip(format!("{label}{shown}")));
+            }
+        }
+        _ => {}
+    }
+    lines
 }
 
 pub(crate) fn query_json(result: &QueryServiceResult, loaded: &LoadedCatalog) -> Json {
@@ -814,4 +915,51 @@ fn challenge_json(record: &ChallengeRecord, loaded: &LoadedCatalog) -> Json {
         ("kind", Json::str(challenge.kind())),
         ("state", Json::str(record.state().as_str())),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
+
+    use super::what_it_does;
+
+    #[test]
+    fn an_mcp_server_shows_its_command_url_and_only_the_names_of_its_secrets() {
+        let body = r#"{"mcpServers": {"gh": {"type": "http", "url": "https://api.example/mcp/", "headers": {"Authorization": "Bearer ${TOKEN}"}}, "fs": {"command": "npx", "args": ["-y", "server-fs", "/srv"], "env": {"API_KEY": "s3cret"}}}}"#;
+        let text = what_it_does("mcp-server:gh", body).join("\n");
+        assert!(
+            text.contains("server fs runs:        npx -y server-fs /srv"),
+            "{text}"
+        );
+        assert!(
+            text.contains("server gh connects:    https://api.example/mcp/"),
+            "{text}"
+        );
+        assert!(text.contains("environment names:     API_KEY"), "{text}");
+        assert!(
+            text.contains("header names:          Authorization"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("s3cret") && !text.contains("Bearer"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_agent_shows_its_tools_model_and_permission_mode() {
+        let body =
+            "---\nname: a\ntools: Read, Bash(git diff *)\npermissionMode: acceptEdits\n---\nbody\n";
+        assert_eq!(
+            what_it_does("agent:a", body),
+            [
+                "agent tools:           Read, Bash(git diff *)",
+                "agent model:           the session's",
+                "permission mode:       acceptEdits",
+            ]
+        );
+        let open = what_it_does("agent:b", "---\nname: b\n---\n");
+        assert_eq!(open[0], "agent tools:           all tools (none named)");
+        assert!(what_it_does("skill:x", "# x").is_empty());
+    }
 }

@@ -536,6 +536,17 @@ fn challenge_summary(record: &Json, challenge_digest: &str) -> Vec<String> {
         ),
         format!("  state:                 {}", field(record, "state")),
     ]
+    .into_iter()
+    .chain(
+        install
+            .get("what_it_does")
+            .and_then(Json::as_arr)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Json::as_str)
+            .map(|line| format!("  {line}")),
+    )
+    .collect()
 }
 
 /// The assertion fields of a passkey's `get` response posted by the page.
