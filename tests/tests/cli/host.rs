@@ -462,3 +462,22 @@ fn a_capability_no_installer_here_can_install_is_refused_before_anything_is_writ
         "{run:?}"
     );
 }
+
+#[test]
+fn a_second_prompt_on_a_planned_session_is_refused_by_name_not_as_internal() {
+    let dir = support::tempdir();
+    let data = dir.path().join("ctx");
+    set_up(&data);
+    ok(&data, &["query", "prepare"], &prepare_request("s-1"), 0);
+    let other = Json::object([
+        ("prompt", Json::str("debug the kubernetes rollout")),
+        ("session_id", Json::str("s-1")),
+        ("workspace", Json::str("/work/project")),
+    ])
+    .to_string();
+    let message = refused(&data, &["query", "prepare"], &other, 1, "conflict");
+    assert!(message.contains("\"s-1\""), "{message}");
+    assert!(message.contains("new session_id"), "{message}");
+    // The same request again is a retry of the planned query, not a second one.
+    ok(&data, &["query", "prepare"], &prepare_request("s-1"), 0);
+}

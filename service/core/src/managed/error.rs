@@ -38,6 +38,13 @@ pub enum ServiceError {
     /// `TypeError` sentences).
     #[error("{0}")]
     Invalid(String),
+    /// A second query for a session that another query already planned (spec/service.md §3):
+    /// an engine session plans once in this version.
+    #[error(
+        "session {session_id:?} was already planned by another query (another prompt or \
+         workspace); each session_id plans once: send this prompt with a new session_id"
+    )]
+    SessionPlanned { session_id: String },
     /// The service was closed.
     #[error("managed query service is closed")]
     Closed,
@@ -155,7 +162,7 @@ impl ServiceError {
             | ServiceError::Assertion(_)
             | ServiceError::InputAuthority(_) => "invalid",
             ServiceError::Busy(_) => "busy",
-            ServiceError::DesiredConflict(_) => "conflict",
+            ServiceError::DesiredConflict(_) | ServiceError::SessionPlanned { .. } => "conflict",
             ServiceError::DesiredSuperseded(_) | ServiceError::Superseded => "superseded",
             ServiceError::HeadDrift(_) => "head-drift",
             ServiceError::NoActuator => "no-actuator",

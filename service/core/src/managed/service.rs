@@ -286,6 +286,15 @@ impl QueryService {
         let record = match runtime.store.registered(&registration)? {
             Some(record) => record,
             None => {
+                // A decision behind a session another query has planned (past its start,
+                // revision 1) is refused by name, before the engine's revision check would
+                // refuse it as an internal error; one at the head re-plans the session.
+                let head = composition.engine().snapshot(&decision.scope)?.revision();
+                if head > 1 && decision.expected_revision < head {
+                    return Err(ServiceError::SessionPlanned {
+                        session_id: decision.scope.session_id.clone(),
+                    });
+                }
                 // A fresh query: the registration commits with the session start (one append;
                 // the second is the planning event with its completion binding). A crash after
                 // this append leaves a registered, started, unplanned query that a retry or a
