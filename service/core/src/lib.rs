@@ -62,9 +62,9 @@ pub use planning::ports::{BenefitFactsPort, CatalogBenefitFacts, PortError};
 pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, PolicyStoreError};
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 pub use runtime::{
-    CHALLENGES_LIST_MAX, CONSENT_AUDIENCE, DEVICE_KEY_MAX_BYTES, DeviceKeyFile, Runtime,
-    RuntimeError, WORK_FILE_MAX_BYTES, WorkRequest, challenge_record, challenges, fresh_signer,
-    grants_by_itself, logical_id, read_device_key, uninstallable, write_plain_key,
+    CHALLENGES_LIST_MAX, CONSENT_AUDIENCE, ChallengeReader, DEVICE_KEY_MAX_BYTES, DeviceKeyFile,
+    Runtime, RuntimeError, WORK_FILE_MAX_BYTES, WorkRequest, challenge_record, challenges,
+    fresh_signer, grants_by_itself, logical_id, read_device_key, uninstallable, write_plain_key,
     write_sealed_key,
 };
 pub use trust::{

@@ -18,9 +18,9 @@ use ctx_model::{Json, JsonError, UtcMicros, is_token, sha256_hex, sha256_hex_byt
 use ctx_projections::consent_store::ChallengeState;
 use ctx_projections::streams::{HOST_SESSION_KIND, HOST_SESSION_NAMESPACE};
 use ctx_service::{
-    ActivationReport, DesiredSetRequest, IngestError, InstallConsentPolicy, JOURNAL_LOCK_WAIT,
-    Layout, PolicyStoreError, QueryRequest, Runtime, RuntimeError, ServiceError, WorkRequest,
-    challenge_record, ingest_catalog, logical_id, uninstallable,
+    ActivationReport, ChallengeReader, DesiredSetRequest, IngestError, InstallConsentPolicy,
+    JOURNAL_LOCK_WAIT, Layout, PolicyStoreError, QueryRequest, Runtime, RuntimeError, ServiceError,
+    WorkRequest, challenge_record, ingest_catalog, logical_id, uninstallable,
 };
 
 use crate::host_actuator::HostActivationDriver;
@@ -394,7 +394,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     let query_ref = prepared.query_ref().to_owned();
     let selections = prepared.prepared().selections();
     // This very prompt delivered again is an exact retry of its own choice, not a second ask.
-    let asked = asked_before(
+    let (asked, waiting_queries) = asked_before(
         earlier
             .iter()
             .filter(|r| r.get_str("query_ref") != Some(query_ref.as_str())),
@@ -486,10 +486,16 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
     // have decided meanwhile). An earlier prompt without a challenge had its activations carried
     // out at the time; the session start retries everything.
+    // A query whose challenge still waits cannot move: it is not advanced again, so a prompt's
+    // cost does not grow with the session's open questions (spec/cli.md §7.3).
     let mut queries = session_queries(
         &earlier
             .iter()
             .filter(|r| r.get_str("challenge_digest").is_some())
+            .filter(|r| {
+                r.get_str("query_ref")
+                    .is_none_or(|q| !waiting_queries.iter().any(|w| w == q))
+            })
             .cloned()
             .collect::<Vec<_>>(),
     );
@@ -906,13 +912,18 @@ struct AskedBefore {
 
 /// The capabilities the session's earlier prompts published a challenge for, with how each
 /// stands now; an expired challenge (or one that cannot be read) is not listed, so it may be
-/// asked again. The newest challenge of a capability wins.
+/// asked again. The newest challenge of a capability wins. Also the queries whose challenge still
+/// waits for the person: nothing in them can move until the person decides.
 fn asked_before<'a>(
     session: impl Iterator<Item = &'a Json>,
     layout: &Layout,
     now: UtcMicros,
-) -> Vec<AskedBefore> {
+) -> (Vec<AskedBefore>, Vec<String>) {
     let mut asked: Vec<AskedBefore> = Vec::new();
+    let mut waiting_queries: Vec<String> = Vec::new();
+    let Ok(reader) = ChallengeReader::open(layout) else {
+        return (asked, waiting_queries);
+    };
     for value in session {
         let (Some(id), Some(digest)) = (
             value.get_str("challenge_capability_id"),
@@ -920,7 +931,7 @@ fn asked_before<'a>(
         ) else {
             continue;
         };
-        let Ok(record) = challenge_record(layout, digest, now) else {
+        let Ok(record) = reader.get(digest, now) else {
             continue;
         };
         let outcome = match (record.state(), record.decision()) {
@@ -931,6 +942,11 @@ fn asked_before<'a>(
             (_, Some("denied")) => Some(Asked::Denied),
             (_, _) => Some(Asked::Granted),
         };
+        if outcome == Some(Asked::Waiting)
+            && let Some(query_ref) = value.get_str("query_ref")
+        {
+            waiting_queries.push(query_ref.to_owned());
+        }
         asked.retain(|a| a.capability_id != id);
         if let Some(outcome) = outcome {
             asked.push(AskedBefore {
@@ -939,7 +955,7 @@ fn asked_before<'a>(
             });
         }
     }
-    asked
+    (asked, waiting_queries)
 }
 
 /// The consent challenges the session's queries wait on now: (capability id, challenge digest),

@@ -686,20 +686,43 @@ pub fn challenge_record(
     challenge_digest: &str,
     now: UtcMicros,
 ) -> Result<ChallengeRecord, ServiceError> {
-    // Another process (a second approval, a hook) may hold the directory for a moment: wait for
-    // it as every other open does.
-    let journal = crate::journal_store::open_journal(
-        &layout.journal(),
-        &OpenOptions::new().lock_wait(crate::managed::JOURNAL_LOCK_WAIT),
-    )?;
-    let store = ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)?;
-    let config = consent_config(layout);
-    Ok(store.get_by_challenge_digest(
-        challenge_digest,
-        &config.workspace_identity_digest,
-        &config.release_root_digest,
-        now,
-    )?)
+    ChallengeReader::open(layout)?.get(challenge_digest, now)
+}
+
+/// Reads many challenges of one data directory through one open consent store.
+#[derive(Debug)]
+pub struct ChallengeReader {
+    store: ConsentStore,
+    config: ConsentBrokerConfig,
+}
+
+impl ChallengeReader {
+    pub fn open(layout: &Layout) -> Result<ChallengeReader, ServiceError> {
+        // Another process (a second approval, a hook) may hold the directory for a moment:
+        // wait for it as every other open does.
+        let journal = crate::journal_store::open_journal(
+            &layout.journal(),
+            &OpenOptions::new().lock_wait(crate::managed::JOURNAL_LOCK_WAIT),
+        )?;
+        Ok(ChallengeReader {
+            store: ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)?,
+            config: consent_config(layout),
+        })
+    }
+
+    /// The challenge `challenge_digest` as it stands at `now`.
+    pub fn get(
+        &self,
+        challenge_digest: &str,
+        now: UtcMicros,
+    ) -> Result<ChallengeRecord, ServiceError> {
+        Ok(self.store.get_by_challenge_digest(
+            challenge_digest,
+            &self.config.workspace_identity_digest,
+            &self.config.release_root_digest,
+            now,
+        )?)
+    }
 }
 
 /// Why no installer of a data directory — the skill store, and the material store of agents and
@@ -776,9 +799,10 @@ pub fn challenges(layout: &Layout, now: UtcMicros) -> Result<Vec<ChallengeRecord
     drop(journal);
     found.sort();
     let skip = found.len().saturating_sub(CHALLENGES_LIST_MAX);
+    let reader = ChallengeReader::open(layout)?;
     found
         .into_iter()
         .skip(skip)
-        .map(|(_, digest)| challenge_record(layout, &digest, now))
+        .map(|(_, digest)| reader.get(&digest, now))
         .collect()
 }
