@@ -467,6 +467,73 @@ fn hook_run(
     Ok((wall, reply))
 }
 
+/// What [`session_growth`] measured: the wall time of the first and of the last prompt of each
+/// of several long sessions of one data directory.
+#[derive(Debug, Clone)]
+pub struct SessionGrowth {
+    pub prompts_per_session: usize,
+    pub first: Sample,
+    pub last: Sample,
+}
+
+impl SessionGrowth {
+    /// The last prompt's p50 over the first's (the issue's goal: at most 1.2).
+    pub fn ratio(&self) -> Option<f64> {
+        Some(self.last.percentile_us(50.0)? / self.first.percentile_us(50.0)?)
+    }
+
+    pub fn markdown(&self) -> String {
+        format!(
+            "session growth: {} sessions of {} prompts; prompt 1 p50 {} ms, prompt {} p50 {} ms, \
+             ratio {}\n",
+            self.first.latencies.len(),
+            self.prompts_per_session,
+            fmt_ms(ms(self.first.percentile_us(50.0))),
+            self.prompts_per_session,
+            fmt_ms(ms(self.last.percentile_us(50.0))),
+            self.ratio()
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"))
+        )
+    }
+}
+
+/// Runs `sessions` sessions of `prompts` prompts each, one after the other, against one warm
+/// data directory under `base`, nobody deciding the consents they ask for, and keeps the wall time
+/// of each session's first and last prompt: whether a prompt's cost grows with the session's
+/// earlier prompts (spec/cli.md §7.3). The prompts cycle through [`PROMPTS`], numbered.
+pub fn session_growth(
+    ctx: &Path,
+    base: &Path,
+    prompts: usize,
+    sessions: usize,
+) -> BenchResult<SessionGrowth> {
+    if prompts < 2 || sessions == 0 {
+        return Err("session growth needs at least 2 prompts and 1 session".into());
+    }
+    let ctx = std::fs::canonicalize(ctx)?;
+    let world = World::new(base, None)?;
+    // The data directory's first use (catalog ingest, policy) is not a session's first prompt.
+    hook_run(&ctx, &world, "warm-up", PROMPTS[0])?;
+    let mut growth = SessionGrowth {
+        prompts_per_session: prompts,
+        first: Sample::default(),
+        last: Sample::default(),
+    };
+    for s in 0..sessions {
+        let session = format!("long-{s}");
+        for i in 0..prompts {
+            let prompt = format!("{} {s}-{i}", PROMPTS[i % PROMPTS.len()]);
+            let (wall, _) = hook_run(&ctx, &world, &session, &prompt)?;
+            if i == 0 {
+                growth.first.latencies.push(wall);
+            } else if i + 1 == prompts {
+                growth.last.latencies.push(wall);
+            }
+        }
+    }
+    Ok(growth)
+}
+
 /// Measures as `config` says.
 pub fn run(config: &Config) -> BenchResult<Report> {
     if config.runs == 0 {
@@ -753,6 +820,22 @@ mod tests {
         let json = report.to_json();
         assert_eq!(json["cases"][0]["all"]["runs"], SMOKE_RUNS);
         assert!(report.markdown().contains("spawn floor"));
+    }
+
+    /// The session-growth mode end to end with a tiny size (the figures are printed, not judged).
+    #[test]
+    fn smoke_measures_session_growth() {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let ctx = build_ctx(profile_dir.parent().unwrap(), release).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let growth = session_growth(&ctx, dir.path(), 3, 1).unwrap();
+        println!("{}", growth.markdown());
+        assert_eq!(growth.first.latencies.len(), 1);
+        assert_eq!(growth.last.latencies.len(), 1);
+        assert!(growth.ratio().is_some());
+        assert!(session_growth(&ctx, dir.path(), 1, 1).is_err());
     }
 
     #[test]

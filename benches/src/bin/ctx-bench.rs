@@ -18,7 +18,7 @@ the cold-start latency of the ctx hook process.
 USAGE:
     ctx-bench compare [--quick] [--dir DIR] [--out FILE]
     ctx-bench hook-latency [--ctx PATH] [--runs N] [--test] [--disk-dir DIR] [--tmpfs-dir DIR]
-                           [--postgres | --journal URL] [--out FILE]
+                           [--postgres | --journal URL] [--out FILE] [--session-prompts N]
     ctx-bench seam-ab [--before REV] [--worktree DIR] [--before-target DIR] [--keep-worktree]
                       [--dir DIR] [--rounds N] [--budget-ms N] [--test] [--out FILE]
     ctx-bench pg-append [--url URL] [--clients 1,8] [--rounds N] [--budget-ms N] [--test]
@@ -79,6 +79,9 @@ OPTIONS (hook-latency):
     --ctx PATH        the ctx binary (default: cargo build --release --bin ctx, with $CARGO or
                       cargo, then <workspace>/target/release/ctx, so the current source is measured)
     --runs N          measured runs per case (default: $CTX_BENCH_HOOK_RUNS, else 50)
+    --session-prompts N
+                      also run 5 sessions of N prompts on one data directory (the first case's
+                      file system) and report prompt 1's p50 against prompt N's
     --test            smoke mode: 2 runs per case, no JSON written
     --disk-dir DIR    base directory of the including-fsync case (default: the system temp dir)
     --tmpfs-dir DIR   base directory of the excluding-fsync case (default: /dev/shm if it exists;
@@ -136,6 +139,8 @@ struct CompareArgs {
 struct HookArgs {
     ctx: Option<PathBuf>,
     runs: Option<usize>,
+    /// `--session-prompts N`: also measure the first and the N-th prompt of long sessions.
+    session_prompts: Option<usize>,
     smoke: bool,
     disk_dir: Option<PathBuf>,
     tmpfs_dir: Option<PathBuf>,
@@ -190,6 +195,7 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
         Some("hook-latency") => Args::HookLatency(HookArgs {
             ctx: None,
             runs: None,
+            session_prompts: None,
             smoke: false,
             disk_dir: None,
             tmpfs_dir: None,
@@ -239,6 +245,7 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             Args::HookLatency(h) => match a {
                 "--ctx" => h.ctx = Some(text()?.into()),
                 "--runs" => h.runs = Some(positive(a, &text()?)?),
+                "--session-prompts" => h.session_prompts = Some(positive(a, &text()?)?),
                 "--test" | "--smoke" => h.smoke = true,
                 "--disk-dir" => h.disk_dir = Some(text()?.into()),
                 "--tmpfs-dir" => h.tmpfs_dir = Some(text()?.into()),
@@ -306,6 +313,9 @@ fn run_compare(args: CompareArgs) -> BenchResult<()> {
     write_json(&out, &report.to_json())
 }
 
+/// Sessions of `--session-prompts`: each gives one first-prompt and one last-prompt run.
+const SESSION_GROWTH_SESSIONS: usize = 5;
+
 fn run_hook_latency(args: HookArgs) -> BenchResult<()> {
     let ctx = match args.ctx {
         Some(ctx) => ctx,
@@ -342,6 +352,16 @@ fn run_hook_latency(args: HookArgs) -> BenchResult<()> {
         journal_url,
     })?;
     println!("{}", report.markdown());
+    if let Some(prompts) = args.session_prompts {
+        let base = report
+            .cases
+            .iter()
+            .find(|c| c.key != hook_latency::POSTGRES_CASE)
+            .map_or_else(std::env::temp_dir, |c| c.dir.clone());
+        let growth =
+            hook_latency::session_growth(&report.ctx, &base, prompts, SESSION_GROWTH_SESSIONS)?;
+        println!("{}", growth.markdown());
+    }
     // A smoke run's figures mean nothing; it leaves the last real report in place.
     if !args.smoke {
         let out = args
