@@ -288,84 +288,12 @@ pub fn run_ctx_tty(
     script: &[Typed<'_>],
     envs: &[(&str, &Path)],
 ) -> CtxRun {
-    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-    use std::io::{Read as _, Write as _};
-    let home = data_dir.with_extension("home");
-    let pty = native_pty_system()
-        .openpty(PtySize {
-            rows: 50,
-            cols: 200,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .expect("a pseudo-terminal");
-    let mut command = CommandBuilder::new(ctx_binary());
-    command.arg("--data-dir");
-    command.arg(data_dir);
-    command.args(args);
-    command.env_clear();
-    if let Some(path) = std::env::var_os("PATH") {
-        command.env("PATH", path);
-    }
-    command.env("HOME", &home);
-    command.env("CODEX_HOME", home.join(".codex"));
-    for (key, value) in envs {
-        command.env(key, value);
-    }
-    // portable-pty starts in $HOME unless told otherwise, and the test's home may not exist.
-    command.cwd(data_dir.parent().unwrap_or(data_dir));
-    let mut child = pty
-        .slave
-        .spawn_command(command)
-        .expect("start ctx in the pty");
-    drop(pty.slave);
-    let mut reader = pty.master.try_clone_reader().expect("the pty's reader");
-    let mut writer = pty.master.take_writer().expect("the pty's writer");
-    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let collector = {
-        let shown = shown.clone();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
-                shown.lock().expect("the output buffer").push_str(&text);
-            }
-        })
-    };
+    let mut tty = CtxTty::spawn(data_dir, args, envs);
     let mut seen = 0;
     for step in script {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let text = shown.lock().expect("the output buffer").clone();
-            if let Some(at) = text[seen..].find(step.expect) {
-                seen += at + step.expect.len();
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the terminal never showed {:?}; it showed {text:?}",
-                step.expect
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        writer
-            .write_all(format!("{}\r", step.typed).as_bytes())
-            .expect("type at the pty");
-        writer.flush().expect("flush the pty");
+        seen = tty.answer(seen, step);
     }
-    let status = child.wait().expect("wait for ctx");
-    drop(writer);
-    drop(pty.master);
-    let _ = collector.join();
-    let stdout = shown.lock().expect("the output buffer").clone();
-    CtxRun {
-        code: i32::try_from(status.exit_code()).unwrap_or(-1),
-        stdout,
-        stderr: String::new(),
-    }
+    tty.finish(600)
 }
 
 /// The bytes of a file of the sample catalog, read from the repository (not through ctx).
@@ -452,6 +380,7 @@ pub fn open_routed(dir: &Path) -> Journal {
 pub struct CtxTty {
     child: Box<dyn portable_pty::Child + Send + Sync>,
     master: Box<dyn portable_pty::MasterPty + Send>,
+    writer: Box<dyn std::io::Write + Send>,
     shown: std::sync::Arc<std::sync::Mutex<String>>,
     collector: std::thread::JoinHandle<()>,
 }
@@ -490,6 +419,7 @@ impl CtxTty {
             .expect("start ctx in the pty");
         drop(pty.slave);
         let mut reader = pty.master.try_clone_reader().expect("the pty's reader");
+        let writer = pty.master.take_writer().expect("the pty's writer");
         let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let collector = {
             let shown = shown.clone();
@@ -507,9 +437,34 @@ impl CtxTty {
         CtxTty {
             child,
             master: pty.master,
+            writer,
             shown,
             collector,
         }
+    }
+
+    /// Waits up to a minute for the terminal to show `step.expect` after byte `seen` of its
+    /// output, then types `step.typed` and Enter; returns where the match ended.
+    pub fn answer(&mut self, seen: usize, step: &Typed<'_>) -> usize {
+        use std::io::Write as _;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let seen = loop {
+            let text = self.shown();
+            if let Some(at) = text[seen..].find(step.expect) {
+                break seen + at + step.expect.len();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the terminal never showed {:?}; it showed {text:?}",
+                step.expect
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        self.writer
+            .write_all(format!("{}\r", step.typed).as_bytes())
+            .expect("type at the pty");
+        self.writer.flush().expect("flush the pty");
+        seen
     }
 
     /// Everything the terminal showed so far.
@@ -553,6 +508,7 @@ impl CtxTty {
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         };
+        drop(self.writer);
         drop(self.master);
         let _ = self.collector.join();
         let stdout = self.shown.lock().expect("the output buffer").clone();

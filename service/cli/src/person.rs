@@ -225,45 +225,13 @@ pub(crate) fn key_init(
         )?;
         return Ok(EXIT_OK);
     }
-    let at = UtcMicros(now.0);
-    let change = TrustChange::Register(entry.clone());
-    let digest = change_digest(&change, state.revision());
-    let sign = |signer: &Ed25519Signer, entry: &VerifierEntry| {
-        unsigned_trust_assertion(entry, &digest, at)
-            .and_then(|unsigned| sign_trust_assertion(signer, &unsigned))
-            .map_err(|e| person(step)(e.into()))
-    };
-    let possession = sign(&signer, &entry)?;
-    let (basis, approval) = if state.has_presence_verifier() {
-        let Some(approver) = approver else {
-            return Err(CliError::Usage(format!(
-                "{} already has a verifier; a new one must be approved by it: name its key \
-                 with --approver FILE",
-                layout.root().display()
-            )));
-        };
-        let approver_file = read_device_key(approver).map_err(person(step))?;
-        tty.say(&format!("approve: {}\n", change.describe()))?;
-        let approver_signer = open_key(&approver_file, approver, Some(&mut tty), step)?;
-        (
-            TrustBasis::Approved,
-            Some(sign(&approver_signer, &approver_file.entry())?),
-        )
-    } else {
-        tty.say(&format!(
-            "{} has no verifier yet: {} is trusted on first use, from this terminal\n",
-            layout.root().display(),
-            entry.authenticator_id
-        ))?;
-        (TrustBasis::FirstUseTerminal, None)
-    };
-    let record = TrustRecord {
-        change,
-        basis,
-        possession: Some(possession),
-        approval,
-    };
-    append_trust(&journal, &state, &record, now).map_err(|e| person(step)(e.into()))?;
+    let digest = change_digest(&TrustChange::Register(entry.clone()), state.revision());
+    let possession = unsigned_trust_assertion(&entry, &digest, UtcMicros(now.0))
+        .and_then(|unsigned| sign_trust_assertion(&signer, &unsigned))
+        .map_err(|e| person(step)(e.into()))?;
+    append_registration(
+        layout, &journal, &state, &mut tty, &entry, possession, approver, now, step,
+    )?;
     writeln!(
         out,
         "registered device {} ({}, {} assurance; public key {}) as a verifier of {}",
@@ -278,6 +246,57 @@ pub(crate) fn key_init(
         layout.root().display()
     )?;
     Ok(EXIT_OK)
+}
+
+/// Appends the registration of `entry`, with its proof of possession, to the verifier registry
+/// read as `state` (spec/decisions.md §14.2): approved by the registered key `approver` (opened
+/// at the terminal) when the directory already has a presence verifier, else trusted on first
+/// use from this terminal.
+#[allow(clippy::too_many_arguments)] // One call per authenticator kind; a struct would only rename them.
+fn append_registration(
+    layout: &Layout,
+    journal: &ctx_journal::Journal,
+    state: &ctx_service::TrustState,
+    tty: &mut Terminal,
+    entry: &VerifierEntry,
+    possession: SignedHumanDecisionAssertion,
+    approver: Option<&Path>,
+    now: Timestamp,
+    step: &'static str,
+) -> Result<(), CliError> {
+    let change = TrustChange::Register(entry.clone());
+    let (basis, approval) = if state.has_presence_verifier() {
+        let Some(approver) = approver else {
+            return Err(CliError::Usage(format!(
+                "{} already has a verifier; a new one must be approved by it: name its key \
+                 with --approver FILE",
+                layout.root().display()
+            )));
+        };
+        let digest = change_digest(&change, state.revision());
+        let approver_file = read_device_key(approver).map_err(person(step))?;
+        tty.say(&format!("approve: {}\n", change.describe()))?;
+        let approver_signer = open_key(&approver_file, approver, Some(tty), step)?;
+        let approval = unsigned_trust_assertion(&approver_file.entry(), &digest, UtcMicros(now.0))
+            .and_then(|unsigned| sign_trust_assertion(&approver_signer, &unsigned))
+            .map_err(|e| person(step)(e.into()))?;
+        (TrustBasis::Approved, Some(approval))
+    } else {
+        tty.say(&format!(
+            "{} has no verifier yet: {} is trusted on first use, from this terminal\n",
+            layout.root().display(),
+            entry.authenticator_id
+        ))?;
+        (TrustBasis::FirstUseTerminal, None)
+    };
+    let record = TrustRecord {
+        change,
+        basis,
+        possession: Some(possession),
+        approval,
+    };
+    append_trust(journal, state, &record, now).map_err(|e| person(step)(e.into()))?;
+    Ok(())
 }
 
 /// The digests of the challenges that await the person now, oldest first.
@@ -674,34 +693,9 @@ pub(crate) fn key_init_passkey(
         }
     })?;
     let entry = VerifierEntry::passkey(&credential);
-    let change = TrustChange::Register(entry.clone());
-    let (basis, approval) = match approver {
-        Some(approver) if state.has_presence_verifier() => {
-            let digest = change_digest(&change, state.revision());
-            let approver_file = read_device_key(approver).map_err(person(step))?;
-            tty.say(&format!("approve: {}\n", change.describe()))?;
-            let approver_signer = open_key(&approver_file, approver, Some(&mut tty), step)?;
-            let approval = unsigned_trust_assertion(&approver_file.entry(), &digest, at)
-                .and_then(|unsigned| sign_trust_assertion(&approver_signer, &unsigned))
-                .map_err(|e| person(step)(e.into()))?;
-            (TrustBasis::Approved, Some(approval))
-        }
-        _ => {
-            tty.say(&format!(
-                "{} has no verifier yet: {} is trusted on first use, from this terminal\n",
-                layout.root().display(),
-                entry.authenticator_id
-            ))?;
-            (TrustBasis::FirstUseTerminal, None)
-        }
-    };
-    let record = TrustRecord {
-        change,
-        basis,
-        possession: Some(possession),
-        approval,
-    };
-    append_trust(&journal, &state, &record, now).map_err(|e| person(step)(e.into()))?;
+    append_registration(
+        layout, &journal, &state, &mut tty, &entry, possession, approver, now, step,
+    )?;
     writeln!(
         out,
         "registered passkey {} ({}, {} assurance; sign count {}) as a verifier of {}",
