@@ -356,6 +356,22 @@ async function fail(error) {
   show("refused: " + error);
   try { await post("/error", {error: String(error)}); } catch (_) {}
 }
+async function signAndPost(challenge, credentialId, path) {
+  const credential = await navigator.credentials.get({publicKey: {
+    challenge: unb64u(challenge),
+    rpId: OPTIONS.rpId,
+    allowCredentials: [{type: "public-key", id: unb64u(credentialId)}],
+    userVerification: "required",
+    timeout: 120000,
+  }});
+  const r = credential.response;
+  return await post(path, {
+    credentialId: b64u(credential.rawId),
+    authenticatorData: b64u(r.authenticatorData),
+    clientDataJSON: b64u(r.clientDataJSON),
+    signature: b64u(r.signature),
+  });
+}
 "#;
 
 /// The script of a decision page: one `get` over the decision's challenge.
@@ -364,20 +380,7 @@ document.getElementById("go").addEventListener("click", async () => {
   document.getElementById("go").disabled = true;
   show("waiting for your passkey…");
   try {
-    const credential = await navigator.credentials.get({publicKey: {
-      challenge: unb64u(OPTIONS.challenge),
-      rpId: OPTIONS.rpId,
-      allowCredentials: [{type: "public-key", id: unb64u(OPTIONS.credentialId)}],
-      userVerification: "required",
-      timeout: 120000,
-    }});
-    const r = credential.response;
-    const answer = await post("/decide", {
-      credentialId: b64u(credential.rawId),
-      authenticatorData: b64u(r.authenticatorData),
-      clientDataJSON: b64u(r.clientDataJSON),
-      signature: b64u(r.signature),
-    });
+    const answer = await signAndPost(OPTIONS.challenge, OPTIONS.credentialId, "/decide");
     show(answer.message);
   } catch (e) { await fail(e); }
 });
@@ -404,20 +407,7 @@ document.getElementById("go").addEventListener("click", async () => {
       clientDataJSON: b64u(created.response.clientDataJSON),
     });
     show("registered; now sign the registration with it…");
-    const credential = await navigator.credentials.get({publicKey: {
-      challenge: unb64u(step.challenge),
-      rpId: OPTIONS.rpId,
-      allowCredentials: [{type: "public-key", id: unb64u(step.credentialId)}],
-      userVerification: "required",
-      timeout: 120000,
-    }});
-    const r = credential.response;
-    const answer = await post("/possess", {
-      credentialId: b64u(credential.rawId),
-      authenticatorData: b64u(r.authenticatorData),
-      clientDataJSON: b64u(r.clientDataJSON),
-      signature: b64u(r.signature),
-    });
+    const answer = await signAndPost(step.challenge, step.credentialId, "/possess");
     show(answer.message);
   } catch (e) { await fail(e); }
 });

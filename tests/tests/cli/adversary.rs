@@ -14,7 +14,7 @@ use ctx_service::{Ed25519Signer, VerifierEntry, VerifierKind};
 
 use super::person::{
     installed, pending_challenge, person_decide, person_key_init, registry, result,
-    second_challenge,
+    terraform_challenge,
 };
 use crate::support::{self, CtxRun, run_ctx, run_ctx_env};
 
@@ -106,8 +106,19 @@ fn forged_assertion(
     entry: &VerifierEntry,
     challenge_digest: &str,
 ) -> String {
+    let unsigned = assertion_in_name_of(entry, challenge_digest, b"unsigned".to_vec());
+    let signed = signer.sign_assertion(&unsigned).expect("signed");
+    String::from_utf8(signed.encode().expect("encoded")).expect("UTF-8")
+}
+
+/// A grant of `challenge_digest` in `entry`'s name, valid now, carrying `proof` as it is.
+fn assertion_in_name_of(
+    entry: &VerifierEntry,
+    challenge_digest: &str,
+    proof: Vec<u8>,
+) -> SignedHumanDecisionAssertion {
     let now = now();
-    let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
+    SignedHumanDecisionAssertion::new(AssertionFields {
         challenge_digest: challenge_digest.to_owned(),
         decision: "granted".to_owned(),
         principal_digest: entry.principal_digest.clone(),
@@ -116,11 +127,9 @@ fn forged_assertion(
         nonce: "ctx-nonce-00112233445566778899aabbccddeeff".to_owned(),
         issued_at: now.render(),
         expires_at: UtcMicros(now.0 + 300_000_000).render(),
-        proof: b"unsigned".to_vec(),
+        proof,
     })
-    .expect("well-formed fields");
-    let signed = signer.sign_assertion(&unsigned).expect("signed");
-    String::from_utf8(signed.encode().expect("encoded")).expect("UTF-8")
+    .expect("well-formed fields")
 }
 
 #[test]
@@ -317,7 +326,7 @@ fn a_replayed_assertion_is_refused_for_its_own_challenge_and_for_another() {
     let scene = Scene::new();
     // A second challenge for the same install in another session: a signature over the first
     // must not cover it.
-    let other = second_challenge(&scene.data, "s-2");
+    let other = terraform_challenge(&scene.data, "s-2");
     assert_ne!(other, scene.digest);
     scene.person_approves();
     // The agent reads the person's signed assertion back out of the journal.
@@ -464,18 +473,7 @@ fn a_webauthn_assertion_from_an_unregistered_credential_is_refused() {
         .entry
         .clone();
     for claimed in [&made_up, &person] {
-        let unsigned = SignedHumanDecisionAssertion::new(AssertionFields {
-            challenge_digest: scene.digest.clone(),
-            decision: "granted".to_owned(),
-            principal_digest: claimed.principal_digest.clone(),
-            authenticator_id: claimed.authenticator_id.clone(),
-            audience: ctx_service::CONSENT_AUDIENCE.to_owned(),
-            nonce: "ctx-nonce-0a0b0c0d0e0f".to_owned(),
-            issued_at: now().render(),
-            expires_at: UtcMicros(now().0 + 300_000_000).render(),
-            proof: proof.clone(),
-        })
-        .expect("well-formed fields");
+        let unsigned = assertion_in_name_of(claimed, &scene.digest, proof.clone());
         let wire = String::from_utf8(unsigned.encode().expect("encoded")).expect("UTF-8");
         let code = if claimed.kind == VerifierKind::Passkey {
             "unverifiable"

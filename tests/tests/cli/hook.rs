@@ -499,6 +499,22 @@ fn hook_env(data: &Path, home: &Path, host: &str, event: &str, input: &Json) -> 
     )
 }
 
+/// Claude Code's UserPromptSubmit hook for `text` in `session`, run with the test's HOME; its reply.
+fn claude_prompt(data: &Path, home: &Path, project: &Path, session: &str, text: &str) -> Json {
+    let input = with_prompt(
+        hook_input("claude", "UserPromptSubmit", session, project),
+        text,
+    );
+    reply(&hook_env(
+        data,
+        home,
+        "claude",
+        "user-prompt-submit",
+        &input,
+    ))
+    .expect("a reply")
+}
+
 fn with_prompt(mut input: Json, prompt: &str) -> Json {
     if let Json::Obj(map) = &mut input {
         map.insert("prompt".into(), Json::str(prompt));
@@ -646,20 +662,7 @@ fn reply_none(run: &CtxRun) {
 fn an_approved_install_is_activated_at_the_next_prompt() {
     let machine = Machine::new("infra");
     let (data, home, project) = machine.paths();
-    let prompt = |text: &str| {
-        let input = with_prompt(
-            hook_input("claude", "UserPromptSubmit", "s-3", &project),
-            text,
-        );
-        reply(&hook_env(
-            &data,
-            &home,
-            "claude",
-            "user-prompt-submit",
-            &input,
-        ))
-        .expect("a reply")
-    };
+    let prompt = |text: &str| claude_prompt(&data, &home, &project, "s-3", text);
     let first = prompt("write terraform for the new infrastructure");
     let message = first.get_str("systemMessage").expect("a consent message");
     let digest = approve_digest(message);
@@ -922,20 +925,7 @@ fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
 fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
     let machine = Machine::new("infra");
     let (data, home, project) = machine.paths();
-    let prompt = |text: &str| {
-        let input = with_prompt(
-            hook_input("claude", "UserPromptSubmit", "s-4", &project),
-            text,
-        );
-        reply(&hook_env(
-            &data,
-            &home,
-            "claude",
-            "user-prompt-submit",
-            &input,
-        ))
-        .expect("a reply")
-    };
+    let prompt = |text: &str| claude_prompt(&data, &home, &project, "s-4", text);
     let message = |reply: &Json| {
         reply
             .get_str("systemMessage")

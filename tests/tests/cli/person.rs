@@ -20,35 +20,7 @@ pub(crate) fn pending_challenge(data: &Path) -> String {
     result(&run_ctx(data, &["catalog", "ingest"], ""));
     let policy = result(&run_ctx(data, &["policy", "show"], ""));
     result(&run_ctx(data, &["policy", "set"], &policy.to_string()));
-    let request = Json::object([
-        (
-            "prompt",
-            Json::str("write terraform for the new infrastructure"),
-        ),
-        ("session_id", Json::str("s-1")),
-        ("workspace", Json::str("/work/project")),
-    ]);
-    let query = result(&run_ctx(data, &["query", "prepare"], &request.to_string()));
-    let choose = Json::object([
-        (
-            "capability_ids",
-            Json::Arr(vec![Json::str("skill:terraform")]),
-        ),
-        ("choice_label", Json::str("c-1")),
-        (
-            "query_ref",
-            Json::str(query.get_str("query_ref").expect("a query ref")),
-        ),
-    ]);
-    let run = run_ctx(data, &["desired", "set"], &choose.to_string());
-    assert_eq!(run.code, 1, "consent required: {}", run.stdout);
-    let value = Json::parse(run.stdout.trim_end()).expect("JSON");
-    value
-        .get("result")
-        .and_then(|r| r.get("challenge"))
-        .and_then(|c| c.get_str("challenge_digest"))
-        .expect("a challenge digest")
-        .to_owned()
+    terraform_challenge(data, "s-1")
 }
 
 pub(crate) fn installed(data: &Path) -> usize {
@@ -62,8 +34,8 @@ pub(crate) fn installed(data: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// Plans the terraform install again in `session` and returns its pending challenge's digest.
-pub(crate) fn second_challenge(data: &Path, session: &str) -> String {
+/// Plans the terraform install in `session` and returns its pending challenge's digest.
+pub(crate) fn terraform_challenge(data: &Path, session: &str) -> String {
     let request = Json::object([
         (
             "prompt",
@@ -78,7 +50,7 @@ pub(crate) fn second_challenge(data: &Path, session: &str) -> String {
             "capability_ids",
             Json::Arr(vec![Json::str("skill:terraform")]),
         ),
-        ("choice_label", Json::str("c-2")),
+        ("choice_label", Json::str(format!("c-{session}"))),
         (
             "query_ref",
             Json::str(query.get_str("query_ref").expect("a ref")),
@@ -431,7 +403,7 @@ fn pending_lists_every_waiting_consent_and_approve_offers_the_next() {
     let home = dir.path().join("home");
     let env = [("HOME", home.as_path())];
     let first = pending_challenge(&data);
-    let second = second_challenge(&data, "s-2");
+    let second = terraform_challenge(&data, "s-2");
     assert_eq!(person_key_init(&data, &env).code, 0);
 
     // Listing needs no terminal; it shows what each would install.
