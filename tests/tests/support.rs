@@ -238,7 +238,7 @@ pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &
     // keep their key there. A test that needs its own home passes HOME in `envs`.
     let home = data_dir.with_extension("home");
     // setsid(1): ctx runs without a controlling terminal, as a host's hook or an agent's tool
-    // call does, also when the tests themselves run in a terminal (spec/decisions.md §13.2).
+    // call does, also when the tests themselves run in a terminal (spec/decisions.md §12.3).
     let mut child = Command::new("setsid")
         .arg("--wait")
         .arg(ctx_binary())

@@ -50,10 +50,40 @@ pub fn parse_sha(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// Parses an even number of hex digits (either case) into bytes; `None` for anything else.
+pub fn parse_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.as_bytes()
+        .chunks(2)
+        .map(|pair| {
+            let digit = |c: u8| hex_val(c.to_ascii_lowercase());
+            Some(digit(pair[0])? << 4 | digit(pair[1])?)
+        })
+        .collect()
+}
+
 fn hex_val(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{hex, parse_hex};
+
+    #[test]
+    fn parse_hex_reads_either_case_and_refuses_anything_else() {
+        assert_eq!(parse_hex("00ff7A"), Some(vec![0x00, 0xff, 0x7a]));
+        assert_eq!(parse_hex(""), Some(Vec::new()));
+        for bad in ["0", "0g", "+f", " 0", "é0"] {
+            assert_eq!(parse_hex(bad), None, "{bad:?}");
+        }
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(parse_hex(&hex(&bytes)), Some(bytes));
     }
 }

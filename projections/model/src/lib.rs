@@ -30,7 +30,7 @@ pub use action_contract::{
     material_payload, material_rollback, material_verification, validate_action,
     validate_receipt_verification,
 };
-pub use digest::{cj_digest, cja_digest, hex, parse_sha, sha256_hex, sha256_hex_bytes};
+pub use digest::{cj_digest, cja_digest, hex, parse_hex, parse_sha, sha256_hex, sha256_hex_bytes};
 pub use documents::{
     ACTIVATION_AUTHORIZATION_SCHEMA, AUTHORIZED_MATERIAL_SCHEMA, CATALOG_IDENTITY_SCHEMA,
     EXECUTION_BINDING_SCHEMA, INSTALL_AUTHORIZATION_SCHEMA, INSTALL_DESCRIPTOR_SCHEMA_V1,

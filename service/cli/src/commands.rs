@@ -477,7 +477,7 @@ fn sign(key: &Path, now: UtcMicros, request: &Json) -> Result<Json, CommandFailu
     let file = read_device_key(key)?;
     let signer = if file.is_sealed() {
         // The passphrase of a sealed key is typed by the person at the controlling terminal,
-        // never given on stdin (spec/decisions.md §13.2).
+        // never given on stdin (spec/decisions.md §12.3).
         let mut tty = Terminal::open("signing with a sealed device key (`ctx key sign`)")
             .map_err(|e| CommandFailure::outcome("no-terminal", e.to_string()))?;
         let passphrase = tty

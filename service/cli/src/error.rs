@@ -97,7 +97,7 @@ pub enum CliError {
     /// The import as a whole was refused or failed (a non-empty target journal, storage).
     #[error("import failed: {0}")]
     Import(Box<ImportError>),
-    /// A person's command was run without a controlling terminal (spec/decisions.md §13.2).
+    /// A person's command was run without a controlling terminal (spec/decisions.md §12.3).
     #[error("{0}")]
     NoTerminal(String),
     /// A person's command was refused by the verifier registry, the key or the service.

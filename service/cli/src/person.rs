@@ -148,7 +148,7 @@ pub(crate) fn key_init(
     let state = read_trust(&journal).map_err(|e| person(step)(e.into()))?;
     if file_key && !key.exists() && !state.has_presence_verifier() {
         // A file key proves nothing about the person, so CI may register one without a
-        // terminal while no presence verifier exists (spec/decisions.md §14.3).
+        // terminal while no presence verifier exists (spec/decisions.md §14.2).
         let signer = fresh_signer().map_err(person(step))?;
         let entry = write_plain_key(key, &signer).map_err(person(step))?;
         register_file_key(&journal, &state, &signer, &entry, now).map_err(person(step))?;
@@ -477,18 +477,29 @@ fn decide_one(
         HostCommand::ConsentResolve,
         Json::object([("assertion", Json::str(assertion))]),
     )?;
+    report_resolution(out, "device", &entry, &resolved, "")
+}
+
+/// What a resolved decision did, and the next challenge of its plan if one was published.
+fn report_resolution(
+    out: &mut dyn Write,
+    signed_with: &str,
+    entry: &VerifierEntry,
+    resolved: &Json,
+    approve_suffix: &str,
+) -> Result<u8, CliError> {
     writeln!(
         out,
-        "signed with device {} ({}): {} ({})",
+        "signed with {signed_with} {} ({}): {} ({})",
         entry.authenticator_id,
         entry.kind.as_str(),
-        field(&resolved, "outcome"),
-        field(&resolved, "reason_code")
+        field(resolved, "outcome"),
+        field(resolved, "reason_code")
     )?;
     if let Some(next) = resolved.get("next_challenge").filter(|n| **n != Json::Null) {
         writeln!(
             out,
-            "next: {} awaits consent: ctx consent approve {}",
+            "next: {} awaits consent: ctx consent approve {}{approve_suffix}",
             field(next, "capability_id"),
             field(next, "challenge_digest")
         )?;
@@ -593,7 +604,7 @@ fn show_url(out: &mut dyn Write, what: &str, url: &str) -> Result<(), CliError> 
 /// directory (spec/webauthn.md §7). The page creates the credential and then signs the
 /// registration's digest with it (the proof of possession); the first presence verifier is
 /// trusted on first use from this terminal, a later one needs the approval of a registered
-/// device key `approver`, opened at this terminal (spec/decisions.md §14.3).
+/// device key `approver`, opened at this terminal (spec/decisions.md §14.2).
 pub(crate) fn key_init_passkey(
     layout: &Layout,
     now: Timestamp,
@@ -821,23 +832,7 @@ pub(crate) fn decide_browser(
             resolved,
         ))
     })?;
-    writeln!(
-        out,
-        "signed with passkey {} ({}): {} ({})",
-        entry.authenticator_id,
-        entry.kind.as_str(),
-        field(&resolved, "outcome"),
-        field(&resolved, "reason_code")
-    )?;
-    if let Some(next) = resolved.get("next_challenge").filter(|n| **n != Json::Null) {
-        writeln!(
-            out,
-            "next: {} awaits consent: ctx consent approve {} --browser",
-            field(next, "capability_id"),
-            field(next, "challenge_digest")
-        )?;
-    }
-    Ok(EXIT_OK)
+    report_resolution(out, "passkey", &entry, &resolved, " --browser")
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The person's terminal (spec/decisions.md §13.2): a passphrase and a y/N answer are read only
+//! The person's terminal (spec/decisions.md §12.3): a passphrase and a y/N answer are read only
 //! from the controlling terminal `/dev/tty`, never from stdin, arguments or the environment, so
 //! a process without a terminal — a hook, or an agent's tool call — cannot answer for the person.
 //! Echo is off while a passphrase is typed and restored afterwards, also on error.

@@ -334,7 +334,7 @@ fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, 
     );
     activations.describe(&mut context);
     // The model learns only that the person has not decided; the challenges and the commands go
-    // to the person alone (spec/decisions.md §12.5: the agent is never told how to approve).
+    // to the person alone (spec/decisions.md §15.1: the agent is never told how to approve).
     let mut message = None;
     if !pending.is_empty() {
         let ids: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
@@ -921,6 +921,13 @@ fn asked_before<'a>(
 ) -> (Vec<AskedBefore>, Vec<String>) {
     let mut asked: Vec<AskedBefore> = Vec::new();
     let mut waiting_queries: Vec<String> = Vec::new();
+    let mut session = session
+        .filter(|v| v.get_str("challenge_digest").is_some())
+        .peekable();
+    // Most prompts follow none that asked: the consent store is opened only when one did.
+    if session.peek().is_none() {
+        return (asked, waiting_queries);
+    }
     let Ok(reader) = ChallengeReader::open(layout) else {
         return (asked, waiting_queries);
     };

@@ -9,7 +9,7 @@ use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
 use std::sync::Arc;
 
-use ctx_model::Json;
+use ctx_model::{Json, hex, parse_hex};
 
 use super::{CONSENT_AUDIENCE, RuntimeError, component, io, read_limited_file, utf8};
 use crate::decision::{
@@ -75,20 +75,6 @@ impl DeviceKeyFile {
             )),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// A fresh signer from the OS's randomness.
@@ -175,7 +161,7 @@ pub fn read_device_key(path: &Path) -> Result<DeviceKeyFile, RuntimeError> {
     }
     let seed: [u8; 32] = value
         .get_str("seed")
-        .and_then(unhex)
+        .and_then(parse_hex)
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| corrupt("its seed is not 64 hex digits"))?;
     let signer = Ed25519Signer::from_seed(&seed);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ctx_journal::{
     AppendError, ExpectedRevision, Journal, NewRecord, Record, StreamAppend, StreamId, Timestamp,
 };
-use ctx_model::{Json, UtcMicros, sha256_hex};
+use ctx_model::{Json, UtcMicros, hex, parse_hex, sha256_hex, sha256_hex_bytes};
 use ctx_projections::consent_store::{AssertionFields, SignedHumanDecisionAssertion};
 use ctx_projections::streams::{TRUST_CHANGE_KIND, TRUST_STREAM_NAMESPACE};
 
@@ -221,7 +221,7 @@ impl VerifierEntry {
             )
             .into());
         }
-        let public_key = unhex(text("public_key")?)
+        let public_key = parse_hex(text("public_key")?)
             .ok_or_else(|| "the verifier's public key is not hex".to_owned())?;
         let entry = VerifierEntry {
             kind,
@@ -329,7 +329,7 @@ impl TrustChange {
     }
 }
 
-/// Why a change may be made (spec/decisions.md §14.3).
+/// Why a change may be made (spec/decisions.md §14.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TrustBasis {
     /// The first presence verifier of a data directory, registered from a terminal.
@@ -507,7 +507,7 @@ impl TrustState {
             .any(|v| v.entry.assurance() >= Assurance::Presence)
     }
 
-    /// Checks `record` as the next change and applies it (spec/decisions.md §14.3).
+    /// Checks `record` as the next change and applies it (spec/decisions.md §14.2).
     fn apply(
         &mut self,
         record: &TrustRecord,
@@ -837,25 +837,6 @@ pub fn required_assurance(
     } else {
         Assurance::File
     }
-}
-
-fn sha256_hex_bytes(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex(&sha2::Sha256::digest(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The registry fold against its rules (spec/decisions.md §14.3), on a real journal.
+//! The registry fold against its rules (spec/decisions.md §14.2), on a real journal.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
 
 use ctx_journal::{Journal, OpenOptions, Timestamp};

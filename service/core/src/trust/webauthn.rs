@@ -12,7 +12,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ciborium::Value;
-use ctx_model::Json;
+use ctx_model::{Json, hex};
 use ctx_projections::consent_store::SignedHumanDecisionAssertion;
 use p256::ecdsa::signature::Verifier as _;
 use p256::ecdsa::{Signature, VerifyingKey};
@@ -713,10 +713,6 @@ impl<'a> Reader<'a> {
             }),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
