@@ -435,10 +435,16 @@ fn decide_one(
         return Ok(EXIT_OUTCOME);
     }
     if !key.exists() {
-        return Err(CliError::Usage(format!(
-            "there is no device key at {}; create it with `ctx key init`",
-            key.display()
-        )));
+        // Not a mistake in the command line: the help text would only bury the sentence.
+        return Err(CliError::Step {
+            step: "consent",
+            message: format!(
+                "there is no device key at {}; create it once with `ctx key init` in this \
+                 terminal, or name another with --key FILE",
+                key.display()
+            ),
+            exit: crate::error::EXIT_USAGE,
+        });
     }
     let file = read_device_key(key).map_err(person("consent"))?;
     let verb = if grant { "approve" } else { "deny" };
@@ -496,6 +502,22 @@ fn report_resolution(
         field(resolved, "outcome"),
         field(resolved, "reason_code")
     )?;
+    // The outcome in plain words: the codes above are the engine's (spec/service.md).
+    let plainly = match field(resolved, "outcome") {
+        "installed-inactive" => "installed; your agent gets it at its next prompt or session start",
+        "denied" => "denied; ctx will not install it for this request",
+        "install-failed" => "the install failed; nothing was activated",
+        "install-indeterminate" => {
+            "the install's outcome is not known yet; the next prompt or `ctx consent recover` settles it"
+        }
+        "expired" => {
+            "the consent expired before it was resolved; the agent's next prompt asks anew"
+        }
+        _ => "",
+    };
+    if !plainly.is_empty() {
+        writeln!(out, "  {plainly}")?;
+    }
     if let Some(next) = resolved.get("next_challenge").filter(|n| **n != Json::Null) {
         writeln!(
             out,

@@ -32,8 +32,8 @@ impl Terminal {
             .map_err(|e| {
                 CliError::NoTerminal(format!(
                     "{what} needs the person at their own terminal, and this process has no \
-                     controlling terminal ({TERMINAL_PATH}: {e}); a decision typed into stdin \
-                     or passed in arguments or the environment is never accepted"
+                     controlling terminal ({TERMINAL_PATH}: {e}); an answer or passphrase from \
+                     stdin, arguments or the environment is never accepted instead"
                 ))
             })
     }

@@ -288,6 +288,13 @@ fn approve_shows_the_install_asks_at_the_terminal_signs_and_installs_once() {
         "{}",
         approved.stdout
     );
+    assert!(
+        approved
+            .stdout
+            .contains("installed; your agent gets it at its next prompt or session start"),
+        "the outcome in plain words: {}",
+        approved.stdout
+    );
     assert_eq!(installed(&data), 1);
 
     let again = run_ctx_tty(&data, &["consent", "approve", &digest, "--yes"], &[], &env);
