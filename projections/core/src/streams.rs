@@ -108,6 +108,12 @@ pub const DECISION_EVIDENCE_NAMESPACE: &str = "ctx.decision-evidence";
 /// Kind of one verified decision's signed assertion, verifier kind and assurance.
 pub const DECISION_EVIDENCE_KIND: &str = "ctx.decision-evidence.v1";
 
+/// Stream namespace of the index of grants a person signed for one exact install; the key is the
+/// capability id and the install descriptor digest (spec/decisions.md §16.3).
+pub const INSTALL_GRANTS_NAMESPACE: &str = "ctx.install-grants";
+/// Kind of one indexed grant: the challenge where the person signed it.
+pub const INSTALL_GRANT_KIND: &str = "ctx.install-grant.v1";
+
 /// Every stream namespace ctx writes, with its record kinds.
 pub const STREAMS: &[StreamSpec] = &[
     StreamSpec {
@@ -188,6 +194,11 @@ pub const STREAMS: &[StreamSpec] = &[
         namespace: DECISION_EVIDENCE_NAMESPACE,
         kinds: &[DECISION_EVIDENCE_KIND],
         what: "one challenge's decision evidence: each verified signed assertion and its assurance",
+    },
+    StreamSpec {
+        namespace: INSTALL_GRANTS_NAMESPACE,
+        kinds: &[INSTALL_GRANT_KIND],
+        what: "the challenges where the person signed a grant of one exact install",
     },
 ];
 

@@ -551,9 +551,7 @@ pub(crate) fn unsigned_decision(
 /// True when a consent's session is one an agent host's hook opened (`<host>:…`): such a
 /// consent needs presence (spec/decisions.md §12.4).
 pub(crate) fn hook_session(session_id: &str) -> bool {
-    ctx_hosts::AgentHost::ALL
-        .iter()
-        .any(|host| session_id.starts_with(&format!("{}:", host.as_str())))
+    ctx_hosts::is_hook_session(session_id)
 }
 
 /// The person approves a policy that grants installs without asking: at their terminal, signed

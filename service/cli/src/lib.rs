@@ -14,6 +14,7 @@ mod hook;
 mod init;
 mod inspect;
 mod person;
+mod standing;
 mod tty;
 
 use std::ffi::OsString;
@@ -62,14 +63,19 @@ The person's commands (in their own terminal; answers and passphrases only from 
                                         ~/.config/ctx/device.key) and register it; after the
                                         first, --approver names a registered key that approves
   key init --file-key --key FILE        a plain key for CI and the demo (file assurance)
-  consent approve DIGEST [--key FILE] [--yes]
-  consent deny DIGEST [--key FILE] [--yes]
+  consent approve DIGEST [--key FILE] [--yes] [--scope S]
+  consent deny DIGEST [--key FILE] [--yes] [--scope S]
                                         show what the challenge installs, ask, sign, resolve;
-                                        --yes skips the question, never the passphrase
+                                        --yes skips the question, never the passphrase;
+                                        --scope session|workspace|always remembers the decision
+                                        for this exact install (default once: this challenge)
   key init --passkey [--approver FILE]  register a passkey or security key through a page
                                         served once on localhost (spec/webauthn.md)
   consent approve|deny DIGEST --browser sign with your passkey on a page served once on localhost
   consent pending                       every consent that waits for you, with what it installs
+  consent list                          your standing decisions, in force and revoked
+  consent revoke ID [--key FILE]        take back a standing decision (sd-…) or the grant given
+                                        at a challenge (its digest); signed like a decision
 
 Agent hosts (Claude Code, Codex):
   init --host claude|codex              register ctx's hooks with the host, once
@@ -127,9 +133,18 @@ pub enum Command {
         yes: bool,
         /// `--browser`: sign with the registered passkey (spec/webauthn.md §4).
         browser: bool,
+        /// `--scope`: `once` (default), `session`, `workspace` or `always` (spec/cli.md §6).
+        scope: DecisionScope,
     },
     /// `ctx consent pending`: every challenge that awaits the person (spec/cli.md §6).
     ConsentPending,
+    /// `ctx consent list`: the person's standing decisions (spec/cli.md §6).
+    ConsentList,
+    /// `ctx consent revoke ID [--key FILE]`: takes back a standing decision or a grant.
+    ConsentRevoke {
+        target: ctx_service::RevokeTarget,
+        key: Option<PathBuf>,
+    },
     /// `ctx hook claude|codex EVENT`: one hook call of an agent host.
     Hook {
         host: AgentHost,
@@ -171,9 +186,46 @@ impl std::fmt::Debug for Streams<'_> {
     }
 }
 
+/// How far a decision reaches (spec/cli.md §6, spec/decisions.md §16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionScope {
+    /// This challenge only.
+    Once,
+    /// Every challenge for the same exact install in the challenge's host session.
+    Session,
+    /// … in the challenge's workspace.
+    Workspace,
+    /// … anywhere.
+    Always,
+}
+
+impl DecisionScope {
+    fn parse(text: &str) -> Result<DecisionScope, CliError> {
+        match text {
+            "once" => Ok(DecisionScope::Once),
+            "session" => Ok(DecisionScope::Session),
+            "workspace" => Ok(DecisionScope::Workspace),
+            "always" => Ok(DecisionScope::Always),
+            other => Err(CliError::Usage(format!(
+                "--scope {other:?} is not one of once, session, workspace, always"
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionScope::Once => "once",
+            DecisionScope::Session => "session",
+            DecisionScope::Workspace => "workspace",
+            DecisionScope::Always => "always",
+        }
+    }
+}
+
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 9] = [
+const VALUE_OPTIONS: [&str; 10] = [
     "--approver",
+    "--scope",
     "--data-dir",
     "--journal",
     "--output",
@@ -294,15 +346,38 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         },
         ["consent", verb @ ("approve" | "deny"), digest] => {
             person::check_digest(digest)?;
+            let scope = match take("--scope") {
+                Some(scope) => DecisionScope::parse(&scope.to_string_lossy())?,
+                None => DecisionScope::Once,
+            };
+            if browser && scope != DecisionScope::Once {
+                return Err(CliError::Usage(
+                    "a passkey cannot sign a standing decision yet: decide with --browser once, \
+                     or use the sealed device key with --scope"
+                        .to_owned(),
+                ));
+            }
             Command::ConsentDecide {
                 challenge_digest: (*digest).to_owned(),
                 grant: *verb == "approve",
                 key: take("--key"),
                 yes,
                 browser,
+                scope,
             }
         }
         ["consent", "pending"] => Command::ConsentPending,
+        ["consent", "list"] => Command::ConsentList,
+        ["consent", "revoke", id] => Command::ConsentRevoke {
+            target: ctx_service::RevokeTarget::parse(id).map_err(CliError::Usage)?,
+            key: take("--key"),
+        },
+        ["consent", "revoke"] => {
+            return Err(CliError::Usage(
+                "`ctx consent revoke` needs a standing decision id (sd-…) or a challenge digest"
+                    .to_owned(),
+            ));
+        }
         ["consent", "approve" | "deny"] => {
             return Err(CliError::Usage(
                 "`ctx consent approve|deny` needs the challenge digest".to_owned(),
@@ -564,14 +639,28 @@ fn execute(
             key,
             yes,
             browser: false,
+            scope,
         } => {
             let key = match key {
                 Some(key) => key.clone(),
                 None => person::default_device_key(&env)?,
             };
-            person::decide(&layout()?, now, challenge_digest, *grant, &key, *yes, out)?
+            let decision = person::Decision {
+                grant: *grant,
+                scope: *scope,
+                yes: *yes,
+            };
+            person::decide(&layout()?, now, challenge_digest, decision, &key, out)?
         }
         Command::ConsentPending => person::pending(&layout()?, now, out)?,
+        Command::ConsentList => standing::list(&layout()?, out)?,
+        Command::ConsentRevoke { target, key } => {
+            let key = match key {
+                Some(key) => key.clone(),
+                None => person::default_device_key(&env)?,
+            };
+            standing::revoke(&layout()?, now, target, &key, out)?
+        }
         // A hook never fails the host: every failure becomes a message in its JSON (exit 0).
         Command::Hook { host, event } => {
             let layout = layout();

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use ctx_journal::Timestamp;
 use ctx_model::{Json, UtcMicros};
 
+use crate::DecisionScope;
 use crate::browser::{
     DECIDE_SCRIPT, PAGE_CEREMONY_TIMEOUT, PageServer, REGISTER_SCRIPT, Refusal, Step, b64,
     b64_field, page,
@@ -57,7 +58,7 @@ pub fn default_device_key(env: &dyn Fn(&str) -> Option<OsString>) -> Result<Path
 
 /// Opens the journal of `layout` for a change of its verifier registry (creating the data
 /// directory when it is new).
-fn trust_journal(layout: &Layout) -> Result<ctx_journal::Journal, CliError> {
+pub(crate) fn trust_journal(layout: &Layout) -> Result<ctx_journal::Journal, CliError> {
     ctx_fs::create_private_dir_all(layout.root()).map_err(|e| person("key init")(e.into()))?;
     Ok(ctx_service::open_journal(
         &layout.journal(),
@@ -65,7 +66,7 @@ fn trust_journal(layout: &Layout) -> Result<ctx_journal::Journal, CliError> {
     )?)
 }
 
-fn person(step: &'static str) -> impl Fn(RuntimeError) -> CliError {
+pub(crate) fn person(step: &'static str) -> impl Fn(RuntimeError) -> CliError {
     move |source| CliError::Person {
         step,
         source: Box::new(source),
@@ -111,7 +112,7 @@ fn new_passphrase(tty: &mut Terminal) -> Result<zeroize::Zeroizing<String>, CliE
 }
 
 /// Opens a device key: a sealed key with its passphrase typed at `tty`.
-fn open_key(
+pub(crate) fn open_key(
     file: &DeviceKeyFile,
     key: &Path,
     tty: Option<&mut Terminal>,
@@ -357,13 +358,12 @@ pub(crate) fn decide(
     layout: &Layout,
     now: Timestamp,
     challenge_digest: &str,
-    grant: bool,
+    decision: Decision,
     key: &Path,
-    yes: bool,
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
-    let status = decide_one(layout, now, challenge_digest, grant, key, yes, out)?;
-    if status != EXIT_OK || yes {
+    let status = decide_one(layout, now, challenge_digest, decision, key, out)?;
+    if status != EXIT_OK || decision.yes {
         return Ok(status);
     }
     let mut skipped: Vec<String> = vec![challenge_digest.to_owned()];
@@ -400,8 +400,14 @@ pub(crate) fn decide(
         };
         drop(tty);
         skipped.push(next.clone());
-        // Shown and answered above: only the passphrase is asked now.
-        decide_one(layout, now, &next, grant, key, true, out)?;
+        // Shown and answered above: only the passphrase is asked now. A sitting's later
+        // answers are for their own challenge only.
+        let next_decision = Decision {
+            grant,
+            scope: DecisionScope::Once,
+            yes: true,
+        };
+        decide_one(layout, now, &next, next_decision, key, out)?;
     }
 }
 
@@ -411,11 +417,11 @@ fn decide_one(
     layout: &Layout,
     now: Timestamp,
     challenge_digest: &str,
-    grant: bool,
+    decision: Decision,
     key: &Path,
-    yes: bool,
     out: &mut dyn Write,
 ) -> Result<u8, CliError> {
+    let Decision { grant, scope, yes } = decision;
     let now = UtcMicros(now.0);
     let record = run_step(
         "consent challenge",
@@ -448,6 +454,20 @@ fn decide_one(
     }
     let file = read_device_key(key).map_err(person("consent"))?;
     let verb = if grant { "approve" } else { "deny" };
+    // A standing decision is a change of the signed registry, which only a sealed key (at
+    // presence) may make: refused before anything is asked or signed (spec/decisions.md §16).
+    if scope != DecisionScope::Once && !file.is_sealed() {
+        return Err(CliError::Step {
+            step: "consent",
+            message: format!(
+                "{} is a plain file key; a decision --scope {} is made only with a sealed \
+                 device key",
+                key.display(),
+                scope.as_str()
+            ),
+            exit: EXIT_OUTCOME,
+        });
+    }
     // The question and a sealed key's passphrase are read from the controlling terminal only;
     // a plain file key with --yes needs none (and is refused where presence is required).
     let mut tty = if yes && !file.is_sealed() {
@@ -455,9 +475,19 @@ fn decide_one(
     } else {
         Some(Terminal::open(&format!("`ctx consent {verb}`"))?)
     };
+    let question = match scope {
+        DecisionScope::Once => format!("{verb} this install? [y/N] "),
+        DecisionScope::Session => {
+            format!("{verb} this install for the rest of its session? [y/N] ")
+        }
+        DecisionScope::Workspace => {
+            format!("{verb} this install in its workspace from now on? [y/N] ")
+        }
+        DecisionScope::Always => format!("{verb} this install always, anywhere? [y/N] "),
+    };
     if !yes
         && let Some(tty) = tty.as_mut()
-        && !tty.confirm(&format!("{verb} this install? [y/N] "))?
+        && !tty.confirm(&question)?
     {
         writeln!(out, "not confirmed; nothing was signed")?;
         return Ok(EXIT_OUTCOME);
@@ -483,7 +513,39 @@ fn decide_one(
         HostCommand::ConsentResolve,
         Json::object([("assertion", Json::str(assertion))]),
     )?;
-    report_resolution(out, "device", &entry, &resolved, "")
+    let status = report_resolution(out, "device", &entry, &resolved, "")?;
+    if scope != DecisionScope::Once {
+        let id = crate::standing::remember(
+            layout,
+            now,
+            challenge_digest,
+            grant,
+            scope,
+            &signer,
+            &entry,
+        )?;
+        writeln!(
+            out,
+            "remembered as standing decision {id} ({} this exact install {}); `ctx consent \
+             revoke {id}` takes it back",
+            if grant { "grants" } else { "denies" },
+            match scope {
+                DecisionScope::Session => "for the rest of its session",
+                DecisionScope::Workspace => "in its workspace",
+                _ => "everywhere",
+            }
+        )?;
+    }
+    Ok(status)
+}
+
+/// What the person decides about one challenge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub(crate) grant: bool,
+    pub(crate) scope: DecisionScope,
+    /// Skip the question (never the passphrase).
+    pub(crate) yes: bool,
 }
 
 /// What a resolved decision did, and the next challenge of its plan if one was published.

@@ -37,7 +37,7 @@ pub use hosts::{
 pub use profile::{AgentLayout, CLAUDE, CODEX, HandlerStyle, HostProfile, McpLayout};
 pub use session::{
     HOOK_INPUT_MAX_BYTES, HOOK_SESSION_ID_MAX_BYTES, HOOK_TEXT_MAX_CHARS, HookContext, HookInput,
-    HookReply, SessionError, failure_json, read_session, run_hook, session_stream,
+    HookReply, SessionError, failure_json, is_hook_session, read_session, run_hook, session_stream,
 };
 
 /// True when the fail point `name` is configured to fire (feature `failpoints`, which exists only

@@ -20,7 +20,7 @@ use ctx_projections::streams::{HOST_SESSION_KIND, HOST_SESSION_NAMESPACE};
 use ctx_service::{
     ActivationReport, ChallengeReader, DesiredSetRequest, IngestError, InstallConsentPolicy,
     JOURNAL_LOCK_WAIT, Layout, PolicyStoreError, QueryRequest, Runtime, RuntimeError, ServiceError,
-    WorkRequest, challenge_record, ingest_catalog, logical_id, uninstallable,
+    TrustState, WorkRequest, challenge_record, ingest_catalog, logical_id, uninstallable,
 };
 
 use crate::host_actuator::HostActivationDriver;
@@ -39,6 +39,9 @@ pub const HOOK_SESSION_ID_MAX_BYTES: usize = 96;
 const SESSION_RECORDS_READ_MAX: usize = 1024;
 /// How many of a session's latest queries a hook advances activations of.
 const SESSION_QUERIES_MAX: usize = 16;
+/// Most challenges one prompt resolves for the person from their earlier decisions: a plan has
+/// at most five selections.
+const DELEGATED_PER_PROMPT_MAX: usize = 5;
 
 /// Why a hook call did nothing for the host. The sentence is what the person sees
 /// (spec/cli.md §7: a hook never blocks the host; its glue turns this into a `systemMessage`).
@@ -307,16 +310,19 @@ fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, 
     let cwd = input.cwd()?;
     ensure_catalog(ctx.layout)?;
     let journal = open_journal(ctx.layout)?;
-    let queries = session_queries(&read_session(&journal, ctx.host, &input.session)?);
-    // What the person approved since the session's last prompt becomes visible now, and what
-    // still awaits them is listed.
-    let (activations, pending) = if queries.is_empty() {
-        (Activations::default(), Vec::new())
+    let earlier = read_session(&journal, ctx.host, &input.session)?;
+    let queries = session_queries(&earlier);
+    // What the person approved since the session's last prompt becomes visible now, what rests
+    // on a grant they revoked is taken away, and what still awaits them is listed.
+    let (activations, pending, retired) = if queries.is_empty() {
+        (Activations::default(), Vec::new(), Vec::new())
     } else {
         let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
-        let activations = activate(ctx, cwd, &runtime, &queries);
+        let (retired, notes) = retire_revoked(&runtime, &earlier);
+        let mut activations = activate(ctx, cwd, &runtime, &queries);
+        activations.errors.extend(notes);
         let pending = pending_challenges(&runtime, &queries, ctx.layout, UtcMicros(ctx.now.0));
-        (activations, pending)
+        (activations, pending, retired)
     };
     record(
         &journal,
@@ -324,6 +330,10 @@ fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, 
         input,
         "session-start",
         vec![
+            (
+                "ended_query_refs",
+                Json::Arr(retired.iter().map(Json::str).collect()),
+            ),
             ("source", opt_str(input.str("source"))),
             ("workspace_digest", Json::str(workspace_digest(cwd))),
         ],
@@ -387,6 +397,8 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     // challenge is published for it; only an expired one may be asked again.
     let journal = open_journal(ctx.layout)?;
     let earlier = read_session(&journal, ctx.host, &input.session)?;
+    // What rests on a grant the person revoked is taken away first (spec/cli.md §7.3).
+    let (retired, retire_notes) = retire_revoked(&runtime, &earlier);
     let work_ref = runtime.observe_work(&work)?;
     let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
     let prepared = runtime.service().prepare(&query)?;
@@ -399,16 +411,33 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             .iter()
             .filter(|r| r.get_str("query_ref") != Some(query_ref.as_str())),
         ctx.layout,
+        runtime.trust(),
         UtcMicros(ctx.now.0),
     );
     // The person must set up manual capabilities; everything else this data directory can
     // install (or load from the catalog) is chosen.
+    // A capability whose exact install the person denied for this session, this workspace or
+    // always is not offered (spec/cli.md §7.3, spec/decisions.md §16).
+    let workspace_id = format!("ws-{}", &workspace_digest(&cwd)[..16]);
+    let standing_denied: Vec<&str> = selections
+        .iter()
+        .filter(|s| {
+            s.install_descriptor_digest().is_some_and(|d| {
+                runtime
+                    .trust()
+                    .denial_for(s.capability_id(), d, &input.session, &workspace_id)
+                    .is_some()
+            })
+        })
+        .map(|s| s.capability_id())
+        .collect();
     let chosen: Vec<&str> = selections
         .iter()
         .filter(|s| matches!(s.actionability(), "load" | "install"))
         .map(|s| s.capability_id())
         .filter(|id| uninstallable(runtime.loaded(), id).is_none())
         .filter(|id| !asked.iter().any(|a| a.capability_id == *id))
+        .filter(|id| !standing_denied.contains(id))
         .collect();
     let manual: Vec<&str> = selections
         .iter()
@@ -480,9 +509,41 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             DesiredSetRequest::new(&query_ref, &logical_id("choice", &query_ref), &main, None)?;
         Some(runtime.service().set_desired(&request)?)
     };
-    let challenge = desired.as_ref().and_then(|d| d.challenge());
-    let challenge_id = challenge.map(|c| c.capability_id());
-    let challenge_digest = challenge.map(|c| c.challenge_digest());
+    // A challenge the person already decided — by a standing decision that covers it, or by a
+    // grant they signed for the same exact install before — is resolved for them at once, and
+    // the plan moves on to its next (spec/decisions.md §16.3). What is left asks the person.
+    let mut challenge: Option<(String, String)> =
+        desired.as_ref().and_then(|d| d.challenge()).map(|c| {
+            (
+                c.capability_id().to_owned(),
+                c.challenge_digest().to_owned(),
+            )
+        });
+    let mut delegated: Vec<(String, &'static str, String)> = Vec::new();
+    let mut delegation_note = None;
+    while let Some((id, digest)) = challenge.clone() {
+        if delegated.len() >= DELEGATED_PER_PROMPT_MAX {
+            break;
+        }
+        match runtime.resolve_delegated(&digest, &is_hook_session) {
+            Ok(Some((basis, result))) => {
+                delegated.push((id, result.outcome(), basis.reference().to_owned()));
+                challenge = result.next_challenge().map(|c| {
+                    (
+                        c.capability_id().to_owned(),
+                        c.challenge_digest().to_owned(),
+                    )
+                });
+            }
+            Ok(None) => break,
+            Err(e) => {
+                delegation_note = Some(format!("{id} waits for the person: {e}"));
+                break;
+            }
+        }
+    }
+    let challenge_id = challenge.as_ref().map(|(id, _)| id.as_str());
+    let challenge_digest = challenge.as_ref().map(|(_, d)| d.as_str());
     // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
     // have decided meanwhile). An earlier prompt without a challenge had its activations carried
     // out at the time; the session start retries everything.
@@ -504,7 +565,17 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             queries.push(q.clone());
         }
     }
-    let activations = activate(ctx, &cwd, &runtime, &queries);
+    // A query ended for a revocation is advanced once more, by this call, to carry out its
+    // deactivations; later prompts leave it to the session's end.
+    let ended_before = ended_queries(&earlier);
+    queries.retain(|q| !ended_before.contains(&q.as_str()));
+    for q in &retired {
+        if !queries.contains(q) {
+            queries.push(q.clone());
+        }
+    }
+    let mut activations = activate(ctx, &cwd, &runtime, &queries);
+    activations.errors.extend(retire_notes);
     // A denial is told to the model once: ids already reported by an earlier prompt are not.
     let reported: Vec<&str> = earlier
         .iter()
@@ -520,7 +591,13 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
                 .iter()
                 .any(|a| a.capability_id == *id && a.outcome == Asked::Denied)
         })
+        .chain(standing_denied.iter().copied())
         .filter(|id| !reported.contains(id))
+        .collect();
+    let delegated_granted: Vec<&str> = delegated
+        .iter()
+        .filter(|(_, outcome, _)| *outcome != "denied")
+        .map(|(id, _, _)| id.as_str())
         .collect();
     record(
         &journal,
@@ -538,6 +615,25 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
                 "declined_capability_ids",
                 Json::Arr(declined.iter().map(|id| Json::str(*id)).collect()),
             ),
+            (
+                "delegated",
+                Json::Arr(
+                    delegated
+                        .iter()
+                        .filter(|(_, outcome, _)| *outcome != "denied")
+                        .map(|(id, _, basis)| {
+                            Json::object([
+                                ("basis", Json::str(basis)),
+                                ("capability_id", Json::str(id)),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+            (
+                "ended_query_refs",
+                Json::Arr(retired.iter().map(Json::str).collect()),
+            ),
             ("load_query_ref", opt_str(load_query_ref.as_deref())),
             ("plan_id", Json::str(plan_id)),
             ("query_ref", Json::str(&query_ref)),
@@ -553,8 +649,11 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     for s in selections {
         let id = s.capability_id();
         let before = asked.iter().find(|a| a.capability_id == id);
+        let denied_before = before.is_some_and(|a| a.outcome == Asked::Denied)
+            || standing_denied.contains(&id)
+            || delegated.iter().any(|(d, o, _)| d == id && *o == "denied");
         // A denial reported once is not repeated; the model simply does not get it.
-        if before.is_some_and(|a| a.outcome == Asked::Denied) && !declined.contains(&id) {
+        if denied_before && !declined.contains(&id) {
             continue;
         }
         let label = runtime
@@ -568,7 +667,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             || before.is_some_and(|a| a.outcome == Asked::Waiting)
         {
             "awaits the person's decision, which only they can give outside this session".to_owned()
-        } else if before.is_some_and(|a| a.outcome == Asked::Denied) {
+        } else if denied_before {
             "was declined by the person; ctx will not offer it again in this session".to_owned()
         } else if before.is_some_and(|a| a.outcome == Asked::Granted) {
             "was approved by the person earlier in this session".to_owned()
@@ -578,6 +677,8 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             "needs manual setup by the person".to_owned()
         } else if activations.is_active(id) {
             "is active".to_owned()
+        } else if delegated_granted.contains(&id) {
+            "is installed on the person's earlier approval".to_owned()
         } else if chosen.contains(&id) {
             match s.actionability() {
                 "load" => "is available from the catalog".to_owned(),
@@ -589,6 +690,9 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         context.push_str(&format!(" {id} ({label}) {state}."));
     }
     activations.describe(&mut context);
+    if let Some(note) = delegation_note {
+        context.push_str(&format!(" {note}."));
+    }
     let message = match (challenge_id, challenge_digest) {
         (Some(id), Some(digest)) => Some(format!(
             "ctx: {id} awaits your consent. In your own terminal run `ctx consent approve \
@@ -796,6 +900,14 @@ fn activate(
 // The session stream
 // ------------------------------------------------------------------------------------------------
 
+/// True when `session_id` (an engine session's) is one a host hook opened: its challenges need
+/// presence (spec/decisions.md §12.4).
+pub fn is_hook_session(session_id: &str) -> bool {
+    AgentHost::ALL
+        .iter()
+        .any(|host| session_id.starts_with(&format!("{}:", host.as_str())))
+}
+
 /// The journal stream of a host session (`session` is `<host>:<session_id>`).
 pub fn session_stream(host: AgentHost, session: &str) -> Result<StreamId, SessionError> {
     StreamId::derive(
@@ -895,6 +1007,65 @@ fn session_queries(session: &[Json]) -> Vec<String> {
     queries.split_off(skip)
 }
 
+/// The capabilities a prompt record says were granted for the person from an earlier decision,
+/// with the basis each rested on (a standing decision id or a challenge digest).
+fn delegated_of(record: &Json) -> impl Iterator<Item = (&str, &str)> {
+    record
+        .get("delegated")
+        .and_then(Json::as_arr)
+        .into_iter()
+        .flatten()
+        .filter_map(|d| Some((d.get_str("capability_id")?, d.get_str("basis")?)))
+}
+
+/// The queries a session's prompts ended for a revocation.
+fn ended_queries(session: &[Json]) -> Vec<&str> {
+    session
+        .iter()
+        .filter_map(|r| r.get("ended_query_refs").and_then(Json::as_arr))
+        .flatten()
+        .filter_map(Json::as_str)
+        .collect()
+}
+
+/// The queries of a session that rest on a grant the person revoked since and were not ended
+/// yet: the challenge its prompt asked, or a basis a grant of it rested on (spec/cli.md §7.3).
+fn revoked_queries(session: &[Json], trust: &TrustState) -> Vec<String> {
+    let ended = ended_queries(session);
+    let mut revoked: Vec<String> = Vec::new();
+    for record in session {
+        let Some(query_ref) = record.get_str("query_ref") else {
+            continue;
+        };
+        let asked_revoked = record
+            .get_str("challenge_digest")
+            .is_some_and(|d| trust.challenge_revoked(d, u64::MAX));
+        let basis_revoked = delegated_of(record).any(|(_, basis)| trust.basis_revoked(basis));
+        if (asked_revoked || basis_revoked)
+            && !ended.contains(&query_ref)
+            && !revoked.iter().any(|q| q == query_ref)
+        {
+            revoked.push(query_ref.to_owned());
+        }
+    }
+    revoked
+}
+
+/// Ends the engine sessions of the queries whose grant the person revoked (their capabilities
+/// are deactivated by the activation pass that follows) and returns them, with a sentence for
+/// each that could not be ended.
+fn retire_revoked(runtime: &Runtime, session: &[Json]) -> (Vec<String>, Vec<String>) {
+    let mut ended = Vec::new();
+    let mut notes = Vec::new();
+    for query_ref in revoked_queries(session, runtime.trust()) {
+        match runtime.service().end_session(&query_ref) {
+            Ok(_) => ended.push(query_ref),
+            Err(e) => notes.push(format!("a revoked grant stays active for now: {e}")),
+        }
+    }
+    (ended, notes)
+}
+
 /// How an earlier challenge of a host session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Asked {
@@ -917,12 +1088,18 @@ struct AskedBefore {
 fn asked_before<'a>(
     session: impl Iterator<Item = &'a Json>,
     layout: &Layout,
+    trust: &TrustState,
     now: UtcMicros,
 ) -> (Vec<AskedBefore>, Vec<String>) {
     let mut asked: Vec<AskedBefore> = Vec::new();
     let mut waiting_queries: Vec<String> = Vec::new();
     let mut session = session
-        .filter(|v| v.get_str("challenge_digest").is_some())
+        .filter(|v| {
+            v.get_str("challenge_digest").is_some()
+                || v.get("delegated")
+                    .and_then(Json::as_arr)
+                    .is_some_and(|a| !a.is_empty())
+        })
         .peekable();
     // Most prompts follow none that asked: the consent store is opened only when one did.
     if session.peek().is_none() {
@@ -932,6 +1109,17 @@ fn asked_before<'a>(
         return (asked, waiting_queries);
     };
     for value in session {
+        // Granted for the person from their earlier decision, and activated by that prompt.
+        // A grant the person revoked since counts as never given: it may be asked again.
+        for (id, basis) in delegated_of(value) {
+            asked.retain(|a| a.capability_id != id);
+            if !trust.basis_revoked(basis) {
+                asked.push(AskedBefore {
+                    capability_id: id.to_owned(),
+                    outcome: Asked::Granted,
+                });
+            }
+        }
         let (Some(id), Some(digest)) = (
             value.get_str("challenge_capability_id"),
             value.get_str("challenge_digest"),
@@ -943,6 +1131,7 @@ fn asked_before<'a>(
         };
         let outcome = match (record.state(), record.decision()) {
             (ChallengeState::Expired, _) => None,
+            (_, Some("granted")) if trust.challenge_revoked(digest, u64::MAX) => None,
             (ChallengeState::Pending | ChallengeState::ReauthenticationRequired, _) => {
                 Some(Asked::Waiting)
             }

@@ -176,13 +176,19 @@ pub fn read_device_key(path: &Path) -> Result<DeviceKeyFile, RuntimeError> {
 /// none.
 pub(super) fn verifier_registry(
     trust: &TrustState,
+    admissions: &super::delegated::Admissions,
 ) -> Result<Option<Arc<TrustedHumanDecisionVerifierRegistry>>, RuntimeError> {
     let mut registrations = Vec::new();
     for registered in trust.active() {
         let entry = &registered.entry;
-        let verifier = entry
-            .verifier()
-            .map_err(|e| component("the verifier registry refused")(e.to_string()))?;
+        let verifier: Arc<dyn crate::decision::HumanDecisionVerifier> =
+            Arc::new(super::delegated::AdmittingVerifier {
+                inner: entry
+                    .verifier()
+                    .map_err(|e| component("the verifier registry refused")(e.to_string()))?,
+                authenticator_id: entry.authenticator_id.clone(),
+                admissions: admissions.clone(),
+            });
         registrations.push(
             HumanDecisionVerifierRegistration::new(
                 CONSENT_AUDIENCE,

@@ -13,6 +13,7 @@
 //! `work` (stored work observations, spec/cli.md §4) and `catalog_lock` (spec/cli.md §2).
 
 mod catalog_lock;
+mod delegated;
 mod device;
 mod work;
 
@@ -301,6 +302,8 @@ pub struct Runtime {
     policy_store: InstallPolicyStore,
     trust: TrustState,
     service: QueryService,
+    /// The delegated decisions this process checked (spec/decisions.md §16.3).
+    admissions: delegated::Admissions,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -424,6 +427,7 @@ impl Runtime {
         .map_err(|e| component("the material store refused")(e.to_string()))?
         .with_gate(CasGate::Materials);
         let clock = Arc::new(ManualClock::new(now));
+        let admissions = delegated::Admissions::default();
         let service_clock: Arc<dyn Clock> = clock.clone();
         let service = open_query_service(QueryServiceConfig {
             data_dir: layout.journal(),
@@ -440,7 +444,7 @@ impl Runtime {
             skill_cas: Some(Arc::new(skill_cas)),
             material_store: Some(Arc::new(material_store)),
             consent: Some(consent_config(layout)),
-            verifier_registry: verifier_registry(&trust)?,
+            verifier_registry: verifier_registry(&trust, &admissions)?,
         })?;
         Ok(Runtime {
             layout: layout.clone(),
@@ -453,6 +457,7 @@ impl Runtime {
             policy_store,
             trust,
             service,
+            admissions,
         })
     }
 
@@ -519,7 +524,23 @@ impl Runtime {
         }
         // An unknown authenticator or a forged signature is the service's to refuse
         // (`unverifiable`).
-        Ok(self.service.resolve_consent(assertion_payload)?)
+        let result = self.service.resolve_consent(assertion_payload)?;
+        // A signed grant whose material was installed may stand for later challenges of the same
+        // exact install (spec/decisions.md §16.3); the index only points at it.
+        if assertion.decision().as_str() == "granted"
+            && result.outcome() == "installed-inactive"
+            && crate::trust::DelegatedBasis::of_proof(assertion.proof()).is_none()
+            && let Ok(record) =
+                challenge_record(&self.layout, assertion.challenge_digest(), self.now())
+        {
+            let journal = crate::managed::open_service_journal(&self.layout.journal())?;
+            crate::trust::record_install_grant(
+                &journal,
+                record.challenge(),
+                ctx_journal::Timestamp(self.now().0),
+            )?;
+        }
+        Ok(result)
     }
 
     pub fn service(&self) -> &QueryService {

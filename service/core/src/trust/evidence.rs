@@ -19,6 +19,7 @@ use ctx_projections::streams::{
     CHALLENGE_KIND, DECISION_EVIDENCE_KIND, DECISION_EVIDENCE_NAMESPACE, DECISION_READY_KIND,
 };
 
+use super::delegated::{DelegatedBasis, check_delegated};
 use super::webauthn::WebAuthnProof;
 
 use super::{Assurance, TrustError, TrustState, VerifierEntry, required_assurance};
@@ -31,6 +32,28 @@ pub const DECISION_EVIDENCE_RECORDS_MAX: usize = 64;
 fn evidence_stream(challenge_digest: &str) -> Result<StreamId, TrustError> {
     StreamId::derive(DECISION_EVIDENCE_NAMESPACE, challenge_digest.as_bytes())
         .map_err(|e| TrustError::Entry(format!("challenge digest {challenge_digest:?}: {e}")))
+}
+
+/// The evidence records of the challenge `challenge_digest` whose assertion decodes, oldest first.
+pub(super) fn read_evidence(
+    journal: &Journal,
+    challenge_digest: &str,
+) -> Result<Vec<(Record, SignedHumanDecisionAssertion)>, TrustError> {
+    Ok(journal
+        .read_stream(
+            &evidence_stream(challenge_digest)?,
+            1,
+            DECISION_EVIDENCE_RECORDS_MAX,
+        )?
+        .into_iter()
+        .filter_map(|record| {
+            let value = Json::parse(std::str::from_utf8(&record.payload).ok()?).ok()?;
+            let assertion =
+                SignedHumanDecisionAssertion::decode(value.get_str("assertion")?.as_bytes())
+                    .ok()?;
+            Some((record, assertion))
+        })
+        .collect())
 }
 
 /// The capability kind a capability id names by its prefix (`skill:`, `agent:`, `mcp:`).
@@ -51,19 +74,46 @@ pub fn record_decision_evidence(
     required: Assurance,
     now: Timestamp,
 ) -> Result<(), TrustError> {
+    record_evidence(journal, assertion, entry, required, None, now)
+}
+
+/// Journals the evidence of a decision ctx records for the person on `basis` (spec/decisions.md
+/// §16.3), checked by the caller; `entry` is the verifier the basis rests on.
+pub fn record_delegated_evidence(
+    journal: &Journal,
+    assertion: &SignedHumanDecisionAssertion,
+    entry: &VerifierEntry,
+    required: Assurance,
+    basis: &DelegatedBasis,
+    now: Timestamp,
+) -> Result<(), TrustError> {
+    record_evidence(journal, assertion, entry, required, Some(basis), now)
+}
+
+fn record_evidence(
+    journal: &Journal,
+    assertion: &SignedHumanDecisionAssertion,
+    entry: &VerifierEntry,
+    required: Assurance,
+    basis: Option<&DelegatedBasis>,
+    now: Timestamp,
+) -> Result<(), TrustError> {
     let encoded = assertion
         .encode()
         .map_err(|e| TrustError::Entry(format!("the decision's assertion: {e}")))?;
     let encoded = String::from_utf8(encoded)
         .map_err(|_| TrustError::Entry("the decision's assertion is not UTF-8".to_owned()))?;
-    let payload = Json::object([
+    let mut fields = vec![
         ("assertion", Json::str(encoded)),
         ("assurance", Json::str(entry.assurance().as_str())),
         ("challenge_digest", Json::str(assertion.challenge_digest())),
         ("required_assurance", Json::str(required.as_str())),
         ("verifier_kind", Json::str(entry.kind.as_str())),
-    ])
-    .to_cja();
+    ];
+    if let Some(basis) = basis {
+        fields.push(("basis", Json::str(basis.kind())));
+    }
+    let payload = Json::object(fields).to_cja();
     let event_id = format!("decision-evidence-{}", &sha256_hex(&payload)[..48]);
     let stream = evidence_stream(assertion.challenge_digest())?;
     // A replayed assertion is already in evidence (its record carries the first attempt's time,
@@ -123,7 +173,7 @@ pub fn audit_decisions(
             std::ops::ControlFlow::Continue(())
         })
         .map_err(|e| TrustError::Entry(format!("the journal's streams: {e}")))?;
-    let mut checks = Vec::new();
+    let mut challenges = Vec::new();
     for stream in challenge_streams {
         let records = journal.read_stream(
             &stream,
@@ -141,13 +191,24 @@ pub fn audit_decisions(
         else {
             continue;
         };
+        challenges.push((challenge, records));
+    }
+    let earlier = |digest: &str| {
+        challenges
+            .iter()
+            .find(|(c, _)| c.challenge_digest() == digest)
+            .map(|(c, _)| c.clone())
+    };
+    let mut checks = Vec::new();
+    for (challenge, records) in &challenges {
         for record in records.iter().filter(|r| r.kind == DECISION_READY_KIND) {
             checks.push(check_decision(
                 journal,
                 trust,
-                &challenge,
+                challenge,
                 record,
                 hook_published,
+                &earlier,
             )?);
         }
     }
@@ -160,6 +221,7 @@ fn check_decision(
     challenge: &InstallConsentChallenge,
     record: &Record,
     hook_published: &dyn Fn(&str) -> bool,
+    earlier: &dyn Fn(&str) -> Option<InstallConsentChallenge>,
 ) -> Result<DecisionCheck, TrustError> {
     let required = required_assurance(
         capability_kind_of(challenge.capability_id()),
@@ -207,6 +269,26 @@ fn check_decision(
         || assertion.challenge_digest() != challenge.challenge_digest()
     {
         check.problem = Some("the journaled assertion is not the one the decision names".into());
+        return Ok(check);
+    }
+    // A decision ctx recorded for the person rests on one they signed before (§16.3).
+    if let Some(basis) = DelegatedBasis::of_proof(assertion.proof()) {
+        match check_delegated(
+            journal,
+            trust,
+            challenge,
+            &assertion,
+            &basis,
+            record.position,
+            required,
+            earlier,
+        ) {
+            Ok(entry) => {
+                check.verifier_kind = Some(entry.kind.as_str().to_owned());
+                check.assurance = Some(entry.assurance());
+            }
+            Err(problem) => check.problem = Some(format!("its {} basis: {problem}", basis.kind())),
+        }
         return Ok(check);
     }
     let Some(registered) = trust.at_position(assertion.authenticator_id(), record.position) else {

@@ -8,8 +8,10 @@
 //! its digest (or, for the very first presence verifier, when it was made from a terminal), and a
 //! registration also proves possession of the registered key.
 
+mod delegated;
 mod evidence;
 mod sealed;
+mod standing;
 mod webauthn;
 
 use std::sync::Arc;
@@ -23,14 +25,22 @@ use ctx_projections::streams::{TRUST_CHANGE_KIND, TRUST_STREAM_NAMESPACE};
 
 use crate::decision::{Ed25519Signer, Ed25519Verifier, HumanDecisionVerifier};
 
+pub use delegated::{
+    DelegatedBasis, INSTALL_GRANTS_READ_MAX, INSTALLED_PROOF_PREFIX, STANDING_PROOF_PREFIX,
+    challenge_scope, check_delegated, host_session_of, indexed_grants, record_install_grant,
+    signed_grant,
+};
 pub use evidence::{
     DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, audit_decisions, capability_kind_of,
-    highest_passkey_counter, record_decision_evidence,
+    highest_passkey_counter, record_decision_evidence, record_delegated_evidence,
 };
 pub use sealed::{
     PASSPHRASE_MAX_BYTES, PASSPHRASE_MIN_CHARS, SEALED_KEY_BYTES, SEALED_KEY_FORMAT_VERSION,
     SEALED_KEY_MAGIC, SealError, SealParams, check_passphrase, seal_signer, sealed_public_key,
     unseal_signer,
+};
+pub use standing::{
+    RevokeTarget, STANDING_SCOPE_KEY_MAX_CHARS, StandingDecision, StandingEntry, StandingScope,
 };
 pub use webauthn::{
     OriginPolicy, WEBAUTHN_ATTESTATION_MAX_BYTES, WEBAUTHN_AUTHENTICATOR_DATA_MAX_BYTES,
@@ -270,6 +280,10 @@ pub enum TrustChange {
     ApprovePolicy {
         policy_digest: String,
     },
+    /// The person's grant or denial that stands beyond one challenge (spec/decisions.md §16).
+    Standing(StandingDecision),
+    /// The person takes back a standing decision, or the grant one challenge recorded.
+    Revoke(RevokeTarget),
 }
 
 impl TrustChange {
@@ -285,6 +299,14 @@ impl TrustChange {
             TrustChange::ApprovePolicy { policy_digest } => Json::object([
                 ("op", Json::str("approve-policy")),
                 ("policy_digest", Json::str(policy_digest)),
+            ]),
+            TrustChange::Standing(decision) => Json::object([
+                ("decision", decision.to_json()),
+                ("op", Json::str("standing")),
+            ]),
+            TrustChange::Revoke(target) => Json::object([
+                ("op", Json::str("revoke")),
+                ("target", Json::str(target.as_str())),
             ]),
         }
     }
@@ -306,6 +328,12 @@ impl TrustChange {
                     .ok_or("a policy approval names no policy digest")?
                     .to_owned(),
             }),
+            Some("standing") => Ok(TrustChange::Standing(StandingDecision::from_json(
+                value.get("decision").unwrap_or(&Json::Null),
+            )?)),
+            Some("revoke") => Ok(TrustChange::Revoke(
+                RevokeTarget::parse(value.get_str("target").unwrap_or_default()).map_err(Reason)?,
+            )),
             other => Err(format!("trust change op {other:?} is not known").into()),
         }
     }
@@ -324,6 +352,13 @@ impl TrustChange {
             }
             TrustChange::ApprovePolicy { policy_digest } => {
                 format!("approve install policy {policy_digest}, which grants installs by itself")
+            }
+            TrustChange::Standing(decision) => decision.describe(),
+            TrustChange::Revoke(RevokeTarget::Standing(id)) => {
+                format!("revoke standing decision {id}")
+            }
+            TrustChange::Revoke(RevokeTarget::Challenge(digest)) => {
+                format!("revoke the grant given at challenge {digest}")
             }
         }
     }
@@ -456,6 +491,9 @@ pub struct TrustState {
     revision: u64,
     verifiers: Vec<RegisteredVerifier>,
     approved_policies: Vec<String>,
+    standing: Vec<StandingEntry>,
+    /// Challenges whose grant the person revoked, with the journal position of the revocation.
+    revoked_challenges: Vec<(String, u64)>,
 }
 
 impl TrustState {
@@ -499,6 +537,82 @@ impl TrustState {
     /// True when the policy `digest` was approved by the person.
     pub fn policy_approved(&self, digest: &str) -> bool {
         self.approved_policies.iter().any(|d| d == digest)
+    }
+
+    /// Every standing decision ever made, revoked ones included, oldest first.
+    pub fn standing(&self) -> &[StandingEntry] {
+        &self.standing
+    }
+
+    /// The standing decision that applies to the exact install `capability_id` (descriptor and
+    /// material digests) in host session `session` of workspace `workspace`, at the registry's
+    /// head: a denial wins over a grant, and otherwise the newest applies.
+    pub fn standing_for(
+        &self,
+        capability_id: &str,
+        descriptor_digest: &str,
+        material_identity_digest: &str,
+        session: &str,
+        workspace: &str,
+    ) -> Option<&StandingEntry> {
+        let mut applying = self.standing.iter().filter(|e| {
+            e.revoked_position.is_none()
+                && e.decision
+                    .binds(capability_id, descriptor_digest, material_identity_digest)
+                && e.decision.scope.covers(session, workspace)
+        });
+        let mut found: Option<&StandingEntry> = None;
+        for entry in applying.by_ref() {
+            if !entry.decision.granted {
+                return Some(entry);
+            }
+            found = Some(entry);
+        }
+        found
+    }
+
+    /// The standing denial of `capability_id` with install descriptor `descriptor_digest` (which
+    /// covers the material's identity) in `session` / `workspace`, if the person made one: a
+    /// hook leaves such a capability out of its choice before any challenge exists.
+    pub fn denial_for(
+        &self,
+        capability_id: &str,
+        descriptor_digest: &str,
+        session: &str,
+        workspace: &str,
+    ) -> Option<&StandingEntry> {
+        self.standing.iter().find(|e| {
+            e.revoked_position.is_none()
+                && !e.decision.granted
+                && e.decision.capability_id == capability_id
+                && e.decision.descriptor_digest == descriptor_digest
+                && e.decision.scope.covers(session, workspace)
+        })
+    }
+
+    /// True when the grant recorded at `challenge_digest` was revoked before journal position
+    /// `position` (`u64::MAX`: at all).
+    /// Revoking a standing decision also revokes the grant signed at the challenge where it was
+    /// made, so that grant's material is not reused either (spec/decisions.md §16.4).
+    pub fn challenge_revoked(&self, challenge_digest: &str, position: u64) -> bool {
+        self.revoked_challenges
+            .iter()
+            .any(|(d, at)| d == challenge_digest && *at < position)
+            || self.standing.iter().any(|e| {
+                e.decision.granted
+                    && e.decision.challenge_digest == challenge_digest
+                    && e.revoked_position.is_some_and(|at| at < position)
+            })
+    }
+
+    /// True when a delegated decision's basis reference (a standing decision id or a challenge
+    /// digest) is revoked now.
+    pub fn basis_revoked(&self, reference: &str) -> bool {
+        self.challenge_revoked(reference, u64::MAX)
+            || self
+                .standing
+                .iter()
+                .any(|e| e.id == reference && e.revoked_position.is_some())
     }
 
     /// True when some active verifier has at least presence assurance.
@@ -615,6 +729,53 @@ impl TrustState {
                 }
                 if !self.policy_approved(policy_digest) {
                     self.approved_policies.push(policy_digest.clone());
+                }
+            }
+            TrustChange::Standing(decision) => {
+                let approval = match (&record.approval, record.basis) {
+                    (Some(a), TrustBasis::Approved) => a,
+                    _ => return Err("a standing decision must be signed".into()),
+                };
+                decision.check()?;
+                let id = decision.id();
+                if self
+                    .standing
+                    .iter()
+                    .any(|e| e.id == id && e.revoked_position.is_none())
+                {
+                    return Err(format!("standing decision {id} is already in force").into());
+                }
+                self.standing.push(StandingEntry {
+                    id,
+                    decision: decision.clone(),
+                    decided_by: approval.authenticator_id().to_owned(),
+                    decided_at: at,
+                    position,
+                    revoked_position: None,
+                });
+            }
+            TrustChange::Revoke(target) => {
+                if record.basis != TrustBasis::Approved {
+                    return Err("a revocation must be signed".into());
+                }
+                match target {
+                    RevokeTarget::Standing(id) => {
+                        let entry = self
+                            .standing
+                            .iter_mut()
+                            .find(|e| e.id == *id && e.revoked_position.is_none())
+                            .ok_or_else(|| format!("standing decision {id} is not in force"))?;
+                        entry.revoked_position = Some(position);
+                    }
+                    RevokeTarget::Challenge(digest) => {
+                        if self.challenge_revoked(digest, u64::MAX) {
+                            return Err(format!(
+                                "the grant of challenge {digest} is already revoked"
+                            )
+                            .into());
+                        }
+                        self.revoked_challenges.push((digest.clone(), position));
+                    }
                 }
             }
         }
