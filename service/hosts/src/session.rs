@@ -38,10 +38,7 @@ pub const HOOK_SESSION_ID_MAX_BYTES: usize = 96;
 /// How many of a session's records a hook reads.
 const SESSION_RECORDS_READ_MAX: usize = 1024;
 /// How many of a session's latest queries a hook advances activations of.
-const SESSION_QUERIES_MAX: usize = 16;
-/// Most challenges one prompt resolves for the person from their earlier decisions: a plan has
-/// at most five selections.
-const DELEGATED_PER_PROMPT_MAX: usize = 5;
+const SESSION_QUERIES_MAX: usize = 64;
 
 /// Why a hook call did nothing for the host. The sentence is what the person sees
 /// (spec/cli.md §7: a hook never blocks the host; its glue turns this into a `systemMessage`).
@@ -382,30 +379,55 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     ensure_catalog(ctx.layout)?;
     let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
     ensure_policy(&runtime)?;
+    let journal = open_journal(ctx.layout)?;
+    let earlier = read_session(&journal, ctx.host, &input.session)?;
+    // The person may type the very same prompt again ("continue", "yes"): Claude Code's input
+    // is then byte for byte the same. A prompt whose record exists was answered, so this is a
+    // new prompt, told apart by how often it came before; a delivery killed before its record
+    // is an exact retry of itself (spec/cli.md §7.1).
+    let repeats = earlier
+        .iter()
+        .filter(|r| r.get_str("event") == Some("prompt"))
+        .filter(|r| {
+            r.get_str("host_input_digest")
+                .or_else(|| r.get_str("input_digest"))
+                == Some(input.digest.as_str())
+        })
+        .count();
+    let host_digest = input.digest.clone();
+    let repeated;
+    let input = if repeats == 0 {
+        input
+    } else {
+        repeated = HookInput {
+            digest: sha256_hex(&format!("{}:{repeats}", input.digest)),
+            ..input.clone()
+        };
+        &repeated
+    };
+    // What rests on a grant the person revoked is taken away first (spec/cli.md §7.3).
+    let (retired, retire_notes) = retire_revoked(&runtime, &earlier);
     // The engine keys a planning session by its session id and plans it once, so each prompt
     // is its own engine session: the host session with the input's digest.
+    let prompt_session = format!("{}:{}", input.session, &input.digest[..16]);
     let work = WorkRequest {
-        session_id: format!("{}:{}", input.session, &input.digest[..16]),
+        session_id: prompt_session.clone(),
         workspace: cwd.clone(),
         prompt,
         signals: Vec::new(),
         languages: Vec::new(),
         requested_limit: 5,
     };
-    // What the person was already asked in this host session (spec/cli.md §7.3): a capability
-    // whose challenge waits, was granted or was denied is not chosen again, so no second
-    // challenge is published for it; only an expired one may be asked again.
-    let journal = open_journal(ctx.layout)?;
-    let earlier = read_session(&journal, ctx.host, &input.session)?;
-    // What rests on a grant the person revoked is taken away first (spec/cli.md §7.3).
-    let (retired, retire_notes) = retire_revoked(&runtime, &earlier);
     let work_ref = runtime.observe_work(&work)?;
     let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
     let prepared = runtime.service().prepare(&query)?;
     let plan_id = prepared.prepared().plan_id();
     let query_ref = prepared.query_ref().to_owned();
     let selections = prepared.prepared().selections();
-    // This very prompt delivered again is an exact retry of its own choice, not a second ask.
+    // What the person was already asked in this host session (spec/cli.md §7.3): a capability
+    // whose challenge waits, was granted or was denied is not chosen again, so no second
+    // challenge is published for it; only an expired or revoked one may be asked again. This
+    // very prompt delivered again is an exact retry of its own choice, not a second ask.
     let (asked, waiting_queries) = asked_before(
         earlier
             .iter()
@@ -414,10 +436,8 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         runtime.trust(),
         UtcMicros(ctx.now.0),
     );
-    // The person must set up manual capabilities; everything else this data directory can
-    // install (or load from the catalog) is chosen.
     // A capability whose exact install the person denied for this session, this workspace or
-    // always is not offered (spec/cli.md §7.3, spec/decisions.md §16).
+    // always is not offered (spec/decisions.md §16).
     let workspace_id = format!("ws-{}", &workspace_digest(&cwd)[..16]);
     let standing_denied: Vec<&str> = selections
         .iter()
@@ -431,157 +451,89 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         })
         .map(|s| s.capability_id())
         .collect();
-    let chosen: Vec<&str> = selections
+    // The person must set up manual capabilities; everything else this data directory can
+    // install (or load from the catalog) is chosen.
+    let chosen: Vec<(&str, &str)> = selections
         .iter()
         .filter(|s| matches!(s.actionability(), "load" | "install"))
-        .map(|s| s.capability_id())
-        .filter(|id| uninstallable(runtime.loaded(), id).is_none())
-        .filter(|id| !asked.iter().any(|a| a.capability_id == *id))
-        .filter(|id| !standing_denied.contains(id))
+        .map(|s| (s.capability_id(), s.actionability()))
+        .filter(|(id, _)| uninstallable(runtime.loaded(), id).is_none())
+        .filter(|(id, _)| !asked.iter().any(|a| a.capability_id == *id))
+        .filter(|(id, _)| !standing_denied.contains(id))
         .collect();
     let manual: Vec<&str> = selections
         .iter()
         .filter(|s| s.actionability() == "manual")
         .map(|s| s.capability_id())
         .collect();
-    // The engine acts on one desired set in order and stops at a consent: a skill loaded from
-    // the catalog would wait behind an install the person has not decided. So when a prompt
-    // chooses both, the catalog-loaded ones get an engine session of their own (spec/cli.md
-    // §7.3) and are active at once.
+    // The engine acts on one desired set in order and stops at a consent, so nothing waits
+    // behind an install the person has not decided (spec/cli.md §7.3): the prompt's own query
+    // holds what loads from the catalog, and every install gets an engine session of its own
+    // (`<host session>:<16 hex>:i`), asked, decided and activated on its own.
     let loads: Vec<&str> = chosen
         .iter()
-        .copied()
-        .filter(|id| {
-            selections
-                .iter()
-                .any(|s| s.capability_id() == *id && s.actionability() == "load")
-        })
+        .filter(|(_, a)| *a == "load")
+        .map(|(id, _)| *id)
         .collect();
-    let split = !loads.is_empty() && loads.len() < chosen.len();
-    let load_query_ref = if split {
-        let load_work = WorkRequest {
-            session_id: format!("{}:{}:load", input.session, &input.digest[..16]),
-            ..work.clone()
-        };
-        let load_ref = runtime.observe_work(&load_work)?;
-        let load_query = QueryRequest::new(&logical_id("query", &load_ref), &load_ref)?;
-        let load_prepared = runtime.service().prepare(&load_query)?;
-        let load_query_ref = load_prepared.query_ref().to_owned();
-        let planned: Vec<&str> = loads
-            .iter()
-            .copied()
-            .filter(|id| {
-                load_prepared
-                    .prepared()
-                    .selections()
-                    .iter()
-                    .any(|s| s.capability_id() == *id)
-            })
-            .collect();
-        if !planned.is_empty() {
-            let request = DesiredSetRequest::new(
-                &load_query_ref,
-                &logical_id("choice", &load_query_ref),
-                &planned,
-                None,
-            )?;
-            runtime.service().set_desired(&request)?;
-        }
-        Some(load_query_ref)
-    } else {
-        None
-    };
-    let main: Vec<&str> = if split {
-        chosen
-            .iter()
-            .copied()
-            .filter(|id| !loads.contains(id))
-            .collect()
-    } else {
-        chosen.clone()
-    };
-    let desired = if main.is_empty() {
+    let desired = if loads.is_empty() {
         None
     } else {
-        // One choice per query: a repeated prompt is an exact retry, which resumes installs and
-        // publication instead of minting a new choice.
+        // One choice per query: a repeated prompt is an exact retry, which resumes activations
+        // instead of minting a new choice.
         let request =
-            DesiredSetRequest::new(&query_ref, &logical_id("choice", &query_ref), &main, None)?;
+            DesiredSetRequest::new(&query_ref, &logical_id("choice", &query_ref), &loads, None)?;
         Some(runtime.service().set_desired(&request)?)
     };
-    // A challenge the person already decided — by a standing decision that covers it, or by a
-    // grant they signed for the same exact install before — is resolved for them at once, and
-    // the plan moves on to its next (spec/decisions.md §16.3). What is left asks the person.
-    let mut challenge: Option<(String, String)> =
-        desired.as_ref().and_then(|d| d.challenge()).map(|c| {
-            (
-                c.capability_id().to_owned(),
-                c.challenge_digest().to_owned(),
-            )
-        });
-    let mut delegated: Vec<(String, &'static str, String)> = Vec::new();
-    let mut delegation_note = None;
-    while let Some((id, digest)) = challenge.clone() {
-        if delegated.len() >= DELEGATED_PER_PROMPT_MAX {
-            break;
-        }
-        match runtime.resolve_delegated(&digest, &is_hook_session) {
-            Ok(Some((basis, result))) => {
-                delegated.push((id, result.outcome(), basis.reference().to_owned()));
-                challenge = result.next_challenge().map(|c| {
-                    (
-                        c.capability_id().to_owned(),
-                        c.challenge_digest().to_owned(),
-                    )
-                });
-            }
-            Ok(None) => break,
-            Err(e) => {
-                delegation_note = Some(format!("{id} waits for the person: {e}"));
-                break;
-            }
-        }
-    }
-    let challenge_id = challenge.as_ref().map(|(id, _)| id.as_str());
-    let challenge_digest = challenge.as_ref().map(|(_, d)| d.as_str());
-    // This prompt's choice, and the earlier prompts' that waited for a consent (the person may
-    // have decided meanwhile). An earlier prompt without a challenge had its activations carried
-    // out at the time; the session start retries everything.
-    // A query whose challenge still waits cannot move: it is not advanced again, so a prompt's
-    // cost does not grow with the session's open questions (spec/cli.md §7.3).
-    let mut queries = session_queries(
-        &earlier
-            .iter()
-            .filter(|r| r.get_str("challenge_digest").is_some())
-            .filter(|r| {
-                r.get_str("query_ref")
-                    .is_none_or(|q| !waiting_queries.iter().any(|w| w == q))
-            })
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
-    for q in std::iter::once(&query_ref).chain(load_query_ref.as_ref()) {
-        if !queries.contains(q) {
-            queries.push(q.clone());
-        }
-    }
+    // An install's engine session is named by the prompt and the capability, so a redelivered
+    // prompt retries each install's own choice exactly.
+    let installs: Vec<InstallChoice> = chosen
+        .iter()
+        .filter(|(_, a)| *a == "install")
+        .map(|(id, _)| {
+            let key = &sha256_hex(&format!("{prompt_session}\n{id}"))[..16];
+            choose_install(&runtime, &work, &format!("{}:{key}:i", input.session), id)
+        })
+        .collect();
+    // This prompt's queries, and the earlier prompts' whose install the person may have decided
+    // meanwhile. An earlier prompt's loads were activated at the time; the session start retries
+    // everything. A query whose challenge still waits cannot move: it is not advanced again, so
+    // a prompt's cost does not grow with the session's open questions (spec/cli.md §7.3).
+    let mut queries: Vec<String> = earlier
+        .iter()
+        .flat_map(install_queries)
+        .filter(|(_, q, _)| !waiting_queries.iter().any(|w| w == q))
+        .map(|(_, q, _)| q.to_owned())
+        .collect();
+    queries.extend(legacy_queries(&earlier, &waiting_queries));
+    queries.push(query_ref.clone());
+    queries.extend(installs.iter().filter_map(|i| i.query_ref.clone()));
     // A query ended for a revocation is advanced once more, by this call, to carry out its
     // deactivations; later prompts leave it to the session's end.
     let ended_before = ended_queries(&earlier);
     queries.retain(|q| !ended_before.contains(&q.as_str()));
-    for q in &retired {
-        if !queries.contains(q) {
-            queries.push(q.clone());
+    queries.extend(retired.iter().cloned());
+    let mut unique: Vec<String> = Vec::new();
+    for q in queries {
+        if !unique.contains(&q) {
+            unique.push(q);
         }
     }
-    let mut activations = activate(ctx, &cwd, &runtime, &queries);
+    let mut activations = activate(ctx, &cwd, &runtime, &unique);
     activations.errors.extend(retire_notes);
+    activations
+        .errors
+        .extend(installs.iter().filter_map(|i| i.note.clone()));
     // A denial is told to the model once: ids already reported by an earlier prompt are not.
     let reported: Vec<&str> = earlier
         .iter()
         .filter_map(|r| r.get("declined_capability_ids").and_then(Json::as_arr))
         .flatten()
         .filter_map(Json::as_str)
+        .collect();
+    let denied_now: Vec<&str> = installs
+        .iter()
+        .filter(|i| i.denied)
+        .map(|i| i.capability_id.as_str())
         .collect();
     let declined: Vec<&str> = selections
         .iter()
@@ -590,14 +542,10 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             asked
                 .iter()
                 .any(|a| a.capability_id == *id && a.outcome == Asked::Denied)
+                || standing_denied.contains(id)
+                || denied_now.contains(id)
         })
-        .chain(standing_denied.iter().copied())
         .filter(|id| !reported.contains(id))
-        .collect();
-    let delegated_granted: Vec<&str> = delegated
-        .iter()
-        .filter(|(_, outcome, _)| *outcome != "denied")
-        .map(|(id, _, _)| id.as_str())
         .collect();
     record(
         &journal,
@@ -605,36 +553,23 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         input,
         "prompt",
         vec![
-            ("challenge_capability_id", opt_str(challenge_id)),
-            ("challenge_digest", opt_str(challenge_digest)),
             (
                 "chosen_capability_ids",
-                Json::Arr(chosen.iter().map(|id| Json::str(*id)).collect()),
+                Json::Arr(chosen.iter().map(|(id, _)| Json::str(*id)).collect()),
             ),
             (
                 "declined_capability_ids",
                 Json::Arr(declined.iter().map(|id| Json::str(*id)).collect()),
             ),
             (
-                "delegated",
-                Json::Arr(
-                    delegated
-                        .iter()
-                        .filter(|(_, outcome, _)| *outcome != "denied")
-                        .map(|(id, _, basis)| {
-                            Json::object([
-                                ("basis", Json::str(basis)),
-                                ("capability_id", Json::str(id)),
-                            ])
-                        })
-                        .collect(),
-                ),
-            ),
-            (
                 "ended_query_refs",
                 Json::Arr(retired.iter().map(Json::str).collect()),
             ),
-            ("load_query_ref", opt_str(load_query_ref.as_deref())),
+            ("host_input_digest", Json::str(host_digest)),
+            (
+                "installs",
+                Json::Arr(installs.iter().map(InstallChoice::to_json).collect()),
+            ),
             ("plan_id", Json::str(plan_id)),
             ("query_ref", Json::str(&query_ref)),
             ("status", opt_str(desired.as_ref().map(|d| d.status()))),
@@ -649,9 +584,10 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     for s in selections {
         let id = s.capability_id();
         let before = asked.iter().find(|a| a.capability_id == id);
+        let now = installs.iter().find(|i| i.capability_id == id);
         let denied_before = before.is_some_and(|a| a.outcome == Asked::Denied)
             || standing_denied.contains(&id)
-            || delegated.iter().any(|(d, o, _)| d == id && *o == "denied");
+            || denied_now.contains(&id);
         // A denial reported once is not repeated; the model simply does not get it.
         if denied_before && !declined.contains(&id) {
             continue;
@@ -663,42 +599,57 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             .iter()
             .find(|e| e.id == id)
             .map_or("", |e| e.label.as_str());
-        let state = if Some(id) == challenge_id
+        let state = if now.is_some_and(|i| i.challenge.is_some())
             || before.is_some_and(|a| a.outcome == Asked::Waiting)
         {
-            "awaits the person's decision, which only they can give outside this session".to_owned()
+            "awaits the person's decision, which only they can give outside this session"
         } else if denied_before {
-            "was declined by the person; ctx will not offer it again in this session".to_owned()
-        } else if before.is_some_and(|a| a.outcome == Asked::Granted) {
-            "was approved by the person earlier in this session".to_owned()
-        } else if failed.iter().any(|f| f == id) {
-            "could not be installed".to_owned()
-        } else if manual.contains(&id) {
-            "needs manual setup by the person".to_owned()
+            "was declined by the person; ctx will not offer it again in this session"
         } else if activations.is_active(id) {
-            "is active".to_owned()
-        } else if delegated_granted.contains(&id) {
-            "is installed on the person's earlier approval".to_owned()
-        } else if chosen.contains(&id) {
+            "is active"
+        } else if before.is_some_and(|a| a.outcome == Asked::Granted) {
+            "was approved by the person earlier in this session"
+        } else if now.is_some_and(|i| i.failed) || failed.iter().any(|f| f == id) {
+            "could not be installed"
+        } else if now.is_some_and(|i| i.basis.is_some()) {
+            "is installed on the person's earlier approval"
+        } else if manual.contains(&id) {
+            "needs manual setup by the person"
+        } else if chosen.iter().any(|(c, _)| *c == id) {
             match s.actionability() {
-                "load" => "is available from the catalog".to_owned(),
-                _ => "is chosen for install".to_owned(),
+                "load" => "is available from the catalog",
+                _ => "is chosen for install",
             }
         } else {
-            "cannot be installed by this data directory".to_owned()
+            "cannot be installed by this data directory"
         };
         context.push_str(&format!(" {id} ({label}) {state}."));
     }
     activations.describe(&mut context);
-    if let Some(note) = delegation_note {
-        context.push_str(&format!(" {note}."));
-    }
-    let message = match (challenge_id, challenge_digest) {
-        (Some(id), Some(digest)) => Some(format!(
+    let ask: Vec<(&str, &str)> = installs
+        .iter()
+        .filter_map(|i| Some((i.capability_id.as_str(), i.challenge.as_deref()?)))
+        .collect();
+    let message = match ask.as_slice() {
+        [] => None,
+        [(id, digest)] => Some(format!(
             "ctx: {id} awaits your consent. In your own terminal run `ctx consent approve \
              {digest}` (or `ctx consent deny {digest}`)."
         )),
-        _ => None,
+        several => Some(format!(
+            "ctx: {} await your consent. In your own terminal run {}; or `ctx consent pending` \
+             to see them all.",
+            several
+                .iter()
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>()
+                .join(", "),
+            several
+                .iter()
+                .map(|(id, digest)| format!("`ctx consent approve {digest}` ({id})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     };
     Ok(HookReply::Context {
         host_event: input.host_event,
@@ -706,6 +657,123 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         message,
         reload_skills: false,
     })
+}
+
+/// What one prompt did about one install it chose, in its own engine session.
+#[derive(Debug, Default)]
+struct InstallChoice {
+    capability_id: String,
+    /// The install's query, once it was prepared.
+    query_ref: Option<String>,
+    /// The challenge that asks the person, when nothing they decided before covers it.
+    challenge: Option<String>,
+    /// The standing decision id or challenge digest ctx resolved the install on, if it did.
+    basis: Option<String>,
+    /// The person's earlier decision denied it.
+    denied: bool,
+    failed: bool,
+    /// A sentence for the model when the install could not be chosen.
+    note: Option<String>,
+}
+
+impl InstallChoice {
+    fn to_json(&self) -> Json {
+        Json::object([
+            ("basis", opt_str(self.basis.as_deref())),
+            ("capability_id", Json::str(&self.capability_id)),
+            ("challenge_digest", opt_str(self.challenge.as_deref())),
+            ("denied", Json::Bool(self.denied)),
+            ("query_ref", opt_str(self.query_ref.as_deref())),
+        ])
+    }
+}
+
+/// Plans `work` again as engine session `session`, chooses the install `capability_id` alone,
+/// and resolves its challenge for the person when a decision of theirs already covers it
+/// (spec/decisions.md §16.3). Failures become a note: planning already happened.
+fn choose_install(
+    runtime: &Runtime,
+    work: &WorkRequest,
+    session: &str,
+    capability_id: &str,
+) -> InstallChoice {
+    let mut choice = InstallChoice {
+        capability_id: capability_id.to_owned(),
+        ..InstallChoice::default()
+    };
+    if let Err(e) = try_install(runtime, work, session, &mut choice) {
+        choice.note = Some(format!("{capability_id} was not offered: {e}"));
+    }
+    choice
+}
+
+fn try_install(
+    runtime: &Runtime,
+    work: &WorkRequest,
+    session: &str,
+    choice: &mut InstallChoice,
+) -> Result<(), SessionError> {
+    let install_work = WorkRequest {
+        session_id: session.to_owned(),
+        ..work.clone()
+    };
+    let work_ref = runtime.observe_work(&install_work)?;
+    let query = QueryRequest::new(&logical_id("query", &work_ref), &work_ref)?;
+    let prepared = runtime.service().prepare(&query)?;
+    let query_ref = prepared.query_ref().to_owned();
+    choice.query_ref = Some(query_ref.clone());
+    let request = DesiredSetRequest::new(
+        &query_ref,
+        &logical_id("choice", &query_ref),
+        &[choice.capability_id.as_str()],
+        None,
+    )?;
+    let desired = runtime.service().set_desired(&request)?;
+    choice.failed = desired
+        .failed_capability_ids()
+        .contains(&choice.capability_id);
+    let Some(challenge) = desired.challenge() else {
+        return Ok(());
+    };
+    let digest = challenge.challenge_digest().to_owned();
+    match runtime.resolve_delegated(&digest, &is_hook_session)? {
+        Some((basis, result)) => {
+            choice.basis = Some(basis.reference().to_owned());
+            choice.denied = result.outcome() == "denied";
+            choice.failed |= result.outcome() == "install-failed";
+        }
+        None => choice.challenge = Some(digest),
+    }
+    Ok(())
+}
+
+/// The install queries a prompt record names: (capability id, query ref, challenge digest).
+fn install_queries(record: &Json) -> Vec<(&str, &str, Option<&str>)> {
+    record
+        .get("installs")
+        .and_then(Json::as_arr)
+        .into_iter()
+        .flatten()
+        .filter_map(|i| {
+            Some((
+                i.get_str("capability_id")?,
+                i.get_str("query_ref")?,
+                i.get_str("challenge_digest"),
+            ))
+        })
+        .collect()
+}
+
+/// The queries of prompt records written before installs had queries of their own (one query
+/// that asked `challenge_digest`, and a `load_query_ref`), except those that wait.
+fn legacy_queries(session: &[Json], waiting: &[String]) -> Vec<String> {
+    session
+        .iter()
+        .filter(|r| r.get_str("challenge_digest").is_some())
+        .filter_map(|r| r.get_str("query_ref"))
+        .filter(|q| !waiting.iter().any(|w| w == q))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// PostToolUse / PostToolUseFailure: records the use of a skill, an agent or an MCP tool and
@@ -994,8 +1062,10 @@ pub fn read_session(
 fn session_queries(session: &[Json]) -> Vec<String> {
     let mut queries: Vec<String> = Vec::new();
     for value in session {
+        let installs = install_queries(value).into_iter().map(|(_, q, _)| Some(q));
         for q in [value.get_str("query_ref"), value.get_str("load_query_ref")]
             .into_iter()
+            .chain(installs)
             .flatten()
         {
             if !queries.iter().any(|known| known == q) {
@@ -1005,17 +1075,6 @@ fn session_queries(session: &[Json]) -> Vec<String> {
     }
     let skip = queries.len().saturating_sub(SESSION_QUERIES_MAX);
     queries.split_off(skip)
-}
-
-/// The capabilities a prompt record says were granted for the person from an earlier decision,
-/// with the basis each rested on (a standing decision id or a challenge digest).
-fn delegated_of(record: &Json) -> impl Iterator<Item = (&str, &str)> {
-    record
-        .get("delegated")
-        .and_then(Json::as_arr)
-        .into_iter()
-        .flatten()
-        .filter_map(|d| Some((d.get_str("capability_id")?, d.get_str("basis")?)))
 }
 
 /// The queries a session's prompts ended for a revocation.
@@ -1034,18 +1093,17 @@ fn revoked_queries(session: &[Json], trust: &TrustState) -> Vec<String> {
     let ended = ended_queries(session);
     let mut revoked: Vec<String> = Vec::new();
     for record in session {
-        let Some(query_ref) = record.get_str("query_ref") else {
-            continue;
-        };
-        let asked_revoked = record
-            .get_str("challenge_digest")
-            .is_some_and(|d| trust.challenge_revoked(d, u64::MAX));
-        let basis_revoked = delegated_of(record).any(|(_, basis)| trust.basis_revoked(basis));
-        if (asked_revoked || basis_revoked)
-            && !ended.contains(&query_ref)
-            && !revoked.iter().any(|q| q == query_ref)
-        {
-            revoked.push(query_ref.to_owned());
+        for asked in asked_installs(record) {
+            let Some(query_ref) = asked.query_ref else {
+                continue;
+            };
+            let gone = asked
+                .challenge
+                .is_some_and(|d| trust.challenge_revoked(d, u64::MAX))
+                || asked.basis.is_some_and(|b| trust.basis_revoked(b));
+            if gone && !ended.contains(&query_ref) && !revoked.iter().any(|q| q == query_ref) {
+                revoked.push(query_ref.to_owned());
+            }
         }
     }
     revoked
@@ -1093,65 +1151,105 @@ fn asked_before<'a>(
 ) -> (Vec<AskedBefore>, Vec<String>) {
     let mut asked: Vec<AskedBefore> = Vec::new();
     let mut waiting_queries: Vec<String> = Vec::new();
-    let mut session = session
-        .filter(|v| {
-            v.get_str("challenge_digest").is_some()
-                || v.get("delegated")
-                    .and_then(Json::as_arr)
-                    .is_some_and(|a| !a.is_empty())
-        })
-        .peekable();
-    // Most prompts follow none that asked: the consent store is opened only when one did.
-    if session.peek().is_none() {
-        return (asked, waiting_queries);
-    }
-    let Ok(reader) = ChallengeReader::open(layout) else {
-        return (asked, waiting_queries);
-    };
+    let mut reader: Option<Option<ChallengeReader>> = None;
     for value in session {
-        // Granted for the person from their earlier decision, and activated by that prompt.
-        // A grant the person revoked since counts as never given: it may be asked again.
-        for (id, basis) in delegated_of(value) {
+        for AskedInstall {
+            capability_id: id,
+            query_ref,
+            challenge,
+            basis,
+            denied,
+        } in asked_installs(value)
+        {
+            let outcome = match (challenge, basis) {
+                // Resolved for the person from their earlier decision; a basis they revoked
+                // since counts as never given, so it may be asked again.
+                (_, Some(basis)) if trust.basis_revoked(basis) => None,
+                (_, Some(_)) if denied => Some(Asked::Denied),
+                (_, Some(_)) => Some(Asked::Granted),
+                (Some(digest), None) => {
+                    // Most prompts follow none that asked: the consent store is opened only
+                    // when one did.
+                    let Some(reader) =
+                        reader.get_or_insert_with(|| ChallengeReader::open(layout).ok())
+                    else {
+                        continue;
+                    };
+                    let Ok(record) = reader.get(digest, now) else {
+                        continue;
+                    };
+                    match (record.state(), record.decision()) {
+                        (ChallengeState::Expired, _) => None,
+                        (_, Some("granted")) if trust.challenge_revoked(digest, u64::MAX) => None,
+                        (ChallengeState::Pending | ChallengeState::ReauthenticationRequired, _) => {
+                            Some(Asked::Waiting)
+                        }
+                        (_, Some("denied")) => Some(Asked::Denied),
+                        (_, _) => Some(Asked::Granted),
+                    }
+                }
+                (None, None) => continue,
+            };
+            if outcome == Some(Asked::Waiting)
+                && let Some(query_ref) = query_ref
+            {
+                waiting_queries.push(query_ref.to_owned());
+            }
             asked.retain(|a| a.capability_id != id);
-            if !trust.basis_revoked(basis) {
+            if let Some(outcome) = outcome {
                 asked.push(AskedBefore {
                     capability_id: id.to_owned(),
-                    outcome: Asked::Granted,
+                    outcome,
                 });
             }
         }
-        let (Some(id), Some(digest)) = (
-            value.get_str("challenge_capability_id"),
-            value.get_str("challenge_digest"),
-        ) else {
-            continue;
-        };
-        let Ok(record) = reader.get(digest, now) else {
-            continue;
-        };
-        let outcome = match (record.state(), record.decision()) {
-            (ChallengeState::Expired, _) => None,
-            (_, Some("granted")) if trust.challenge_revoked(digest, u64::MAX) => None,
-            (ChallengeState::Pending | ChallengeState::ReauthenticationRequired, _) => {
-                Some(Asked::Waiting)
-            }
-            (_, Some("denied")) => Some(Asked::Denied),
-            (_, _) => Some(Asked::Granted),
-        };
-        if outcome == Some(Asked::Waiting)
-            && let Some(query_ref) = value.get_str("query_ref")
-        {
-            waiting_queries.push(query_ref.to_owned());
-        }
-        asked.retain(|a| a.capability_id != id);
-        if let Some(outcome) = outcome {
-            asked.push(AskedBefore {
-                capability_id: id.to_owned(),
-                outcome,
-            });
-        }
     }
     (asked, waiting_queries)
+}
+
+/// What a prompt record says it asked or resolved about one install. Records written before
+/// installs had queries of their own name one challenge for the prompt's query.
+#[derive(Debug, Clone, Copy)]
+struct AskedInstall<'a> {
+    capability_id: &'a str,
+    query_ref: Option<&'a str>,
+    /// The challenge that asked the person.
+    challenge: Option<&'a str>,
+    /// The standing decision id or challenge digest ctx resolved it on.
+    basis: Option<&'a str>,
+    /// That resolution denied it.
+    denied: bool,
+}
+
+fn asked_installs(record: &Json) -> Vec<AskedInstall<'_>> {
+    let mut out: Vec<AskedInstall<'_>> = record
+        .get("installs")
+        .and_then(Json::as_arr)
+        .into_iter()
+        .flatten()
+        .filter_map(|i| {
+            Some(AskedInstall {
+                capability_id: i.get_str("capability_id")?,
+                query_ref: i.get_str("query_ref"),
+                challenge: i.get_str("challenge_digest"),
+                basis: i.get_str("basis"),
+                denied: i.get("denied").and_then(Json::as_bool) == Some(true),
+            })
+        })
+        .collect();
+    if let (Some(id), Some(digest)) = (
+        record.get_str("challenge_capability_id"),
+        record.get_str("challenge_digest"),
+    ) {
+        out.push(AskedInstall {
+            capability_id: id,
+            query_ref: record.get_str("query_ref"),
+            challenge: Some(digest),
+            basis: None,
+            denied: false,
+        });
+    }
+    out
 }
 
 /// The consent challenges the session's queries wait on now: (capability id, challenge digest),

@@ -489,3 +489,121 @@ fn a_webauthn_assertion_from_an_unregistered_credential_is_refused() {
     assert_eq!(installed(&scene.data), 0);
     scene.assert_audit_clean();
 }
+
+/// `ctx consent approve|deny DIGEST --yes --scope SCOPE` by the person at their terminal.
+fn person_decides_at_scope(scene: &Scene, verb: &str, digest: &str, scope: &str) -> CtxRun {
+    support::run_ctx_tty(
+        &scene.data,
+        &["consent", verb, digest, "--yes", "--scope", scope],
+        &[support::Typed {
+            expect: "passphrase for",
+            typed: super::person::PASSPHRASE,
+        }],
+        &scene.env(),
+    )
+}
+
+#[test]
+fn a_delegated_proof_passes_for_no_signature_outside_the_hook_that_checked_it() {
+    let scene = Scene::new();
+    // The person grants terraform's exact install always; a later session asks again through
+    // the JSON interface (only the hooks resolve for the person).
+    let granted = person_decides_at_scope(&scene, "approve", &scene.digest, "always");
+    assert_eq!(granted.code, 0, "{granted:?}");
+    let standing = registry(&scene.data).standing()[0].id.clone();
+    let later = terraform_challenge(&scene.data, "s-2");
+    let person = registry(&scene.data)
+        .active()
+        .next()
+        .expect("a verifier")
+        .entry
+        .clone();
+    // The agent presents the person's standing decision and their earlier grant as proofs.
+    for proof in [
+        format!("ctx-standing:{standing}"),
+        format!("ctx-installed:{}", scene.digest),
+    ] {
+        let assertion = assertion_in_name_of(&person, &later, proof.into_bytes());
+        let wire = String::from_utf8(assertion.encode().expect("encoded")).expect("UTF-8");
+        let message = resolve_refused(&scene, &wire, "rejected");
+        assert!(message.contains("not verified"), "{message}");
+    }
+    // Nor can it revoke, or remember a decision, without the person's terminal.
+    let revoke = scene.agent(&["consent", "revoke", &standing], "");
+    assert_ne!(revoke.code, 0, "{revoke:?}");
+    let remember = scene.agent(
+        &["consent", "deny", &later, "--yes", "--scope", "always"],
+        "",
+    );
+    assert_ne!(remember.code, 0, "{remember:?}");
+    let state = registry(&scene.data);
+    assert_eq!(state.standing().len(), 1);
+    assert!(state.standing()[0].revoked_position.is_none());
+    assert_eq!(
+        installed(&scene.data),
+        1,
+        "only the person's own approval installed"
+    );
+    scene.assert_audit_clean();
+}
+
+#[test]
+fn a_standing_grant_the_agent_appends_refuses_the_registry_and_is_reported() {
+    let scene = Scene::new();
+    let journal = scene.journal();
+    let stream = ctx_service::trust_stream();
+    let head = journal
+        .read_stream(&stream, 1, 64)
+        .expect("the registry")
+        .len() as u64;
+    // The agent's own key signs a standing grant "always" of terraform's install, written
+    // as a well-formed, authenticated journal record.
+    let own = ctx_service::fresh_signer().expect("randomness");
+    let own_entry = VerifierEntry::ed25519(VerifierKind::SealedKey, own.verifying_key_bytes());
+    let record =
+        ctx_service::challenge_record(&ctx_service::Layout::new(&scene.data), &scene.digest, now())
+            .expect("the challenge");
+    let challenge = record.challenge();
+    let change = ctx_service::TrustChange::Standing(ctx_service::StandingDecision {
+        granted: true,
+        capability_id: challenge.capability_id().to_owned(),
+        descriptor_digest: challenge.descriptor_digest().to_owned(),
+        material_identity_digest: challenge.material_identity_digest().to_owned(),
+        scope: ctx_service::StandingScope::Always,
+        challenge_digest: scene.digest.clone(),
+    });
+    let digest = ctx_service::change_digest(&change, head);
+    let unsigned =
+        ctx_service::unsigned_trust_assertion(&own_entry, &digest, now()).expect("an assertion");
+    let approval = ctx_service::sign_trust_assertion(&own, &unsigned).expect("signed");
+    let wire = String::from_utf8(approval.encode().expect("encoded")).expect("UTF-8");
+    let payload = Json::object([
+        ("approval", Json::str(wire)),
+        ("basis", Json::str("approved")),
+        ("change", change.to_json()),
+        ("possession", Json::Null),
+        ("previous_revision", Json::from(head)),
+        ("schema", Json::str(TRUST_CHANGE_KIND)),
+    ])
+    .to_cja();
+    journal
+        .append(StreamAppend::new(
+            stream,
+            ExpectedRevision::Exact(head),
+            vec![NewRecord::new(
+                "trust-standing-forged",
+                TRUST_CHANGE_KIND,
+                Timestamp(now().0),
+                payload.into_bytes(),
+            )],
+        ))
+        .expect("the journal takes an authenticated record");
+    drop(journal);
+    let list = scene.agent(&["consent", "list"], "");
+    assert_ne!(list.code, 0, "{list:?}");
+    assert!(list.stderr.contains("verifier registry"), "{list:?}");
+    let audit = run_ctx(&scene.data, &["audit"], "");
+    assert_ne!(audit.code, 0, "{audit:?}");
+    assert!(audit.stdout.contains("trust/registry-refused"), "{audit:?}");
+    assert_eq!(installed(&scene.data), 0);
+}

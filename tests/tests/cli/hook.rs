@@ -12,7 +12,7 @@ use crate::support::{self, CtxRun, ctx_binary, run_ctx, run_ctx_env};
 
 /// The hook input a host sends for `host_event`, with the field names of the hosts' docs
 /// (spec/cli.md §7.2; spec/activation.md §6, §7): the common fields plus the event's own.
-fn hook_input(host: &str, host_event: &str, session: &str, cwd: &Path) -> Json {
+pub(crate) fn hook_input(host: &str, host_event: &str, session: &str, cwd: &Path) -> Json {
     let mut fields = vec![
         ("cwd", Json::str(cwd.display().to_string())),
         ("hook_event_name", Json::str(host_event)),
@@ -78,13 +78,13 @@ const REGISTRATIONS: [(&str, &str, &str, bool); 13] = [
 ];
 
 /// A temporary data directory, home and project directory.
-struct Machine {
-    dir: tempfile::TempDir,
+pub(crate) struct Machine {
+    pub(crate) dir: tempfile::TempDir,
     project: String,
 }
 
 impl Machine {
-    fn new(project: &str) -> Machine {
+    pub(crate) fn new(project: &str) -> Machine {
         let dir = support::tempdir();
         std::fs::create_dir_all(dir.path().join(project)).unwrap();
         Machine {
@@ -94,7 +94,7 @@ impl Machine {
     }
 
     /// The data directory, the home directory and the project directory.
-    fn paths(&self) -> (PathBuf, PathBuf, PathBuf) {
+    pub(crate) fn paths(&self) -> (PathBuf, PathBuf, PathBuf) {
         let root = self.dir.path();
         (
             root.join("ctx"),
@@ -110,7 +110,7 @@ fn hook(data: &Path, host: &str, event: &str, input: &Json) -> CtxRun {
 
 /// The one JSON object a hook printed, after checking the exit status and that standard output
 /// holds nothing else.
-fn reply(run: &CtxRun) -> Option<Json> {
+pub(crate) fn reply(run: &CtxRun) -> Option<Json> {
     assert_eq!(run.code, 0, "a hook always exits 0: {run:?}");
     if run.stdout.is_empty() {
         return None;
@@ -121,7 +121,7 @@ fn reply(run: &CtxRun) -> Option<Json> {
     Some(Json::parse(line).unwrap_or_else(|e| panic!("not JSON ({e}): {run:?}")))
 }
 
-fn context(reply: &Json, host_event: &str) -> String {
+pub(crate) fn context(reply: &Json, host_event: &str) -> String {
     let specific = reply
         .get("hookSpecificOutput")
         .unwrap_or_else(|| panic!("no hookSpecificOutput in {reply:?}"));
@@ -239,14 +239,17 @@ fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
     assert!(text.contains("awaits the person's decision"), "{text}");
     assert!(text.contains("skill:terraform"), "{text}");
 
-    // The same prompt delivered again is an exact retry: same challenge, one record.
+    // The same prompt typed again once it was answered is the session's next prompt: the
+    // person is not asked again, and the model hears that the decision is awaited.
     let again = hook(&data, "claude", "user-prompt-submit", &input);
-    assert_eq!(reply_message(&again), Some(message.clone()));
+    assert_eq!(reply_message(&again), None);
+    let text = context(&reply(&again).expect("a reply"), "UserPromptSubmit");
+    assert!(text.contains("awaits the person's decision"), "{text}");
     let prompts = session_records(&data)
         .into_iter()
         .filter(|r| r.get_str("event") == Some("prompt"))
         .count();
-    assert_eq!(prompts, 1);
+    assert_eq!(prompts, 2);
 
     let start = hook_input("claude", "SessionStart", "s-7", &project);
     let resumed = reply(&hook(&data, "claude", "session-start", &start)).expect("a reply");
@@ -279,7 +282,7 @@ fn a_prompt_names_the_challenge_and_session_start_lists_it_until_approved() {
 }
 
 /// The challenge digest of the `ctx consent approve <digest>` command a message names.
-fn approve_digest(message: &str) -> String {
+pub(crate) fn approve_digest(message: &str) -> String {
     message
         .split("ctx consent approve ")
         .nth(1)
@@ -490,7 +493,7 @@ fn every_prompt_of_one_session_is_planned() {
     assert_eq!(prompts, 3);
 }
 
-fn hook_env(data: &Path, home: &Path, host: &str, event: &str, input: &Json) -> CtxRun {
+pub(crate) fn hook_env(data: &Path, home: &Path, host: &str, event: &str, input: &Json) -> CtxRun {
     run_ctx_env(
         data,
         &["hook", host, event],
@@ -500,7 +503,13 @@ fn hook_env(data: &Path, home: &Path, host: &str, event: &str, input: &Json) -> 
 }
 
 /// Claude Code's UserPromptSubmit hook for `text` in `session`, run with the test's HOME; its reply.
-fn claude_prompt(data: &Path, home: &Path, project: &Path, session: &str, text: &str) -> Json {
+pub(crate) fn claude_prompt(
+    data: &Path,
+    home: &Path,
+    project: &Path,
+    session: &str,
+    text: &str,
+) -> Json {
     let input = with_prompt(
         hook_input("claude", "UserPromptSubmit", session, project),
         text,
@@ -515,7 +524,7 @@ fn claude_prompt(data: &Path, home: &Path, project: &Path, session: &str, text: 
     .expect("a reply")
 }
 
-fn with_prompt(mut input: Json, prompt: &str) -> Json {
+pub(crate) fn with_prompt(mut input: Json, prompt: &str) -> Json {
     if let Json::Obj(map) = &mut input {
         map.insert("prompt".into(), Json::str(prompt));
     }
@@ -654,7 +663,7 @@ fn a_persons_own_skill_is_never_replaced_and_the_model_is_told() {
     );
 }
 
-fn reply_none(run: &CtxRun) {
+pub(crate) fn reply_none(run: &CtxRun) {
     assert!(reply(run).is_none(), "{run:?}");
 }
 

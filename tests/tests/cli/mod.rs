@@ -1,6 +1,7 @@
 //! Black-box tests of the `ctx` binary: they run it as a host or an operator would.
 
 mod adversary;
+mod asked_once;
 mod audit;
 mod browser;
 mod demo;

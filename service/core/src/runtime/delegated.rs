@@ -20,9 +20,12 @@ use crate::trust::{
 /// How long a delegated assertion is valid, in seconds: it is resolved at once.
 const DELEGATED_ASSERTION_TTL_SECONDS: i64 = 60;
 
-/// The delegated assertions this process checked: (authenticator id, challenge digest, proof).
+/// One delegated assertion this process checked: (authenticator id, challenge digest, proof).
+type Admitted = (String, String, Vec<u8>);
+
+/// The delegated assertions this process checked.
 #[derive(Debug, Default, Clone)]
-pub(super) struct Admissions(Arc<Mutex<Vec<(String, String, Vec<u8>)>>>);
+pub(super) struct Admissions(Arc<Mutex<Vec<Admitted>>>);
 
 impl Admissions {
     fn admit(&self, authenticator_id: &str, challenge_digest: &str, proof: &[u8]) {

@@ -67,10 +67,13 @@ impl DelegatedBasis {
 }
 
 /// The host session an engine session of a hook belongs to: the hooks plan each prompt as
-/// `<host session>:<16 hex>` (and `…:load`), spec/cli.md §7.3; any other session id is its own.
+/// `<host session>:<16 hex>` and each install it chooses as `<host session>:<16 hex>:i` (earlier
+/// versions: `…:load`),
+/// spec/cli.md §7.3; any other session id is its own.
 pub fn host_session_of(engine_session_id: &str) -> &str {
     let base = engine_session_id
-        .strip_suffix(":load")
+        .strip_suffix(":i")
+        .or_else(|| engine_session_id.strip_suffix(":load"))
         .unwrap_or(engine_session_id);
     match base.rsplit_once(':') {
         Some((head, tail))
@@ -300,6 +303,8 @@ mod tests {
             host_session_of("claude:abc:0123456789abcdef:load"),
             "claude:abc"
         );
+        assert_eq!(host_session_of("codex:abc:0123456789abcdef:i"), "codex:abc");
+        assert_eq!(host_session_of("claude:abc:i"), "claude:abc:i");
         // A JSON-interface session is its own, also when it happens to end like a digest.
         assert_eq!(host_session_of("s-1"), "s-1");
         assert_eq!(host_session_of("a:0123456789abcdef"), "a:0123456789abcdef");
