@@ -369,7 +369,8 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         ["consent", "pending"] => Command::ConsentPending,
         ["consent", "list"] => Command::ConsentList,
         ["consent", "revoke", id] => Command::ConsentRevoke {
-            target: ctx_service::RevokeTarget::parse(id).map_err(CliError::Usage)?,
+            target: ctx_service::RevokeTarget::parse(id)
+                .map_err(|e| CliError::Usage(e.to_string()))?,
             key: take("--key"),
         },
         ["consent", "revoke"] => {

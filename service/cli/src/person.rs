@@ -30,6 +30,7 @@ use ctx_service::{
     OriginPolicy, VerifierKind, WEBAUTHN_RP_ID, WebAuthnCredential, WebAuthnProof,
     WebAuthnVerifier, verify_webauthn_registration, webauthn_challenge,
 };
+use ctx_service::{StandingDecision, StandingScope, host_session_of};
 
 /// The device key's file name inside its directory.
 pub const DEVICE_KEY_FILE: &str = "device.key";
@@ -515,15 +516,7 @@ fn decide_one(
     )?;
     let status = report_resolution(out, "device", &entry, &resolved, "")?;
     if scope != DecisionScope::Once {
-        let id = crate::standing::remember(
-            layout,
-            now,
-            challenge_digest,
-            grant,
-            scope,
-            &signer,
-            &entry,
-        )?;
+        let id = remember(layout, now, challenge_digest, grant, scope, &signer, &entry)?;
         writeln!(
             out,
             "remembered as standing decision {id} ({} this exact install {}); `ctx consent \
@@ -917,6 +910,74 @@ pub(crate) fn decide_browser(
         ))
     })?;
     report_resolution(out, "passkey", &entry, &resolved, " --browser")
+}
+
+/// Appends the standing decision the person just made at `challenge_digest` with `signer` (its
+/// key already opened at the terminal) and returns its id.
+pub(crate) fn remember(
+    layout: &Layout,
+    now: UtcMicros,
+    challenge_digest: &str,
+    grant: bool,
+    scope: DecisionScope,
+    signer: &Ed25519Signer,
+    entry: &VerifierEntry,
+) -> Result<String, CliError> {
+    let step = "remember the decision";
+    let record = ctx_service::challenge_record(layout, challenge_digest, now)
+        .map_err(|e| person(step)(e.into()))?;
+    let challenge = record.challenge();
+    let session = host_session_of(&challenge.scope().session_id).to_owned();
+    let workspace = challenge.scope().workspace_id.clone();
+    let scope = match scope {
+        DecisionScope::Session => StandingScope::Session(session),
+        DecisionScope::Workspace => StandingScope::Workspace(workspace),
+        DecisionScope::Always | DecisionScope::Once => StandingScope::Always,
+    };
+    let decision = StandingDecision {
+        granted: grant,
+        capability_id: challenge.capability_id().to_owned(),
+        descriptor_digest: challenge.descriptor_digest().to_owned(),
+        material_identity_digest: challenge.material_identity_digest().to_owned(),
+        scope,
+        challenge_digest: challenge_digest.to_owned(),
+    };
+    let id = decision.id();
+    sign_and_append(
+        layout,
+        now,
+        TrustChange::Standing(decision),
+        signer,
+        entry,
+        step,
+    )?;
+    Ok(id)
+}
+
+/// Signs `change` with the opened `signer` and appends it to the registry.
+pub(crate) fn sign_and_append(
+    layout: &Layout,
+    now: UtcMicros,
+    change: TrustChange,
+    signer: &Ed25519Signer,
+    entry: &VerifierEntry,
+    step: &'static str,
+) -> Result<(), CliError> {
+    let journal = trust_journal(layout)?;
+    let state = read_trust(&journal).map_err(|e| person(step)(e.into()))?;
+    let digest = change_digest(&change, state.revision());
+    let approval = unsigned_trust_assertion(entry, &digest, now)
+        .and_then(|unsigned| sign_trust_assertion(signer, &unsigned))
+        .map_err(|e| person(step)(e.into()))?;
+    let record = TrustRecord {
+        change,
+        basis: TrustBasis::Approved,
+        possession: None,
+        approval: Some(approval),
+    };
+    append_trust(&journal, &state, &record, Timestamp(now.0))
+        .map_err(|e| person(step)(e.into()))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,90 +1,18 @@
-//! The person's standing decisions (spec/cli.md §6, spec/decisions.md §16): remembering a
-//! decision beyond its challenge, listing them, and revoking one. Each is a change of the signed
-//! verifier registry, made only with a sealed device key opened at the person's terminal.
+//! The person's standing decisions (spec/cli.md §6, spec/decisions.md §16): listing them and
+//! revoking one (a decision is remembered by `ctx consent approve|deny --scope`, in `person`).
+//! Each is a change of the signed verifier registry, made only with a sealed device key opened
+//! at the person's terminal.
 
 use std::io::Write;
 use std::path::Path;
 
 use ctx_journal::Timestamp;
 use ctx_model::UtcMicros;
-use ctx_service::{
-    Ed25519Signer, Layout, RevokeTarget, StandingDecision, StandingScope, TrustBasis, TrustChange,
-    TrustRecord, VerifierEntry, append_trust, change_digest, host_session_of, read_device_key,
-    read_trust, sign_trust_assertion, unsigned_trust_assertion,
-};
+use ctx_service::{Layout, RevokeTarget, TrustChange, read_device_key, read_trust};
 
-use crate::DecisionScope;
 use crate::error::{CliError, EXIT_OK};
-use crate::person::{open_key, person, trust_journal};
+use crate::person::{open_key, person, sign_and_append, trust_journal};
 use crate::tty::Terminal;
-
-/// Appends the standing decision the person just made at `challenge_digest` with `signer` (its
-/// key already opened at the terminal) and returns its id.
-pub(crate) fn remember(
-    layout: &Layout,
-    now: UtcMicros,
-    challenge_digest: &str,
-    grant: bool,
-    scope: DecisionScope,
-    signer: &Ed25519Signer,
-    entry: &VerifierEntry,
-) -> Result<String, CliError> {
-    let step = "remember the decision";
-    let record = ctx_service::challenge_record(layout, challenge_digest, now)
-        .map_err(|e| person(step)(e.into()))?;
-    let challenge = record.challenge();
-    let session = host_session_of(&challenge.scope().session_id).to_owned();
-    let workspace = challenge.scope().workspace_id.clone();
-    let scope = match scope {
-        DecisionScope::Session => StandingScope::Session(session),
-        DecisionScope::Workspace => StandingScope::Workspace(workspace),
-        DecisionScope::Always | DecisionScope::Once => StandingScope::Always,
-    };
-    let decision = StandingDecision {
-        granted: grant,
-        capability_id: challenge.capability_id().to_owned(),
-        descriptor_digest: challenge.descriptor_digest().to_owned(),
-        material_identity_digest: challenge.material_identity_digest().to_owned(),
-        scope,
-        challenge_digest: challenge_digest.to_owned(),
-    };
-    let id = decision.id();
-    sign_and_append(
-        layout,
-        now,
-        TrustChange::Standing(decision),
-        signer,
-        entry,
-        step,
-    )?;
-    Ok(id)
-}
-
-/// Signs `change` with the opened `signer` and appends it to the registry.
-fn sign_and_append(
-    layout: &Layout,
-    now: UtcMicros,
-    change: TrustChange,
-    signer: &Ed25519Signer,
-    entry: &VerifierEntry,
-    step: &'static str,
-) -> Result<(), CliError> {
-    let journal = trust_journal(layout)?;
-    let state = read_trust(&journal).map_err(|e| person(step)(e.into()))?;
-    let digest = change_digest(&change, state.revision());
-    let approval = unsigned_trust_assertion(entry, &digest, now)
-        .and_then(|unsigned| sign_trust_assertion(signer, &unsigned))
-        .map_err(|e| person(step)(e.into()))?;
-    let record = TrustRecord {
-        change,
-        basis: TrustBasis::Approved,
-        possession: None,
-        approval: Some(approval),
-    };
-    append_trust(&journal, &state, &record, Timestamp(now.0))
-        .map_err(|e| person(step)(e.into()))?;
-    Ok(())
-}
 
 /// `ctx consent list`: every standing decision, in force or revoked, and every revoked grant.
 pub(crate) fn list(layout: &Layout, out: &mut dyn Write) -> Result<u8, CliError> {

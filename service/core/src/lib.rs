@@ -68,16 +68,16 @@ pub use runtime::{
     write_sealed_key,
 };
 pub use trust::{
-    Assurance, DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, DelegatedBasis,
+    Assurance, BasisRefused, DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, DelegatedBasis,
     INSTALL_GRANTS_READ_MAX, INSTALLED_PROOF_PREFIX, PASSPHRASE_MAX_BYTES, PASSPHRASE_MIN_CHARS,
     RegisteredVerifier, RevokeTarget, SEALED_KEY_BYTES, SEALED_KEY_FORMAT_VERSION,
     SEALED_KEY_MAGIC, STANDING_PROOF_PREFIX, STANDING_SCOPE_KEY_MAX_CHARS, SealError, SealParams,
-    StandingDecision, StandingEntry, StandingScope, TRUST_APPROVAL_TTL_SECONDS, TRUST_AUDIENCE,
-    TRUST_RECORDS_MAX, TrustBasis, TrustChange, TrustError, TrustRecord, TrustState, VerifierEntry,
-    VerifierKind, append_trust, audit_decisions, capability_kind_of, change_digest,
-    check_passphrase, host_session_of, read_trust, record_decision_evidence, required_assurance,
-    seal_signer, sealed_public_key, sign_trust_assertion, trust_stream, unseal_signer,
-    unsigned_trust_assertion,
+    StandingDecision, StandingEntry, StandingError, StandingScope, TRUST_APPROVAL_TTL_SECONDS,
+    TRUST_AUDIENCE, TRUST_RECORDS_MAX, TrustBasis, TrustChange, TrustError, TrustRecord,
+    TrustState, VerifierEntry, VerifierKind, append_trust, audit_decisions, capability_kind_of,
+    change_digest, check_passphrase, host_session_of, read_trust, record_decision_evidence,
+    required_assurance, seal_signer, sealed_public_key, sign_trust_assertion, trust_stream,
+    unseal_signer, unsigned_trust_assertion,
 };
 pub use trust::{
     OriginPolicy, WEBAUTHN_ATTESTATION_MAX_BYTES, WEBAUTHN_AUTHENTICATOR_DATA_MAX_BYTES,

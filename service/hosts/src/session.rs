@@ -505,13 +505,24 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         .map(|(_, q, _)| q.to_owned())
         .collect();
     queries.extend(legacy_queries(&earlier, &waiting_queries));
-    queries.push(query_ref.clone());
+    // This prompt's own query goes first, so what it loads again is held by it before an
+    // earlier prompt's query lets go of it.
+    queries.insert(0, query_ref.clone());
     queries.extend(installs.iter().filter_map(|i| i.query_ref.clone()));
-    // A query ended for a revocation is advanced once more, by this call, to carry out its
-    // deactivations; later prompts leave it to the session's end.
+    // A query ended for a revocation or a task shift is advanced once more, by this call, to
+    // carry out its deactivations; later prompts leave it to the session's end.
     let ended_before = ended_queries(&earlier);
     queries.retain(|q| !ended_before.contains(&q.as_str()));
     queries.extend(retired.iter().cloned());
+    // Task shift (spec/cli.md §7.3): a prompt that plans something replaces what the session's
+    // earlier prompts loaded from the catalog; what it plans again stays active, the rest is
+    // deactivated. A prompt that plans nothing ("yes", "continue") shifts nothing.
+    let (shifted, shift_notes) = if selections.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        shift_loads(&runtime, &earlier, &query_ref, &ended_before)
+    };
+    queries.extend(shifted.iter().cloned());
     let mut unique: Vec<String> = Vec::new();
     for q in queries {
         if !unique.contains(&q) {
@@ -519,7 +530,13 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         }
     }
     let mut activations = activate(ctx, &cwd, &runtime, &unique);
+    // Ended in engine terms, but still held by this prompt: not deactivated on the host.
+    activations
+        .report
+        .deactivated
+        .retain(|id| !loads.contains(&id.as_str()));
     activations.errors.extend(retire_notes);
+    activations.errors.extend(shift_notes);
     activations
         .errors
         .extend(installs.iter().filter_map(|i| i.note.clone()));
@@ -563,7 +580,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             ),
             (
                 "ended_query_refs",
-                Json::Arr(retired.iter().map(Json::str).collect()),
+                Json::Arr(retired.iter().chain(&shifted).map(Json::str).collect()),
             ),
             ("host_input_digest", Json::str(host_digest)),
             (
@@ -745,6 +762,39 @@ fn try_install(
         None => choice.challenge = Some(digest),
     }
     Ok(())
+}
+
+/// Ends the queries of the session's earlier prompts that hold what they loaded from the catalog
+/// (the prompt's own query; not those that asked the person something, which older records' own
+/// queries did), except `current` and those ended already. Returns them, with a sentence for each
+/// that could not be ended.
+fn shift_loads(
+    runtime: &Runtime,
+    session: &[Json],
+    current: &str,
+    ended: &[&str],
+) -> (Vec<String>, Vec<String>) {
+    let mut shifted: Vec<String> = Vec::new();
+    let mut notes = Vec::new();
+    let loads = session
+        .iter()
+        .filter(|r| r.get_str("event") == Some("prompt"))
+        .filter(|r| r.get_str("challenge_digest").is_none())
+        .flat_map(|r| [r.get_str("query_ref"), r.get_str("load_query_ref")])
+        .flatten();
+    for query_ref in loads {
+        if query_ref == current
+            || ended.contains(&query_ref)
+            || shifted.iter().any(|q| q == query_ref)
+        {
+            continue;
+        }
+        match runtime.service().end_session(query_ref) {
+            Ok(_) => shifted.push(query_ref.to_owned()),
+            Err(e) => notes.push(format!("an earlier prompt's skills stay active: {e}")),
+        }
+    }
+    (shifted, notes)
 }
 
 /// The install queries a prompt record names: (capability id, query ref, challenge digest).

@@ -1002,3 +1002,38 @@ fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
 }
+
+#[test]
+fn a_new_task_replaces_the_skills_of_the_last_one_and_a_prompt_that_plans_nothing_keeps_them() {
+    let machine = Machine::new("infra");
+    let (data, home, project) = machine.paths();
+    let prompt = |text: &str| {
+        context(
+            &claude_prompt(&data, &home, &project, "s-6", text),
+            "UserPromptSubmit",
+        )
+    };
+    let skill = |name: &str| home.join(format!(".claude/skills/{name}/SKILL.md"));
+    prompt("write a kubernetes helm chart");
+    assert!(skill("kubernetes").is_file());
+    let nothing = prompt("fix the react component");
+    assert!(nothing.contains("no capability"), "{nothing}");
+    assert!(
+        skill("kubernetes").is_file(),
+        "a prompt that plans nothing shifts nothing"
+    );
+    let shifted = prompt("write rust unit tests");
+    assert!(skill("rust").is_file(), "{shifted}");
+    assert!(!skill("kubernetes").exists(), "{shifted}");
+    assert!(
+        shifted.contains("Deactivated: skill:kubernetes"),
+        "{shifted}"
+    );
+    // Back to the first task, typed again word for word: a new prompt of the session.
+    let back = prompt("write a kubernetes helm chart");
+    assert!(skill("kubernetes").is_file(), "{back}");
+    assert!(!skill("rust").exists(), "{back}");
+    assert!(!back.contains("Deactivated: skill:kubernetes"), "{back}");
+    let audit = run_ctx(&data, &["audit"], "");
+    assert_eq!(audit.code, 0, "{audit:?}");
+}

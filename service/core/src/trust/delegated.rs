@@ -138,6 +138,52 @@ pub fn signed_grant(
     Ok(None)
 }
 
+/// Why a decision recorded for the person does not hold on its basis (spec/decisions.md §16.3).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BasisRefused {
+    #[error("standing decision {id} does not exist")]
+    UnknownStanding { id: String },
+    #[error("standing decision {id} was not in force")]
+    NotInForce { id: String },
+    #[error("standing decision {id} is about another install than {capability_id}'s")]
+    OtherInstall { id: String, capability_id: String },
+    #[error("standing decision {id} does not cover session {session} in {workspace}")]
+    OutOfScope {
+        id: String,
+        session: String,
+        workspace: String,
+    },
+    #[error("the recorded decision is not standing decision {id}'s ({decided} by {by})")]
+    NotItsDecision {
+        id: String,
+        decided: &'static str,
+        by: String,
+    },
+    #[error("{authenticator_id} is not a registered verifier")]
+    Unregistered { authenticator_id: String },
+    #[error("material granted before can only be granted again, not denied")]
+    OnlyGranted,
+    #[error("the earlier challenge {digest} does not exist")]
+    UnknownChallenge { digest: String },
+    #[error("challenge {digest} holds no signed grant of the same install that still stands")]
+    NoSignedGrant { digest: String },
+    #[error("the recorded decision names {named}, but {signer} signed the grant at {digest}")]
+    OtherSigner {
+        named: String,
+        signer: String,
+        digest: String,
+    },
+    #[error("{authenticator_id} has {has} assurance; this consent needs {required}")]
+    Assurance {
+        authenticator_id: String,
+        has: Assurance,
+        required: Assurance,
+    },
+    #[error("the earlier grant's evidence could not be read: {0}")]
+    Evidence(#[from] TrustError),
+}
+
 /// Checks a recorded decision's basis (spec/decisions.md §16.3) at journal position `position`
 /// (`u64::MAX`: now) and returns the verifier it rests on. `earlier` finds a challenge by digest.
 #[allow(clippy::too_many_arguments)]
@@ -150,78 +196,81 @@ pub fn check_delegated(
     position: u64,
     required: Assurance,
     earlier: &dyn Fn(&str) -> Option<InstallConsentChallenge>,
-) -> Result<VerifierEntry, String> {
+) -> Result<VerifierEntry, BasisRefused> {
     let (session, workspace) = challenge_scope(challenge);
-    let entry = match basis {
-        DelegatedBasis::Standing(id) => {
-            let standing = trust
-                .standing()
-                .iter()
-                .find(|e| e.id == *id)
-                .ok_or_else(|| format!("standing decision {id} does not exist"))?;
-            if !standing.stands_at(position) {
-                return Err(format!("standing decision {id} was not in force"));
+    let entry =
+        match basis {
+            DelegatedBasis::Standing(id) => {
+                let standing = trust
+                    .standing()
+                    .iter()
+                    .find(|e| e.id == *id)
+                    .ok_or_else(|| BasisRefused::UnknownStanding { id: id.clone() })?;
+                if !standing.stands_at(position) {
+                    return Err(BasisRefused::NotInForce { id: id.clone() });
+                }
+                let d = &standing.decision;
+                if !d.binds(
+                    challenge.capability_id(),
+                    challenge.descriptor_digest(),
+                    challenge.material_identity_digest(),
+                ) {
+                    return Err(BasisRefused::OtherInstall {
+                        id: id.clone(),
+                        capability_id: challenge.capability_id().to_owned(),
+                    });
+                }
+                if !d.scope.covers(session, workspace) {
+                    return Err(BasisRefused::OutOfScope {
+                        id: id.clone(),
+                        session: session.to_owned(),
+                        workspace: workspace.to_owned(),
+                    });
+                }
+                let decided = if d.granted { "granted" } else { "denied" };
+                if assertion.decision().as_str() != decided
+                    || assertion.authenticator_id() != standing.decided_by
+                {
+                    return Err(BasisRefused::NotItsDecision {
+                        id: id.clone(),
+                        decided,
+                        by: standing.decided_by.clone(),
+                    });
+                }
+                trust
+                    .at_position(&standing.decided_by, position)
+                    .map(|v| v.entry.clone())
+                    .ok_or_else(|| BasisRefused::Unregistered {
+                        authenticator_id: standing.decided_by.clone(),
+                    })?
             }
-            let d = &standing.decision;
-            if !d.binds(
-                challenge.capability_id(),
-                challenge.descriptor_digest(),
-                challenge.material_identity_digest(),
-            ) {
-                return Err(format!(
-                    "standing decision {id} is about another install than {}",
-                    challenge.capability_id()
-                ));
-            }
-            if !d.scope.covers(session, workspace) {
-                return Err(format!(
-                    "standing decision {id} does not cover session {session} in {workspace}"
-                ));
-            }
-            let decided = if d.granted { "granted" } else { "denied" };
-            if assertion.decision().as_str() != decided
-                || assertion.authenticator_id() != standing.decided_by
-            {
-                return Err(format!(
-                    "the recorded decision is not standing decision {id}'s ({decided} by {})",
-                    standing.decided_by
-                ));
-            }
-            trust
-                .at_position(&standing.decided_by, position)
-                .map(|v| v.entry.clone())
-                .ok_or_else(|| format!("{} is not a registered verifier", standing.decided_by))?
-        }
-        DelegatedBasis::Installed(digest) => {
-            if assertion.decision().as_str() != "granted" {
-                return Err("material granted before can only be granted again".to_owned());
-            }
-            let before = earlier(digest)
-                .ok_or_else(|| format!("the earlier challenge {digest} does not exist"))?;
-            let entry = signed_grant(journal, trust, &before, challenge, position)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| {
-                    format!(
-                        "challenge {digest} holds no signed grant of the same install that \
-                         still stands"
-                    )
+            DelegatedBasis::Installed(digest) => {
+                if assertion.decision().as_str() != "granted" {
+                    return Err(BasisRefused::OnlyGranted);
+                }
+                let before = earlier(digest).ok_or_else(|| BasisRefused::UnknownChallenge {
+                    digest: digest.clone(),
                 })?;
-            if entry.authenticator_id != assertion.authenticator_id() {
-                return Err(format!(
-                    "the recorded decision names {}, but {} signed the grant at {digest}",
-                    assertion.authenticator_id(),
-                    entry.authenticator_id
-                ));
+                let entry = signed_grant(journal, trust, &before, challenge, position)?
+                    .ok_or_else(|| BasisRefused::NoSignedGrant {
+                        digest: digest.clone(),
+                    })?;
+                if entry.authenticator_id != assertion.authenticator_id() {
+                    return Err(BasisRefused::OtherSigner {
+                        named: assertion.authenticator_id().to_owned(),
+                        signer: entry.authenticator_id,
+                        digest: digest.clone(),
+                    });
+                }
+                entry
             }
-            entry
-        }
-    };
+        };
     if entry.assurance() < required {
-        return Err(format!(
-            "{} has {} assurance; this consent needs {required}",
-            entry.authenticator_id,
-            entry.assurance()
-        ));
+        return Err(BasisRefused::Assurance {
+            authenticator_id: entry.authenticator_id.clone(),
+            has: entry.assurance(),
+            required,
+        });
     }
     Ok(entry)
 }

@@ -26,9 +26,9 @@ use ctx_projections::streams::{TRUST_CHANGE_KIND, TRUST_STREAM_NAMESPACE};
 use crate::decision::{Ed25519Signer, Ed25519Verifier, HumanDecisionVerifier};
 
 pub use delegated::{
-    DelegatedBasis, INSTALL_GRANTS_READ_MAX, INSTALLED_PROOF_PREFIX, STANDING_PROOF_PREFIX,
-    challenge_scope, check_delegated, host_session_of, indexed_grants, record_install_grant,
-    signed_grant,
+    BasisRefused, DelegatedBasis, INSTALL_GRANTS_READ_MAX, INSTALLED_PROOF_PREFIX,
+    STANDING_PROOF_PREFIX, challenge_scope, check_delegated, host_session_of, indexed_grants,
+    record_install_grant, signed_grant,
 };
 pub use evidence::{
     DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, audit_decisions, capability_kind_of,
@@ -40,7 +40,8 @@ pub use sealed::{
     unseal_signer,
 };
 pub use standing::{
-    RevokeTarget, STANDING_SCOPE_KEY_MAX_CHARS, StandingDecision, StandingEntry, StandingScope,
+    RevokeTarget, STANDING_SCOPE_KEY_MAX_CHARS, StandingDecision, StandingEntry, StandingError,
+    StandingScope,
 };
 pub use webauthn::{
     OriginPolicy, WEBAUTHN_ATTESTATION_MAX_BYTES, WEBAUTHN_AUTHENTICATOR_DATA_MAX_BYTES,
@@ -331,9 +332,9 @@ impl TrustChange {
             Some("standing") => Ok(TrustChange::Standing(StandingDecision::from_json(
                 value.get("decision").unwrap_or(&Json::Null),
             )?)),
-            Some("revoke") => Ok(TrustChange::Revoke(
-                RevokeTarget::parse(value.get_str("target").unwrap_or_default()).map_err(Reason)?,
-            )),
+            Some("revoke") => Ok(TrustChange::Revoke(RevokeTarget::parse(
+                value.get_str("target").unwrap_or_default(),
+            )?)),
             other => Err(format!("trust change op {other:?} is not known").into()),
         }
     }

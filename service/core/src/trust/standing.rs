@@ -12,6 +12,32 @@ use super::Reason;
 /// Most characters of a scope's key (a host session id or a workspace id).
 pub const STANDING_SCOPE_KEY_MAX_CHARS: usize = 160;
 
+/// Why a scope or a revocation target is not accepted; the sentence names the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StandingError {
+    #[error(
+        "the {kind} scope's key {key:?} must be a token of at most {STANDING_SCOPE_KEY_MAX_CHARS} \
+         characters"
+    )]
+    ScopeKey { kind: String, key: String },
+    #[error("the always scope takes no key, not {key:?}")]
+    AlwaysKey { key: String },
+    #[error("scope {scope:?} is not one of session, workspace, always")]
+    Scope { scope: String },
+    #[error(
+        "{text:?} is neither a standing decision id (sd- and 16 hex digits) nor a challenge \
+         digest (64 hex digits)"
+    )]
+    RevokeTarget { text: String },
+}
+
+impl From<StandingError> for Reason {
+    fn from(e: StandingError) -> Reason {
+        Reason(e.to_string())
+    }
+}
+
 /// Where a standing decision applies.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StandingScope {
@@ -52,25 +78,27 @@ impl StandingScope {
     }
 
     /// Builds a scope from its kind and key, checking both (`once` is not a standing scope).
-    pub fn parse(kind: &str, key: &str) -> Result<StandingScope, String> {
+    pub fn parse(kind: &str, key: &str) -> Result<StandingScope, StandingError> {
         let checked = |key: &str| {
             if is_token(key) && key.chars().count() <= STANDING_SCOPE_KEY_MAX_CHARS {
                 Ok(key.to_owned())
             } else {
-                Err(format!(
-                    "the {kind} scope's key {key:?} must be a token of at most \
-                     {STANDING_SCOPE_KEY_MAX_CHARS} characters"
-                ))
+                Err(StandingError::ScopeKey {
+                    kind: kind.to_owned(),
+                    key: key.to_owned(),
+                })
             }
         };
         match kind {
             "session" => Ok(StandingScope::Session(checked(key)?)),
             "workspace" => Ok(StandingScope::Workspace(checked(key)?)),
             "always" if key.is_empty() => Ok(StandingScope::Always),
-            "always" => Err(format!("the always scope takes no key, not {key:?}")),
-            other => Err(format!(
-                "scope {other:?} is not one of session, workspace, always"
-            )),
+            "always" => Err(StandingError::AlwaysKey {
+                key: key.to_owned(),
+            }),
+            other => Err(StandingError::Scope {
+                scope: other.to_owned(),
+            }),
         }
     }
 }
@@ -203,7 +231,7 @@ pub enum RevokeTarget {
 
 impl RevokeTarget {
     /// Reads what the person typed: an `sd-` id or a 64-hex challenge digest.
-    pub fn parse(text: &str) -> Result<RevokeTarget, String> {
+    pub fn parse(text: &str) -> Result<RevokeTarget, StandingError> {
         if is_sha(text) {
             Ok(RevokeTarget::Challenge(text.to_owned()))
         } else if text.len() == 19
@@ -214,10 +242,9 @@ impl RevokeTarget {
         {
             Ok(RevokeTarget::Standing(text.to_owned()))
         } else {
-            Err(format!(
-                "{text:?} is neither a standing decision id (sd- and 16 hex digits) nor a \
-                 challenge digest (64 hex digits)"
-            ))
+            Err(StandingError::RevokeTarget {
+                text: text.to_owned(),
+            })
         }
     }
 

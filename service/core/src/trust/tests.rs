@@ -539,7 +539,7 @@ fn a_delegated_decision_holds_only_on_a_basis_that_stood_and_covers_it() {
     assert!(
         refused
             .as_ref()
-            .is_err_and(|m| m.contains("no signed grant")),
+            .is_err_and(|m| m.to_string().contains("no signed grant")),
         "{refused:?}"
     );
     let unsigned = consent_assertion(&person_entry, &earlier, b"unsigned".to_vec());
