@@ -231,6 +231,28 @@ pub fn run_ctx(data_dir: &Path, args: &[&str], stdin: &str) -> CtxRun {
     run_ctx_env(data_dir, args, stdin, &[])
 }
 
+/// The payloads of every record of `kind` in the data directory, read through `ctx export` as an
+/// auditor would, oldest first.
+pub fn exported_payloads(data_dir: &Path, kind: &str) -> Vec<ctx_model::Json> {
+    use ctx_model::Json;
+    let export = run_ctx(data_dir, &["export"], "");
+    assert_eq!(export.code, 0, "{export:?}");
+    export
+        .stdout
+        .lines()
+        .filter_map(|line| Json::parse(line).ok())
+        .filter(|line| line.get_str("kind") == Some(kind))
+        .map(|line| {
+            let hex = line.get_str("payload").expect("a payload");
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                .collect();
+            Json::parse(std::str::from_utf8(&bytes).expect("UTF-8")).expect("a JSON payload")
+        })
+        .collect()
+}
+
 /// [`run_ctx`] with extra environment variables.
 pub fn run_ctx_env(data_dir: &Path, args: &[&str], stdin: &str, envs: &[(&str, &Path)]) -> CtxRun {
     use std::io::Write as _;

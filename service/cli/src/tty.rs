@@ -76,15 +76,23 @@ impl Terminal {
     }
 
     /// Writes `prompt` and reads one line with echo off.
+    ///
+    /// Echo goes off, discarding anything typed ahead, before the prompt is shown: what the
+    /// person types after seeing the prompt is then neither shown nor thrown away. (Showing the
+    /// prompt first let a quick typist's passphrase be echoed and then flushed, leaving ctx
+    /// waiting for a line that had already been typed.)
     pub(crate) fn passphrase(&mut self, prompt: &str) -> Result<Zeroizing<String>, CliError> {
-        self.file.write_all(prompt.as_bytes())?;
-        self.file.flush()?;
         let saved = tcgetattr(&self.file).map_err(std::io::Error::from)?;
         let mut quiet = saved.clone();
         quiet.local_modes.remove(LocalModes::ECHO);
         quiet.local_modes.insert(LocalModes::ECHONL);
         tcsetattr(&self.file, OptionalActions::Flush, &quiet).map_err(std::io::Error::from)?;
-        let line = self.read_line();
+        let line = self
+            .file
+            .write_all(prompt.as_bytes())
+            .and_then(|()| self.file.flush())
+            .map_err(CliError::from)
+            .and_then(|()| self.read_line());
         let restored = tcsetattr(&self.file, OptionalActions::Now, &saved);
         let line = line?;
         restored.map_err(std::io::Error::from)?;

@@ -6,11 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use ctx_model::{Json, UtcMicros};
+use ctx_model::UtcMicros;
 
 use super::hook::{Machine, context, hook_env, hook_input, reply, with_prompt};
 use super::person::{PASSPHRASE, person_key_init};
-use crate::support::{CtxRun, Typed, run_ctx, run_ctx_tty};
+use crate::support::{self, CtxRun, Typed, run_ctx, run_ctx_tty};
 
 /// The prompts of the script and the capability each keeps touching.
 const TERRAFORM: &str = "write terraform for the new infrastructure";
@@ -133,25 +133,7 @@ fn asked_in(message: &str) -> Vec<(String, String)> {
 /// every published challenge minus those ctx resolved for the person from an earlier decision
 /// (their evidence names a basis).
 fn person_challenges(data: &Path) -> BTreeMap<(String, String), usize> {
-    let export = run_ctx(data, &["export"], "");
-    assert_eq!(export.code, 0, "{export:?}");
-    let payloads = |kind: &str| -> Vec<Json> {
-        export
-            .stdout
-            .lines()
-            .filter_map(|line| Json::parse(line).ok())
-            .filter(|line| line.get_str("kind") == Some(kind))
-            .filter_map(|line| {
-                let hex = line.get_str("payload")?.to_owned();
-                let bytes: Vec<u8> = (0..hex.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-                    .collect();
-                Json::parse(std::str::from_utf8(&bytes).ok()?).ok()
-            })
-            .collect()
-    };
-    let delegated: BTreeSet<String> = payloads("ctx.decision-evidence.v1")
+    let delegated: BTreeSet<String> = support::exported_payloads(data, "ctx.decision-evidence.v1")
         .iter()
         .filter(|e| e.get_str("basis").is_some())
         .filter_map(|e| e.get_str("challenge_digest").map(str::to_owned))

@@ -136,22 +136,7 @@ pub(crate) fn context(reply: &Json, host_event: &str) -> String {
 
 /// The payloads of the host-session records of a data directory, through `ctx export`.
 fn session_records(data: &Path) -> Vec<Json> {
-    let export = run_ctx(data, &["export"], "");
-    assert_eq!(export.code, 0, "{export:?}");
-    export
-        .stdout
-        .lines()
-        .filter_map(|line| Json::parse(line).ok())
-        .filter(|line| line.get_str("kind") == Some("ctx.host-session.v1"))
-        .map(|line| {
-            let hex = line.get_str("payload").expect("a payload");
-            let bytes: Vec<u8> = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-                .collect();
-            Json::parse(std::str::from_utf8(&bytes).expect("UTF-8")).expect("a JSON payload")
-        })
-        .collect()
+    support::exported_payloads(data, "ctx.host-session.v1")
 }
 
 #[test]

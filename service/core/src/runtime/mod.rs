@@ -499,12 +499,7 @@ impl Runtime {
             // The evidence goes in before the decision (spec/decisions.md §12.5), and only for a
             // signature that verifies: an attempt with a forged one is refused below without
             // leaving anything behind. A passkey's counter is judged only on a verified proof.
-            let verified = registered
-                .entry
-                .verifier()
-                .map(|v| v.verify_signed_assertion(&assertion, &assertion.signing_bytes()))
-                .unwrap_or(false);
-            if verified {
+            if registered.entry.verifies(&assertion) {
                 let journal = crate::managed::open_service_journal(&self.layout.journal())?;
                 if registered.entry.kind == VerifierKind::Passkey {
                     let last = crate::trust::highest_passkey_counter(

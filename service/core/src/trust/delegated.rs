@@ -126,12 +126,7 @@ pub fn signed_grant(
         else {
             continue;
         };
-        let verified = registered
-            .entry
-            .verifier()
-            .map(|v| v.verify_signed_assertion(&assertion, &assertion.signing_bytes()))
-            .unwrap_or(false);
-        if verified {
+        if registered.entry.verifies(&assertion) {
             return Ok(Some(registered.entry.clone()));
         }
     }

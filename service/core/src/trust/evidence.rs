@@ -312,11 +312,7 @@ fn check_decision(
         ));
         return Ok(check);
     }
-    let verified = entry
-        .verifier()
-        .map(|v| v.verify_signed_assertion(&assertion, &assertion.signing_bytes()))
-        .unwrap_or(false);
-    if !verified {
+    if !entry.verifies(&assertion) {
         check.problem = Some(format!(
             "the assertion's signature does not verify with {}",
             entry.authenticator_id

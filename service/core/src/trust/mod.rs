@@ -181,6 +181,13 @@ impl VerifierEntry {
     }
 
     /// The verifier that checks this entry's proofs.
+    /// True when `assertion`'s proof is this verifier's valid signature over its signing bytes.
+    pub fn verifies(&self, assertion: &SignedHumanDecisionAssertion) -> bool {
+        self.verifier()
+            .map(|v| v.verify_signed_assertion(assertion, &assertion.signing_bytes()))
+            .unwrap_or(false)
+    }
+
     pub fn verifier(&self) -> Result<Arc<dyn HumanDecisionVerifier>, TrustError> {
         match self.kind {
             VerifierKind::FileKey | VerifierKind::SealedKey => {

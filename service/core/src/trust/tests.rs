@@ -32,13 +32,15 @@ fn signed(
     sign_trust_assertion(signer, &unsigned).expect("a signature")
 }
 
-fn register(
+/// Appends `change` after `state`: with a proof of possession by `possessed_by` (a
+/// registration), approved by `approver` (else on first use from a terminal).
+fn append_change(
     journal: &Journal,
     state: &TrustState,
-    new: (&Ed25519Signer, &VerifierEntry),
+    change: TrustChange,
+    possessed_by: Option<(&Ed25519Signer, &VerifierEntry)>,
     approver: Option<(&Ed25519Signer, &VerifierEntry)>,
 ) -> Result<TrustState, TrustError> {
-    let change = TrustChange::Register(new.1.clone());
     let digest = change_digest(&change, state.revision());
     let record = TrustRecord {
         basis: if approver.is_some() {
@@ -46,11 +48,21 @@ fn register(
         } else {
             TrustBasis::FirstUseTerminal
         },
-        possession: Some(signed(new.0, new.1, &digest)),
+        possession: possessed_by.map(|(s, e)| signed(s, e, &digest)),
         approval: approver.map(|(s, e)| signed(s, e, &digest)),
         change,
     };
     append_trust(journal, state, &record, Timestamp(NOW + 1))
+}
+
+fn register(
+    journal: &Journal,
+    state: &TrustState,
+    new: (&Ed25519Signer, &VerifierEntry),
+    approver: Option<(&Ed25519Signer, &VerifierEntry)>,
+) -> Result<TrustState, TrustError> {
+    let change = TrustChange::Register(new.1.clone());
+    append_change(journal, state, change, Some(new), approver)
 }
 
 #[test]
@@ -128,14 +140,7 @@ fn a_file_key_cannot_approve_changes_and_possession_must_be_proven() {
 #[test]
 fn a_signature_for_one_revision_does_not_approve_the_same_change_at_another() {
     let (_dir, journal) = journal();
-    let (person, person_entry) = key(1, VerifierKind::SealedKey);
-    let state = register(
-        &journal,
-        &TrustState::default(),
-        (&person, &person_entry),
-        None,
-    )
-    .expect("first use");
+    let (person, person_entry, state) = person_registered(&journal);
     let change = TrustChange::ApprovePolicy {
         policy_digest: "ab".repeat(32),
     };
@@ -153,14 +158,7 @@ fn a_signature_for_one_revision_does_not_approve_the_same_change_at_another() {
 #[test]
 fn the_last_presence_verifier_cannot_be_removed() {
     let (_dir, journal) = journal();
-    let (person, person_entry) = key(1, VerifierKind::SealedKey);
-    let state = register(
-        &journal,
-        &TrustState::default(),
-        (&person, &person_entry),
-        None,
-    )
-    .expect("first use");
+    let (person, person_entry, state) = person_registered(&journal);
     let change = TrustChange::Remove {
         authenticator_id: person_entry.authenticator_id.clone(),
     };
@@ -217,37 +215,32 @@ fn standing(granted: bool, scope: StandingScope) -> StandingDecision {
     }
 }
 
+/// The person's sealed key, registered on first use.
+fn person_registered(journal: &Journal) -> (Ed25519Signer, VerifierEntry, TrustState) {
+    let (person, person_entry) = key(1, VerifierKind::SealedKey);
+    let state = register(
+        journal,
+        &TrustState::default(),
+        (&person, &person_entry),
+        None,
+    )
+    .expect("first use");
+    (person, person_entry, state)
+}
+
 fn change_by(
     journal: &Journal,
     state: &TrustState,
     change: TrustChange,
     by: Option<(&Ed25519Signer, &VerifierEntry)>,
 ) -> Result<TrustState, TrustError> {
-    let digest = change_digest(&change, state.revision());
-    let record = TrustRecord {
-        basis: if by.is_some() {
-            TrustBasis::Approved
-        } else {
-            TrustBasis::FirstUseTerminal
-        },
-        possession: None,
-        approval: by.map(|(s, e)| signed(s, e, &digest)),
-        change,
-    };
-    append_trust(journal, state, &record, Timestamp(NOW + 1))
+    append_change(journal, state, change, None, by)
 }
 
 #[test]
 fn only_the_persons_presence_key_makes_or_revokes_a_standing_decision() {
     let (_dir, journal) = journal();
-    let (person, person_entry) = key(1, VerifierKind::SealedKey);
-    let state = register(
-        &journal,
-        &TrustState::default(),
-        (&person, &person_entry),
-        None,
-    )
-    .expect("first use");
+    let (person, person_entry, state) = person_registered(&journal);
     let grant = TrustChange::Standing(standing(true, StandingScope::Always));
     // The agent's attempts: unsigned, signed by an unregistered key, signed by a file key.
     let unsigned = change_by(&journal, &state, grant.clone(), None);
@@ -349,15 +342,8 @@ fn only_the_persons_presence_key_makes_or_revokes_a_standing_decision() {
 #[test]
 fn a_denial_wins_over_a_grant_and_scopes_cover_only_their_own() {
     let (_dir, journal) = journal();
-    let (person, person_entry) = key(1, VerifierKind::SealedKey);
+    let (person, person_entry, mut state) = person_registered(&journal);
     let by = Some((&person, &person_entry));
-    let mut state = register(
-        &journal,
-        &TrustState::default(),
-        (&person, &person_entry),
-        None,
-    )
-    .expect("first use");
     for change in [
         TrustChange::Standing(standing(true, StandingScope::Always)),
         TrustChange::Standing(standing(false, StandingScope::Workspace("ws-2".to_owned()))),
@@ -468,15 +454,8 @@ fn consent_assertion(
 #[test]
 fn a_delegated_decision_holds_only_on_a_basis_that_stood_and_covers_it() {
     let (_dir, journal) = journal();
-    let (person, person_entry) = key(1, VerifierKind::SealedKey);
+    let (person, person_entry, state) = person_registered(&journal);
     let by = Some((&person, &person_entry));
-    let state = register(
-        &journal,
-        &TrustState::default(),
-        (&person, &person_entry),
-        None,
-    )
-    .expect("first use");
     let earlier = challenge_for("c-1", "material");
     let later = challenge_for("c-2", "material");
     let changed = challenge_for("c-3", "other material");
