@@ -387,19 +387,13 @@ fn a_forged_registry_record_is_refused_and_reported() {
         .replace(&hex(&person.public_key), &hex(&own_entry.public_key))
         .replace(&person.authenticator_id, &own_entry.authenticator_id)
         .replace(&person.principal_digest, &own_entry.principal_digest);
-    journal
-        .append(StreamAppend::new(
-            stream,
-            ExpectedRevision::Exact(1),
-            vec![NewRecord::new(
-                "trust-forged",
-                TRUST_CHANGE_KIND,
-                Timestamp(first.occurred_at.0 + 1),
-                forged.into_bytes(),
-            )],
-        ))
-        .expect("the journal takes an authenticated record");
-    drop(journal);
+    append_forged_trust(
+        journal,
+        1,
+        "trust-forged",
+        Timestamp(first.occurred_at.0 + 1),
+        forged.into_bytes(),
+    );
 
     let request = Json::object([(
         "assertion",
@@ -410,12 +404,7 @@ fn a_forged_registry_record_is_refused_and_reported() {
     assert_ne!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("verifier registry"), "{run:?}");
     assert_eq!(installed(&scene.data), 0);
-    let audit = run_ctx(&scene.data, &["audit"], "");
-    assert_ne!(
-        audit.code, 0,
-        "the audit reports the forged record: {audit:?}"
-    );
-    assert!(audit.stdout.contains("trust/registry-refused"), "{audit:?}");
+    assert_audit_reports_forgery(&scene);
 }
 
 #[test]
@@ -586,24 +575,44 @@ fn a_standing_grant_the_agent_appends_refuses_the_registry_and_is_reported() {
         ("schema", Json::str(TRUST_CHANGE_KIND)),
     ])
     .to_cja();
-    journal
-        .append(StreamAppend::new(
-            stream,
-            ExpectedRevision::Exact(head),
-            vec![NewRecord::new(
-                "trust-standing-forged",
-                TRUST_CHANGE_KIND,
-                Timestamp(now().0),
-                payload.into_bytes(),
-            )],
-        ))
-        .expect("the journal takes an authenticated record");
-    drop(journal);
+    append_forged_trust(
+        journal,
+        head,
+        "trust-standing-forged",
+        Timestamp(now().0),
+        payload.into_bytes(),
+    );
     let list = scene.agent(&["consent", "list"], "");
     assert_ne!(list.code, 0, "{list:?}");
     assert!(list.stderr.contains("verifier registry"), "{list:?}");
-    let audit = run_ctx(&scene.data, &["audit"], "");
-    assert_ne!(audit.code, 0, "{audit:?}");
-    assert!(audit.stdout.contains("trust/registry-refused"), "{audit:?}");
     assert_eq!(installed(&scene.data), 0);
+    assert_audit_reports_forgery(&scene);
+}
+
+/// Appends `payload` to the verifier registry after `revision` as the agent can: a
+/// well-formed record the installation key authenticates (the agent runs as the person's user).
+fn append_forged_trust(
+    journal: ctx_journal::Journal,
+    revision: u64,
+    event_id: &str,
+    at: Timestamp,
+    payload: Vec<u8>,
+) {
+    journal
+        .append(StreamAppend::new(
+            ctx_service::trust_stream(),
+            ExpectedRevision::Exact(revision),
+            vec![NewRecord::new(event_id, TRUST_CHANGE_KIND, at, payload)],
+        ))
+        .expect("the journal takes an authenticated record");
+}
+
+/// `ctx audit` fails and names the refused registry record.
+fn assert_audit_reports_forgery(scene: &Scene) {
+    let audit = run_ctx(&scene.data, &["audit"], "");
+    assert_ne!(
+        audit.code, 0,
+        "the audit reports the forged record: {audit:?}"
+    );
+    assert!(audit.stdout.contains("trust/registry-refused"), "{audit:?}");
 }
