@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use ctx_journal::Timestamp;
-use ctx_model::{Json, UtcMicros};
+use ctx_model::{Json, UtcMicros, is_token, sha256_hex};
 use ctx_projections::consent_store::{
     AssertionFields, ChallengeRecord, SignedHumanDecisionAssertion,
 };
@@ -431,14 +431,52 @@ fn work_request(request: &Json) -> Result<WorkRequest, CommandFailure> {
             ));
         }
     };
-    Ok(WorkRequest {
-        session_id: required_str(request, "session_id")?.to_owned(),
+    let host_session = required_str(request, "session_id")?;
+    if host_session.len() > QUERY_SESSION_ID_MAX_BYTES || !is_token(host_session) {
+        return Err(CommandFailure::invalid(format!(
+            "session_id {host_session:?} must be a token of letters, digits and . _ : @ - \
+             (at most {QUERY_SESSION_ID_MAX_BYTES} bytes)"
+        )));
+    }
+    let mut work = WorkRequest {
+        session_id: String::new(),
         workspace: required_str(request, "workspace")?.to_owned(),
         prompt: request.get_str("prompt").unwrap_or_default().to_owned(),
         signals: string_list(request, "signals")?,
         languages: string_list(request, "languages")?,
         requested_limit,
-    })
+    };
+    work.session_id = prompt_session(host_session, &work);
+    Ok(work)
+}
+
+/// The longest host `session_id` `query prepare` accepts: with the `api:` prefix and the prompt
+/// key it stays within the engine's 128-byte session token.
+pub const QUERY_SESSION_ID_MAX_BYTES: usize = 96;
+
+/// The engine session of one prompt of a host session, spec/cli.md §3 (Work observations): each
+/// distinct request is its own engine session `api:<session_id>:<16 hex>`, so a host may prepare
+/// as many prompts on one session as it likes, the same request again is the same query, and
+/// session-scoped standing decisions see one host session `api:<session_id>`.
+fn prompt_session(host_session: &str, work: &WorkRequest) -> String {
+    let observed = Json::object([
+        ("workspace", Json::str(&work.workspace)),
+        ("prompt", Json::str(&work.prompt)),
+        (
+            "signals",
+            Json::Arr(work.signals.iter().map(Json::str).collect()),
+        ),
+        (
+            "languages",
+            Json::Arr(work.languages.iter().map(Json::str).collect()),
+        ),
+        (
+            "requested_limit",
+            Json::Int(i64::from(work.requested_limit)),
+        ),
+    ]);
+    let key = sha256_hex(&observed.to_string());
+    format!("api:{host_session}:{}", &key[..16])
 }
 
 /// The desired-set request: the service's own JSON, where a `choice_label` may stand in for the

@@ -464,20 +464,47 @@ fn a_capability_no_installer_here_can_install_is_refused_before_anything_is_writ
 }
 
 #[test]
-fn a_second_prompt_on_a_planned_session_is_refused_by_name_not_as_internal() {
+fn a_host_session_prepares_one_query_per_prompt_and_the_same_prompt_again_is_the_same_query() {
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     set_up(&data);
-    ok(&data, &["query", "prepare"], &prepare_request("s-1"), 0);
+    let first = ok(&data, &["query", "prepare"], &prepare_request("s-1"), 0);
     let other = Json::object([
         ("prompt", Json::str("debug the kubernetes rollout")),
         ("session_id", Json::str("s-1")),
         ("workspace", Json::str("/work/project")),
     ])
     .to_string();
-    let message = refused(&data, &["query", "prepare"], &other, 1, "conflict");
-    assert!(message.contains("\"s-1\""), "{message}");
-    assert!(message.contains("new session_id"), "{message}");
-    // The same request again is a retry of the planned query, not a second one.
-    ok(&data, &["query", "prepare"], &prepare_request("s-1"), 0);
+    let second = ok(&data, &["query", "prepare"], &other, 0);
+    assert_ne!(
+        second.get_str("query_ref"),
+        first.get_str("query_ref"),
+        "{second}"
+    );
+    let Some(Json::Arr(selections)) = second.get("selections") else {
+        panic!("no selections: {second}");
+    };
+    assert!(
+        selections
+            .iter()
+            .any(|s| s.get_str("capability_id") == Some("skill:kubernetes")),
+        "the second prompt is planned for itself: {second}"
+    );
+    // Either prompt again is a retry of its own query, not a third one.
+    let again = ok(&data, &["query", "prepare"], &prepare_request("s-1"), 0);
+    assert_eq!(again.get_str("query_ref"), first.get_str("query_ref"));
+    let again = ok(&data, &["query", "prepare"], &other, 0);
+    assert_eq!(again.get_str("query_ref"), second.get_str("query_ref"));
+    // A session id too long to carry the prompt key is refused by name.
+    let long = "s".repeat(97);
+    let request = Json::object([
+        ("session_id", Json::str(&long)),
+        ("workspace", Json::str("/work/project")),
+    ])
+    .to_string();
+    let message = refused(&data, &["query", "prepare"], &request, 2, "invalid");
+    assert!(
+        message.contains(&long) && message.contains("96 bytes"),
+        "{message}"
+    );
 }

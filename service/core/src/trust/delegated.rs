@@ -66,10 +66,10 @@ impl DelegatedBasis {
     }
 }
 
-/// The host session an engine session of a hook belongs to: the hooks plan each prompt as
-/// `<host session>:<16 hex>` and each install it chooses as `<host session>:<16 hex>:i` (earlier
-/// versions: `…:load`),
-/// spec/cli.md §7.3; any other session id is its own.
+/// The host session an engine session of a hook or of `query prepare` belongs to: each prompt is
+/// planned as `<host session>:<16 hex>` (`query prepare`: host session `api:<session_id>`) and
+/// each install a hook chooses as `<host session>:<16 hex>:i` (earlier versions: `…:load`),
+/// spec/cli.md §3 and §7.3; any other session id is its own.
 pub fn host_session_of(engine_session_id: &str) -> &str {
     let base = engine_session_id
         .strip_suffix(":i")
