@@ -3,6 +3,7 @@
 use std::sync::Barrier;
 
 use ctx_model::{EventKind, Json};
+use ctx_projections::query_store::QueryStoreError;
 use ctx_service::{
     DesiredResultParts, DesiredSetRequest, DesiredSetResult, QueryService, ServiceError,
     failpoints, open_engine_composition,
@@ -607,4 +608,34 @@ fn test_set_desired_fails_typed_when_a_nonservice_writer_steals_reserved_revisio
     let still_pending = setup.store().load_pending_desired_set(&scope()).unwrap();
     assert_eq!(still_pending.desired_set_ref(), pending.desired_set_ref());
     assert!(!still_pending.is_committed());
+}
+
+/// The prompt that was killed after its reservation is delivered again (spec/service.md §3): its
+/// own query is prepared again, not refused as busy, and its own choice then recovers the
+/// reservation. Only a replacement plan stays blocked (seed case 30).
+#[test]
+fn the_query_whose_choice_is_pending_prepares_again_and_its_choice_recovers() {
+    let (_fp, setup) = failpoint_setup(1);
+    let query = setup.request("desired-killed-prompt-query");
+    let prepared = setup.service.prepare(&query).unwrap();
+    let request = desired(
+        prepared.query_ref(),
+        "desired-killed-prompt-choice",
+        &[],
+        None,
+    );
+    crash_at(&setup, failpoints::DESIRED_BEFORE_COMMIT, &request);
+    let pending = setup.store().load_pending_desired_set(&scope()).unwrap();
+
+    let again = setup.service.prepare(&query).unwrap();
+    assert_eq!(again.query_ref(), prepared.query_ref());
+    assert_eq!(again.prepared().plan_id(), prepared.prepared().plan_id());
+    let recovered = setup.service.set_desired(&request).unwrap();
+
+    assert_eq!(recovered.desired_set_ref(), pending.desired_set_ref());
+    assert_eq!(recovered.status(), "reconciled");
+    assert!(matches!(
+        setup.store().load_pending_desired_set(&scope()),
+        Err(QueryStoreError::NotFound { .. })
+    ));
 }

@@ -247,22 +247,37 @@ impl QueryService {
         self.validate_input(&supplied)?;
         let decision = supplied.decision_event();
         let runtime = self.runtime(&mut state)?;
-        // A pending desired choice on this stream (any query, any host alias) must be recovered
-        // before a replacement plan may register (spec/service.md §3).
-        match runtime.store.load_pending_desired_set(&decision.scope) {
-            Ok(_) => {
-                return Err(ServiceError::Busy(
-                    "a pending desired choice must be recovered before managed planning",
-                ));
-            }
-            Err(QueryStoreError::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
         let Some(plan_id) = decision.correlation_id.as_deref() else {
             return Err(ServiceError::Identity(
                 "managed decision has no plan identity",
             ));
         };
+        let registration = runtime.store.registration_append(
+            request.logical_query_id(),
+            supplied.session_started(),
+            decision,
+            supplied.artifact().manifest_digest(),
+            supplied.artifact().planning_environment_digest(),
+        )?;
+        // A pending desired choice on this stream (any query, any host alias) must be recovered
+        // before a replacement plan may register; the very query that reserved it is prepared
+        // again, so a prompt killed after its reservation resumes on its next delivery and its
+        // own choice recovers the reservation (spec/service.md §3).
+        match runtime.store.load_pending_desired_set(&decision.scope) {
+            Ok(pending) => {
+                let own = matches!(
+                    runtime.store.registered(&registration),
+                    Ok(Some(record)) if record.query_ref() == pending.query_ref()
+                );
+                if !own {
+                    return Err(ServiceError::Busy(
+                        "a pending desired choice must be recovered before managed planning",
+                    ));
+                }
+            }
+            Err(QueryStoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
         match runtime
             .store
             .planned_for_scope_plan(&decision.scope, plan_id)
@@ -275,13 +290,6 @@ impl QueryService {
             Ok(_) | Err(QueryStoreError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let registration = runtime.store.registration_append(
-            request.logical_query_id(),
-            supplied.session_started(),
-            decision,
-            supplied.artifact().manifest_digest(),
-            supplied.artifact().planning_environment_digest(),
-        )?;
         let composition = self.composition(runtime, &supplied)?;
         let record = match runtime.store.registered(&registration)? {
             Some(record) => record,
