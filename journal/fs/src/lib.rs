@@ -24,7 +24,10 @@ pub use dir::{
 };
 pub use durable::{fsync_dir, fsync_dir_fd, write_durable, write_durable_with_temp};
 pub use error::{LockError, PrivateError, ReadError, SyncError, WriteError};
-pub use lock::{DirLock, LOCK_POLL_MAX_MS, LOCK_POLL_MIN_MS, LOCK_SELF_HELD_GRACE_MS, LockOptions};
+pub use lock::{
+    DirLock, LOCK_POLL_MAX_MS, LOCK_POLL_MIN_MS, LOCK_SELF_HELD_GRACE_MS, LockOptions,
+    bound_lock_waits, lock_deadline_reached,
+};
 pub use mode::{
     DIR_MODE_PRIVATE, FILE_MODE_PRIVATE, FILE_MODE_READ_ONLY, MODE_GROUP_OTHER,
     MODE_GROUP_OTHER_WRITE, MODE_PERMISSION_BITS, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, S_ISVTX,

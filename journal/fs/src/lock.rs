@@ -28,6 +28,36 @@ pub const LOCK_SELF_HELD_GRACE_MS: u64 = 2_000;
 /// Most bytes of a holder record read back.
 const HOLDER_RECORD_MAX_BYTES: u64 = 256;
 
+/// The process-wide deadline of every lock wait (spec/fs.md rule 8): a process that must answer
+/// within a host's timeout (a hook) sets it once, and no acquire waits past it, whatever wait its
+/// caller asked for. `reached` records that a wait gave up because of it.
+static LOCK_DEADLINE: std::sync::Mutex<Deadline> = std::sync::Mutex::new(Deadline {
+    at: None,
+    reached: false,
+});
+
+struct Deadline {
+    at: Option<Instant>,
+    reached: bool,
+}
+
+fn deadline() -> std::sync::MutexGuard<'static, Deadline> {
+    LOCK_DEADLINE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// From now on, no lock of this process waits past `at` (an earlier deadline stays).
+pub fn bound_lock_waits(at: Instant) {
+    let mut d = deadline();
+    d.at = Some(d.at.map_or(at, |old| old.min(at)));
+}
+
+/// Whether a lock wait of this process gave up at the deadline of [`bound_lock_waits`].
+pub fn lock_deadline_reached() -> bool {
+    deadline().reached
+}
+
 /// How [`DirLock::acquire`] waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
@@ -92,6 +122,18 @@ pub struct DirLock {
     /// Held for its `flock`: closing the descriptor releases the lock.
     _file: File,
     path: PathBuf,
+    /// An exclusive holder wrote its record and clears it on release.
+    exclusive: bool,
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // A record left after its holder let go would name a process that holds nothing; a
+        // holder killed before this runs is named correctly anyway by the kernel's lock table.
+        if self.exclusive {
+            let _ = self._file.set_len(0);
+        }
+    }
 }
 
 fn own_holder_prefix() -> String {
@@ -159,15 +201,22 @@ impl DirLock {
                 Err(TryLockError::WouldBlock) => {
                     let waited = started.elapsed();
                     let holder = read_holder(&mut file);
-                    let limit = if holder.starts_with(&own_holder_prefix()) {
+                    let asked = if holder.starts_with(&own_holder_prefix()) {
                         options.wait.max(options.self_held_grace)
                     } else {
                         options.wait
                     };
+                    let bound = deadline()
+                        .at
+                        .map(|at| at.saturating_duration_since(started));
+                    let limit = bound.map_or(asked, |b| asked.min(b));
                     if waited >= limit {
+                        if bound.is_some_and(|b| b < asked) {
+                            deadline().reached = true;
+                        }
                         return Err(LockError::Held {
                             path: path.to_path_buf(),
-                            holder,
+                            holder: true_holder(&file).unwrap_or(holder),
                             waited,
                         });
                     }
@@ -194,6 +243,7 @@ impl DirLock {
         Ok(DirLock {
             _file: file,
             path: path.to_path_buf(),
+            exclusive: !options.shared,
         })
     }
 
@@ -207,6 +257,46 @@ impl DirLock {
     pub fn file(&self) -> &File {
         &self._file
     }
+}
+
+/// Who really holds the lock on `file`, from the kernel's table of locks (`/proc/locks`, Linux):
+/// the pid of each `FLOCK` on the file's device and inode and, when it can be read, its program.
+/// A holder record can be stale (a process killed before it wrote its record, or a shared holder,
+/// which writes none), the kernel's table cannot. `None` where the table is unavailable.
+fn true_holder(file: &File) -> Option<String> {
+    let stat = rustix::fs::fstat(file).ok()?;
+    let device = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(stat.st_dev),
+        rustix::fs::minor(stat.st_dev),
+        stat.st_ino
+    );
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    let pids: Vec<u32> = table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END`; a blocked waiter's line
+            // has `->` after the number.
+            let fields = match fields.get(1) {
+                Some(&"->") => fields.get(1..)?.to_vec(),
+                _ => fields,
+            };
+            if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&device.as_str()) {
+                return None;
+            }
+            if line.contains("->") {
+                return None;
+            }
+            fields.get(4)?.parse().ok()
+        })
+        .filter(|pid| *pid != std::process::id())
+        .collect();
+    let first = *pids.first()?;
+    let program = std::fs::read_to_string(format!("/proc/{first}/comm"))
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_else(|_| "unknown program".to_owned());
+    Some(format!("pid {first} ({program})"))
 }
 
 fn read_holder(file: &mut File) -> String {

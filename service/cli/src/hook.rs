@@ -29,11 +29,24 @@ pub(crate) fn hook(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
+    // The host kills a hook at its timeout; no lock this call takes may wait past a share of it,
+    // so a busy data directory is answered with a sentence, not a killed hook (spec/cli.md §7.4).
+    ctx_fs::bound_lock_waits(std::time::Instant::now() + event.lock_wait());
     let reply = match run(host, event, layout, home, now, input) {
         Ok(reply) => reply,
         Err(failure) => {
             // The sentence goes to the host's log (standard error) and to the person.
-            let message = failure.to_string();
+            let mut message = failure.to_string();
+            if ctx_fs::lock_deadline_reached() {
+                message = format!(
+                    "another ctx process kept the data directory busy for longer than this hook \
+                     may wait ({:.1} s of the host's {} s timeout), so ctx did nothing for this \
+                     {}; it is tried again at the next one: {message}",
+                    event.lock_wait().as_secs_f64(),
+                    event.timeout_seconds,
+                    what_is_skipped(event.ctx_name),
+                );
+            }
             let _ = writeln!(err, "ctx: hook {host} {}: {message}", event.ctx_name);
             Some(failure_json(&message))
         }
@@ -43,6 +56,16 @@ pub(crate) fn hook(
         let _ = writeln!(out, "{reply}");
     }
     EXIT_OK
+}
+
+/// What a hook that gave up waiting did not handle, in the person's words.
+fn what_is_skipped(ctx_name: &str) -> &'static str {
+    match ctx_name {
+        "user-prompt-submit" => "prompt",
+        "session-start" => "session start",
+        "session-end" => "session end",
+        _ => "event",
+    }
 }
 
 /// Why a hook call did nothing: the data directory could not be chosen, or the session refused.

@@ -66,6 +66,20 @@ pub struct HookEvent {
     pub timeout_seconds: u32,
 }
 
+/// The share of a hook's host timeout that ctx may spend waiting for locks (spec/cli.md §7.4):
+/// the rest is left for the hook's own work and its answer, so a busy data directory makes the
+/// hook answer with a sentence instead of being killed by the host.
+pub const HOOK_LOCK_WAIT_SHARE_PERCENT: u32 = 60;
+
+impl HookEvent {
+    /// The longest a call of this event waits for every lock it takes, together.
+    pub fn lock_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            u64::from(self.timeout_seconds) * 10 * u64::from(HOOK_LOCK_WAIT_SHARE_PERCENT),
+        )
+    }
+}
+
 const fn event(
     host_event: &'static str,
     ctx_name: &'static str,

@@ -31,8 +31,8 @@ pub use host_files::{
     lock_path, parse_json, read_host_file, remove_member, set_member, update_locked,
 };
 pub use hosts::{
-    AgentHost, CLAUDE_HOOK_EVENTS, CLAUDE_TOOL_MATCHER, CODEX_HOOK_EVENTS, HookEvent, HostHome,
-    HostHomeError,
+    AgentHost, CLAUDE_HOOK_EVENTS, CLAUDE_TOOL_MATCHER, CODEX_HOOK_EVENTS,
+    HOOK_LOCK_WAIT_SHARE_PERCENT, HookEvent, HostHome, HostHomeError,
 };
 pub use profile::{AgentLayout, CLAUDE, CODEX, HandlerStyle, HostProfile, McpLayout};
 pub use session::{

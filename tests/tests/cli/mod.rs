@@ -8,6 +8,8 @@ mod demo;
 mod hook;
 mod host;
 mod init;
+mod killed;
+mod lock_wait;
 mod person;
 mod postgres;
 mod webdriver;
