@@ -63,9 +63,9 @@ pub use policy::{InstallConsentMode, InstallConsentPolicy, InstallPolicyStore, P
 pub use registry::{ArtifactHandle, ArtifactRegistry, IngestInputs};
 pub use runtime::{
     CHALLENGES_LIST_MAX, CONSENT_AUDIENCE, ChallengeReader, DEVICE_KEY_MAX_BYTES, DeviceKeyFile,
-    Runtime, RuntimeError, WORK_FILE_MAX_BYTES, WorkRequest, challenge_record, challenges,
-    fresh_signer, grants_by_itself, logical_id, read_device_key, uninstallable, write_plain_key,
-    write_sealed_key,
+    LEFTOVER_AGE_MAX_SECS, Runtime, RuntimeError, SweepReport, WORK_FILE_MAX_BYTES, WorkRequest,
+    challenge_record, challenges, fresh_signer, grants_by_itself, logical_id, read_device_key,
+    sweep_work, uninstallable, write_plain_key, write_sealed_key,
 };
 pub use trust::{
     Assurance, BasisRefused, DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, DelegatedBasis,

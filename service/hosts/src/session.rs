@@ -306,6 +306,9 @@ pub fn run_hook(
 fn session_start(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, SessionError> {
     let cwd = input.cwd()?;
     ensure_catalog(ctx.layout)?;
+    // Temporary files of killed writes in the work directory go at a session's start (the
+    // directory grows with every prompt, so not at every open; spec/cli.md §2).
+    ctx_service::sweep_work(ctx.layout, UtcMicros(ctx.now.0));
     let journal = open_journal(ctx.layout)?;
     let earlier = read_session(&journal, ctx.host, &input.session)?;
     let queries = session_queries(&earlier);

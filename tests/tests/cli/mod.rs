@@ -8,6 +8,7 @@ mod demo;
 mod hook;
 mod host;
 mod init;
+mod leftovers;
 mod killed;
 mod lock_wait;
 mod person;

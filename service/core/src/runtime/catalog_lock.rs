@@ -54,4 +54,11 @@ impl CatalogLock {
             }),
         }
     }
+
+    /// The exclusive lock if it is free at this moment (no wait): proof that no ingest runs.
+    pub(crate) fn try_exclusive(layout: &Layout) -> Result<CatalogLock, LockError> {
+        let options = LockOptions::new(Duration::ZERO).self_held_grace(Duration::ZERO);
+        DirLock::acquire(&layout.root().join(".catalog.lock"), &options)
+            .map(|lock| CatalogLock { _lock: lock })
+    }
 }

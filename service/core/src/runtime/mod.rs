@@ -15,6 +15,7 @@
 mod catalog_lock;
 mod delegated;
 mod device;
+mod leftovers;
 mod work;
 
 pub(crate) use catalog_lock::CatalogLock;
@@ -23,6 +24,7 @@ pub use device::{
     DEVICE_KEY_MAX_BYTES, DeviceKeyFile, fresh_signer, read_device_key, write_plain_key,
     write_sealed_key,
 };
+pub use leftovers::{LEFTOVER_AGE_MAX_SECS, SweepReport, sweep_work};
 use work::{StoredWork, WorkDirAuthority};
 pub use work::{WORK_FILE_MAX_BYTES, WORK_PROMPT_MAX_BYTES, WorkRequest};
 
@@ -375,6 +377,9 @@ impl Runtime {
         .map_err(|e| component("the planner refused")(e.to_string()))?
         .catalog_snapshot_digest()
         .to_owned();
+        // What interrupted ingests and writes left behind goes before anything new is written
+        // (spec/cli.md §2).
+        leftovers::sweep_root(layout, now);
         for dir in [
             layout.root().to_path_buf(),
             layout.registry(),
