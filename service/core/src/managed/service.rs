@@ -252,23 +252,27 @@ impl QueryService {
                 "managed decision has no plan identity",
             ));
         };
-        let registration = runtime.store.registration_append(
-            request.logical_query_id(),
-            supplied.session_started(),
-            decision,
-            supplied.artifact().manifest_digest(),
-            supplied.artifact().planning_environment_digest(),
-        )?;
+        let registration = || {
+            runtime.store.registration_append(
+                request.logical_query_id(),
+                supplied.session_started(),
+                decision,
+                supplied.artifact().manifest_digest(),
+                supplied.artifact().planning_environment_digest(),
+            )
+        };
         // A pending desired choice on this stream (any query, any host alias) must be recovered
         // before a replacement plan may register; the very query that reserved it is prepared
         // again, so a prompt killed after its reservation resumes on its next delivery and its
         // own choice recovers the reservation (spec/service.md §3).
         match runtime.store.load_pending_desired_set(&decision.scope) {
             Ok(pending) => {
-                let own = matches!(
-                    runtime.store.registered(&registration),
-                    Ok(Some(record)) if record.query_ref() == pending.query_ref()
-                );
+                let own = registration().is_ok_and(|append| {
+                    matches!(
+                        runtime.store.registered(&append),
+                        Ok(Some(record)) if record.query_ref() == pending.query_ref()
+                    )
+                });
                 if !own {
                     return Err(ServiceError::Busy(
                         "a pending desired choice must be recovered before managed planning",
@@ -290,6 +294,7 @@ impl QueryService {
             Ok(_) | Err(QueryStoreError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        let registration = registration()?;
         let composition = self.composition(runtime, &supplied)?;
         let record = match runtime.store.registered(&registration)? {
             Some(record) => record,
