@@ -1183,3 +1183,80 @@ fn test_denial_of_the_first_of_two_consent_gated_installs_commits() {
     assert_eq!(setup.install_claims(), 1);
     assert_eq!(setup.install_settlements(), 1);
 }
+
+// ------------------------------------------------------------------------------------------------
+// Trusted time (spec/projections.md §8.7, invariant C-12).
+
+/// The testers' scenario: one resolution by a process whose clock runs 400 s ahead used to write
+/// a trusted-time floor at +400 s, after which every correctly dated assertion was refused as
+/// expired and one dated 200 s ahead was accepted. The floor now stops at the signed issue time
+/// plus the skew: the person's next assertion resolves, and the early one is refused as dated in
+/// the future.
+#[test]
+fn test_a_resolution_with_a_clock_ahead_does_not_expire_later_assertions() {
+    let setup = setup_with(installable());
+    let (_, desired_result) = prepare_public_consent(&setup, "clock-ahead");
+    let challenge = desired_result.challenge().unwrap();
+    let digest = challenge.challenge_digest();
+
+    // Signed at the real time 12:00 for 300 s (as `ctx key sign` does), resolved with the
+    // process clock 400 s ahead: refused by that clock.
+    setup.clock.set(at("2026-08-03T12:06:40Z"));
+    let e = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            digest,
+            &AssertionSpec {
+                nonce: "clock-ahead-1".to_owned(),
+                issued_at: "2026-08-03T12:00:00Z".to_owned(),
+                expires_at: "2026-08-03T12:05:00Z".to_owned(),
+                ..AssertionSpec::default()
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(e.to_string(), "signed assertion has expired");
+
+    // Back at the real time: an assertion dated 200 s ahead is refused and changes nothing.
+    setup.clock.set(at("2026-08-03T12:00:30Z"));
+    let events = setup.engine_events();
+    let e = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            digest,
+            &AssertionSpec {
+                nonce: "clock-ahead-2".to_owned(),
+                issued_at: "2026-08-03T12:03:50Z".to_owned(),
+                expires_at: "2026-08-03T12:08:50Z".to_owned(),
+                ..AssertionSpec::default()
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "signed assertion is dated in the future: issued at 2026-08-03T12:03:50Z, more than 60 \
+         seconds after this process's clock 2026-08-03T12:00:30Z"
+    );
+    assert_eq!(e.code(), "rejected");
+    assert_eq!(
+        setup.consent_record(digest).state(),
+        ChallengeState::Pending
+    );
+    assert_eq!(setup.engine_events(), events);
+
+    // The person's fresh, correctly dated assertion resolves (it expires at 12:05:20, before the
+    // +400 s clock's 12:06:40).
+    let result = setup
+        .service
+        .resolve_consent(&assertion_payload(
+            digest,
+            &AssertionSpec {
+                nonce: "clock-ahead-3".to_owned(),
+                issued_at: "2026-08-03T12:00:20Z".to_owned(),
+                expires_at: "2026-08-03T12:05:20Z".to_owned(),
+                ..AssertionSpec::default()
+            },
+        ))
+        .unwrap();
+    assert_eq!(result.outcome(), "installed-inactive");
+    assert_eq!(setup.body_source.load_calls(), 1);
+}

@@ -15,6 +15,7 @@
 //! and `recover`. A written expiry is never revived (the reference revives a decision-bearing
 //! expired row for a slower clock); only committed journal evidence settles it.
 
+use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,12 +32,12 @@ use super::lifecycle::{
     trusted_time_event_id, trusted_time_payload,
 };
 use super::{
-    CONCURRENT_CHANGE, CONSENT_CHALLENGES_TABLE, CONSENT_COUNTS_TABLE, CONSENT_NONCES_MAX,
-    CONSENT_NONCES_TABLE, COUNT_NONCES_KEY, ChallengeRecord, ChallengeState, ConsentStore,
-    ConsentStoreError, DecisionEntry, Due, EXPIRED, IdentityEntry, InstallConsentChallenge,
-    NONCE_CAPACITY, NONCE_REPLAY, NOT_FOUND_ID, NOT_PROCESS_BOUND, StoredChallenge, append_error,
-    challenge_stream, corruption, ct_eq, decision_already, identity_stream, invalid,
-    record_already, unavailable,
+    ASSERTION_FUTURE_SKEW_MAX_MICROS, CONCURRENT_CHANGE, CONSENT_CHALLENGES_TABLE,
+    CONSENT_COUNTS_TABLE, CONSENT_NONCES_MAX, CONSENT_NONCES_TABLE, COUNT_NONCES_KEY,
+    ChallengeRecord, ChallengeState, ConsentStore, ConsentStoreError, DecisionEntry, Due, EXPIRED,
+    IdentityEntry, InstallConsentChallenge, NONCE_CAPACITY, NONCE_REPLAY, NOT_FOUND_ID,
+    NOT_PROCESS_BOUND, StoredChallenge, append_error, challenge_stream, corruption, ct_eq,
+    decision_already, identity_stream, invalid, record_already, unavailable,
 };
 
 /// Lost races tolerated by one operation before it gives up with [`CONCURRENT_CHANGE`].
@@ -46,11 +47,53 @@ const INSTANCE_KEY_DOMAIN: &[u8] = b"ctx.consent.instance-key.v1";
 const RESERVATION_TOKEN_DOMAIN: &[u8] = b"ctx.consent.reservation-token.v1";
 
 fn rejected(message: &'static str) -> ConsentStoreError {
-    ConsentStoreError::Rejected { message }
+    ConsentStoreError::Rejected {
+        message: Cow::Borrowed(message),
+    }
 }
 
 fn expired(message: &'static str) -> ConsentStoreError {
-    ConsentStoreError::Expired { message }
+    ConsentStoreError::Expired {
+        message: Cow::Borrowed(message),
+    }
+}
+
+/// The Expired refusal of `what`, which expires at `deadline`, seen at the effective time `n` by a
+/// process whose clock reads `now` (spec/projections.md §8.7). When this process's clock has not
+/// reached the deadline, the trusted-time floor made it expire (`n` is the floor), and the
+/// sentence says so, naming both times, so that a person is not left looking at a clock that says
+/// the thing is still live. Otherwise it is `fallback`, the reference's sentence.
+fn expired_at(
+    fallback: ConsentStoreError,
+    what: &str,
+    deadline: UtcMicros,
+    n: UtcMicros,
+    now: UtcMicros,
+) -> ConsentStoreError {
+    if now >= deadline {
+        return fallback;
+    }
+    ConsentStoreError::Expired {
+        message: Cow::Owned(format!(
+            "{what} expired at {} by ctx's trusted time floor {} (the latest time the journal has \
+             seen), not by this process's clock {}",
+            deadline.render(),
+            n.render(),
+            now.render()
+        )),
+    }
+}
+
+/// The time a verification raises the trusted-time floor to (spec/projections.md §8.7, C-12):
+/// this process's clock, clamped between `issued_at` and `issued_at` plus the skew. The signed
+/// `issued_at` is the evidence: a clock running ahead moves the floor at most the skew past the
+/// time the person's authenticator vouched for, and an `issued_at` slightly ahead of this clock
+/// (the verification refused anything further ahead) lifts it to that signed time, never past
+/// this clock plus the skew. Both bounds are valid instants: the result lies between `issued_at` and
+/// the later of `now` and `issued_at`.
+fn vouched_time(now: UtcMicros, issued_at: UtcMicros) -> UtcMicros {
+    let ceiling = issued_at.0.saturating_add(ASSERTION_FUTURE_SKEW_MAX_MICROS);
+    UtcMicros(now.0.min(ceiling).max(issued_at.0))
 }
 
 const UNKNOWN_DECISION_CHALLENGE: &str = "verified decision challenge is unknown";
@@ -148,8 +191,9 @@ pub struct VerifiedHumanDecision {
     assertion_nonce_digest: String,
     issued_at: UtcMicros,
     expires_at: UtcMicros,
-    /// The caller time the verifier's acceptance vouches for: the trusted-time floor is raised to
-    /// it when the decision is recorded.
+    /// The time the verification vouches for ([`vouched_time`]: this process's clock bounded by
+    /// the signed `issued_at` and the skew): the trusted-time floor is raised to it when the
+    /// decision is recorded.
     verified_at: UtcMicros,
     instance: u64,
     seal: [u8; 32],
@@ -524,12 +568,15 @@ impl ConsentStore {
     }
 
     /// "Assert live" (spec/projections.md §8.7) for an operation that writes: an expiry that is due
-    /// is written (and Expired raised after the commit, as the reference commits first); a written
-    /// expiry is Expired. `Ok(false)` is a lost race.
+    /// at the effective time `n` is written (and Expired raised after the commit, as the reference
+    /// commits first; when this process's clock `now` has not reached the challenge's expiry, the
+    /// sentence names the floor that made it due); a written expiry is Expired. `Ok(false)` is a
+    /// lost race.
     fn assert_live(
         &self,
         stored: &StoredChallenge,
         n: UtcMicros,
+        now: UtcMicros,
     ) -> Result<bool, ConsentStoreError> {
         if stored.due(n) == Some(Due::Expiry) {
             let append = Self::lifecycle_append(
@@ -542,7 +589,13 @@ impl ConsentStore {
             if !self.commit(vec![append])? {
                 return Ok(false);
             }
-            return Err(EXPIRED);
+            return Err(expired_at(
+                EXPIRED,
+                "install consent challenge",
+                stored.challenge.expires_at_micros(),
+                n,
+                now,
+            ));
         }
         if stored.written_state() == ChallengeState::Expired {
             return Err(EXPIRED);
@@ -605,19 +658,25 @@ impl ConsentStore {
     /// reference's order: Invalid for a malformed id; NotFound for an unknown one; Conflict
     /// "install consent decision is already reserved|settled"; assert live (an expiry is written,
     /// then Expired); Rejected "signed assertion does not bind the exact challenge digest", "signed
-    /// assertion audience does not match this broker", "signed assertion was issued in the future",
-    /// "signed assertion outlives the exact install challenge"; by state: `decision-ready` (a
-    /// re-verification: the same decision identity, "reverified assertion does not match the
-    /// decision-ready record"; the decision issued carries the record's nonce and times),
+    /// assertion audience does not match this broker", "signed assertion is dated in the future:
+    /// issued at <issued_at>, more than 60 seconds after this process's clock <now>" (an
+    /// `issued_at` more than [`ASSERTION_FUTURE_SKEW_MAX_MICROS`] after `now`, the process clock,
+    /// whatever the floor), "signed assertion outlives the exact install challenge"; by state:
+    /// `decision-ready` (a re-verification: the same decision identity, "reverified assertion does
+    /// not match the decision-ready record"; the decision issued carries the record's nonce and
+    /// times),
     /// `reauthentication-required` (a fresh nonce, "reconciliation requires a fresh nonce in the
     /// signed assertion", and the retained identity); Conflict "verified human decision nonce was
     /// already recorded"; then `verify(assertion, signing_bytes)`: `false` is Rejected "signed
     /// human decision signature was not verified", a panic Rejected "signed human decision
     /// verifier rejected the assertion". After the verifier accepts, the effective time at or past
     /// the assertion's `expires_at` is Expired "signed assertion has expired" (the raised floor is
-    /// written first).
+    /// written first), or, when only the floor is past it, "signed assertion expired at <E> by
+    /// ctx's trusted time floor <F> (the latest time the journal has seen), not by this process's
+    /// clock <now>".
     ///
-    /// Writes: for a re-verification, the new nonce (`nonce-recorded`) with the floor raise in one
+    /// The floor is raised to the vouched time ([`vouched_time`]), never to the raw `now`. Writes:
+    /// for a re-verification, the new nonce (`nonce-recorded`) with the floor raise in one
     /// append. For `pending` and `reauthentication-required` nothing: the nonce and the floor
     /// raise are written by [`ConsentStore::mark_decision_ready`] with the decision, in one
     /// append, so the floor moves with the durable use of the verification.
@@ -639,7 +698,7 @@ impl ConsentStore {
             if matches!(written, ChallengeState::Reserved | ChallengeState::Settled) {
                 return Err(decision_already(written));
             }
-            if !self.assert_live(&stored, current)? {
+            if !self.assert_live(&stored, current, now)? {
                 return Ok(None);
             }
             let identity = Self::recorded_identity(identity)?;
@@ -660,8 +719,20 @@ impl ConsentStore {
             }
             let (issued_at, expires_at) =
                 (assertion.issued_at_micros(), assertion.expires_at_micros());
-            if issued_at > current {
-                return Err(rejected("signed assertion was issued in the future"));
+            // Against this process's clock, not the effective time (spec/projections.md §8.7,
+            // C-12): the floor may lie ahead of this clock, and a signed time ahead of the clock
+            // raises the floor to itself, so this check is what keeps every raise within the skew
+            // of the clock of the process that verifies.
+            if issued_at.0 > now.0.saturating_add(ASSERTION_FUTURE_SKEW_MAX_MICROS) {
+                return Err(ConsentStoreError::Rejected {
+                    message: Cow::Owned(format!(
+                        "signed assertion is dated in the future: issued at {}, more than {} \
+                         seconds after this process's clock {}",
+                        issued_at.render(),
+                        ASSERTION_FUTURE_SKEW_MAX_MICROS / 1_000_000,
+                        now.render()
+                    )),
+                });
             }
             if expires_at > c.expires_at_micros() {
                 return Err(rejected(
@@ -718,25 +789,34 @@ impl ConsentStore {
                     }
                 }
             }
-            // The verifier vouched for `now`: the floor rises to it (spec/projections.md §8.7). The
-            // effective time is unchanged (it already was the later of the two).
-            let raise = Self::raises(&identity, now);
+            // The verifier accepted a signature over `issued_at`: the floor rises to this process's
+            // clock bounded by that signed time and the skew (spec/projections.md §8.7, C-12), never
+            // to the raw clock of whoever runs the verification. The expiry below is unchanged by
+            // it: the vouched time is before `expires_at` whenever `now` is.
+            let vouched = vouched_time(now, issued_at);
+            let raise = Self::raises(&identity, vouched);
             let mut batch = Vec::with_capacity(2);
             if current >= expires_at {
                 if raise {
-                    batch.push(Self::trusted_time_append(&identity, now)?);
+                    batch.push(Self::trusted_time_append(&identity, vouched)?);
                 }
                 if !self.commit(batch)? {
                     return Ok(None);
                 }
-                return Err(expired("signed assertion has expired"));
+                return Err(expired_at(
+                    expired("signed assertion has expired"),
+                    "signed assertion",
+                    expires_at,
+                    current,
+                    now,
+                ));
             }
             if state == ChallengeState::DecisionReady {
                 if self.nonce_count()? >= CONSENT_NONCES_MAX {
                     return Err(NONCE_CAPACITY);
                 }
                 if raise {
-                    batch.push(Self::trusted_time_append(&identity, now)?);
+                    batch.push(Self::trusted_time_append(&identity, vouched)?);
                 }
                 batch.push(Self::lifecycle_append(
                     &stored,
@@ -759,7 +839,7 @@ impl ConsentStore {
                 assertion_nonce_digest: nonce,
                 issued_at: issued,
                 expires_at: expires,
-                verified_at: now,
+                verified_at: vouched,
                 instance: self.instance.id,
                 seal: [0; 32],
             };
@@ -774,12 +854,13 @@ impl ConsentStore {
     /// Conflict "install consent record is already <state>" (checked before expiry, as the
     /// reference; a `decision-ready` whose decision TTL passed counts as
     /// `reauthentication-required`); assert live; Rejected "verified decision does not bind the
-    /// persisted challenge"; Expired "verified human decision has expired" (nothing written);
+    /// persisted challenge"; Expired "verified human decision has expired" (nothing written; when
+    /// only the floor is past it, the sentence names the floor, as in `verify_human_decision`);
     /// Conflict "verified human decision nonce was already recorded"; CapacityExceeded "install
     /// consent assertion nonce history reached its bounded capacity".
     ///
-    /// One atomic append: the trusted-time record raising the floor to the verification's time
-    /// (identity stream, when it raises it), a due `reauthentication-required` (decision
+    /// One atomic append: the trusted-time record raising the floor to the verification's vouched
+    /// time (identity stream, when it raises it), a due `reauthentication-required` (decision
     /// expired), then `decision-ready` with `decision_recorded_at` = the effective time, which
     /// counts the raised floor.
     pub fn mark_decision_ready(
@@ -803,7 +884,7 @@ impl ConsentStore {
             ) {
                 return Err(record_already(state));
             }
-            if !self.assert_live(&stored, n)? {
+            if !self.assert_live(&stored, n, now)? {
                 return Ok(None);
             }
             let identity = Self::recorded_identity(identity)?;
@@ -813,10 +894,16 @@ impl ConsentStore {
             ) {
                 return Err(rejected(DECISION_NOT_BOUND));
             }
-            // The floor rises to the verification's time in this append.
+            // The floor rises to the verification's vouched time in this append.
             let n = n.max(decision.verified_at);
             if n >= decision.expires_at {
-                return Err(expired("verified human decision has expired"));
+                return Err(expired_at(
+                    expired("verified human decision has expired"),
+                    "verified human decision",
+                    decision.expires_at,
+                    n,
+                    now,
+                ));
             }
             if state == ChallengeState::ReauthenticationRequired {
                 let fresh = stored.decision().is_some_and(|d| {
@@ -908,7 +995,7 @@ impl ConsentStore {
                     "interactive reservation does not match the exact install challenge",
                 ));
             }
-            if !self.assert_live(&stored, n)? {
+            if !self.assert_live(&stored, n, now)? {
                 return Ok(None);
             }
             if stored.due(n) == Some(Due::DecisionExpiry) {
@@ -922,7 +1009,13 @@ impl ConsentStore {
                 if !self.commit(vec![append])? {
                     return Ok(None);
                 }
-                return Err(EXPIRED);
+                return Err(expired_at(
+                    EXPIRED,
+                    "install consent decision",
+                    decision.expires_at,
+                    n,
+                    now,
+                ));
             }
             let token = self.instance.token();
             let append = Self::lifecycle_append(

@@ -32,6 +32,7 @@ mod challenge;
 mod decision;
 mod lifecycle;
 
+use std::borrow::Cow;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -102,6 +103,11 @@ pub const CONSENT_CHALLENGES_MAX: u64 = 4_096;
 /// Most assertion nonces one journal records: capacity × 8 (spec/projections.md §8.9), a lifetime
 /// bound.
 pub const CONSENT_NONCES_MAX: u64 = CONSENT_CHALLENGES_MAX * lifecycle::NONCE_HISTORY_FACTOR;
+/// How far a signed assertion's `issued_at` may lie ahead of the verifying process's clock, and how
+/// far past that `issued_at` a verification may raise the trusted-time floor: 60 s
+/// (spec/projections.md §8.7, invariant C-12). The floor is set from signed evidence, so no caller's
+/// clock alone can move it more than this past the time a person's authenticator vouched for.
+pub const ASSERTION_FUTURE_SKEW_MAX_MICROS: i64 = 60_000_000;
 
 const DIGEST_KEY_DOMAIN: &[u8] = b"ctx.consent.digest-key.v1\0";
 const IDENTITY_KEYS: [&str; 2] = ["audience", "schema"];
@@ -162,13 +168,15 @@ pub enum ConsentStoreError {
     /// The lifetime challenge bound is reached (`ConsentBrokerCapacityExceeded`).
     #[error("{message}")]
     CapacityExceeded { message: &'static str },
-    /// The challenge has expired (`ConsentBrokerExpired`).
+    /// The challenge has expired (`ConsentBrokerExpired`). Most sentences are fixed; an expiry
+    /// the trusted-time floor caused names the floor and this process's clock (spec/projections.md
+    /// §8.7).
     #[error("{message}")]
-    Expired { message: &'static str },
+    Expired { message: Cow<'static, str> },
     /// An assertion, verifier, decision or reservation failed closed, or another audience
-    /// (`ConsentBrokerDecisionRejected`).
+    /// (`ConsentBrokerDecisionRejected`). A future-dated assertion names its time and the clock.
     #[error("{message}")]
-    Rejected { message: &'static str },
+    Rejected { message: Cow<'static, str> },
     /// Derivation inputs that do not bind one exact install (`InstallConsentBrokerBindingError`).
     #[error("{message}")]
     Binding { message: &'static str },
@@ -216,16 +224,16 @@ pub const CAPACITY: ConsentStoreError = ConsentStoreError::CapacityExceeded {
     message: "install consent broker reached its bounded capacity",
 };
 pub const EXPIRED_AT_CREATION: ConsentStoreError = ConsentStoreError::Expired {
-    message: "install consent challenge is already expired",
+    message: Cow::Borrowed("install consent challenge is already expired"),
 };
 pub const EXPIRED: ConsentStoreError = ConsentStoreError::Expired {
-    message: "install consent challenge or decision has expired",
+    message: Cow::Borrowed("install consent challenge or decision has expired"),
 };
 pub const AUDIENCE_MISMATCH: ConsentStoreError = ConsentStoreError::Rejected {
-    message: "install consent challenge audience does not match this broker",
+    message: Cow::Borrowed("install consent challenge audience does not match this broker"),
 };
 pub const IDENTITY_AUDIENCE_MISMATCH: ConsentStoreError = ConsentStoreError::Rejected {
-    message: "consent broker audience does not match its durable identity",
+    message: Cow::Borrowed("consent broker audience does not match its durable identity"),
 };
 
 pub const NONCE_REPLAY: ConsentStoreError = ConsentStoreError::Conflict {
@@ -238,7 +246,7 @@ pub const LIFECYCLE_CAPACITY: ConsentStoreError = ConsentStoreError::CapacityExc
     message: "install consent record reached its bounded lifecycle length",
 };
 pub const NOT_PROCESS_BOUND: ConsentStoreError = ConsentStoreError::Rejected {
-    message: "VerifiedHumanDecision is not process-bound to this broker instance",
+    message: Cow::Borrowed("VerifiedHumanDecision is not process-bound to this broker instance"),
 };
 /// Lost the race for a challenge's stream too many times in a row.
 pub const CONCURRENT_CHANGE: ConsentStoreError = ConsentStoreError::Conflict {

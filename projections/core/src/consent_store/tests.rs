@@ -1339,8 +1339,9 @@ mod lifecycle {
                 "signed assertion does not bind the exact challenge digest",
             ),
             (
-                with(&a, |f| f.issued_at = "2026-12-01T10:02:00.000001Z".into()),
-                "signed assertion was issued in the future",
+                with(&a, |f| f.issued_at = "2026-12-01T10:03:00.000001Z".into()),
+                "signed assertion is dated in the future: issued at 2026-12-01T10:03:00.000001Z, \
+                 more than 60 seconds after this process's clock 2026-12-01T10:02:00Z",
             ),
             (
                 with(&a, |f| f.expires_at = "2026-12-01T11:00:00.000001Z".into()),
@@ -1370,7 +1371,8 @@ mod lifecycle {
             ChallengeState::Pending
         );
         // An assertion that expired by the time it is verified: Expired after the floor is
-        // written (the reference commits the high-water before raising).
+        // written (the reference commits the high-water before raising). The floor rises to the
+        // signed issue time plus the skew (10:01 + 60 s), not to the verifying clock (C-12).
         let late = t("2026-12-01T10:30:00Z");
         let e = store
             .verify_human_decision("consent-1", &a, &accept, late)
@@ -1383,7 +1385,7 @@ mod lifecycle {
                 .unwrap()
                 .unwrap()
                 .trusted_time_high_water,
-            Some(late.0)
+            Some(t("2026-12-01T10:02:00Z").0)
         );
         assert_eq!(kinds(&store, "consent-1"), [CHALLENGE_KIND]);
         assert_rebuild_equal(&store);
@@ -1569,6 +1571,208 @@ mod lifecycle {
                 .lifecycle
                 .nonce_history_count,
             2
+        );
+        assert_rebuild_equal(&store);
+    }
+
+    fn floor(store: &ConsentStore) -> Option<i64> {
+        store
+            .identity_entry()
+            .unwrap()
+            .unwrap()
+            .trusted_time_high_water
+    }
+
+    /// The testers' scenario (spec/projections.md §8.7, C-12): a verification by a process whose
+    /// clock runs 400 s ahead raises the floor only to the signed issue time plus the skew, so the
+    /// person's next correctly dated assertion is accepted, and an assertion dated 200 s ahead of
+    /// a correct clock is refused as dated in the future.
+    #[test]
+    fn a_clock_running_ahead_does_not_move_trusted_time_past_the_signed_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c1, c2, c3) = (
+            challenge("consent-1"),
+            challenge("consent-2"),
+            challenge("consent-3"),
+        );
+        for c in [&c1, &c2, &c3] {
+            store.create_challenge(c, t(NOW)).unwrap();
+        }
+        // Signed at the real time 10:01 for 300 s (as `key sign` does), resolved by a process
+        // whose clock reads 10:01 + 400 s: expired by that clock, and the floor written before
+        // the refusal holds the signed time plus the skew, not the clock.
+        let first = signed(
+            &c1,
+            "nonce-1",
+            "2026-12-01T10:01:00Z",
+            "2026-12-01T10:06:00Z",
+        );
+        let e = store
+            .verify_human_decision("consent-1", &first, &accept, t("2026-12-01T10:07:40Z"))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "signed assertion has expired");
+        assert_eq!(floor(&store), Some(t("2026-12-01T10:02:00Z").0));
+
+        // A grant accepted by a process 400 s ahead: the floor again stops at issued + 60 s.
+        let ahead = t("2026-12-01T10:08:20Z");
+        let grant = signed(
+            &c2,
+            "nonce-2",
+            "2026-12-01T10:01:40Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let decision = store
+            .verify_human_decision("consent-2", &grant, &accept, ahead)
+            .unwrap();
+        let ready = store.mark_decision_ready(&decision, ahead).unwrap();
+        assert_eq!(ready.state(), ChallengeState::DecisionReady);
+        assert_eq!(floor(&store), Some(t("2026-12-01T10:02:40Z").0));
+
+        // Back at the real time (10:01:50): an assertion dated 200 s ahead is refused, whatever
+        // the floor, and nothing is written.
+        let real = t("2026-12-01T10:01:50Z");
+        let before = head(&store);
+        let early = signed(
+            &c3,
+            "nonce-3",
+            "2026-12-01T10:05:10Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let e = store
+            .verify_human_decision("consent-3", &early, &accept, real)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "signed assertion is dated in the future: issued at 2026-12-01T10:05:10Z, more than 60 \
+             seconds after this process's clock 2026-12-01T10:01:50Z"
+        );
+        assert!(matches!(e, ConsentStoreError::Rejected { .. }), "{e:?}");
+        assert_eq!(head(&store), before);
+
+        // A correctly dated assertion (signed 10:01:45 for 300 s) is accepted: before C-12 the
+        // floor stood at 10:08:20, past its expiry. The floor does not move back either: the
+        // decision is recorded at the effective time, the floor 10:02:40.
+        let fresh = signed(
+            &c3,
+            "nonce-4",
+            "2026-12-01T10:01:45Z",
+            "2026-12-01T10:06:45Z",
+        );
+        let decision = store
+            .verify_human_decision("consent-3", &fresh, &accept, real)
+            .unwrap();
+        let ready = store.mark_decision_ready(&decision, real).unwrap();
+        assert_eq!(ready.state(), ChallengeState::DecisionReady);
+        assert_eq!(
+            ready.decision_recorded_at().as_deref(),
+            Some("2026-12-01T10:02:40Z")
+        );
+        assert_eq!(floor(&store), Some(t("2026-12-01T10:02:40Z").0));
+        assert_rebuild_equal(&store);
+    }
+
+    /// An assertion dated within the skew ahead of this process's clock is accepted; its signed
+    /// time lifts the floor and the decision's effective time (the fold needs issued ≤ N).
+    #[test]
+    fn an_assertion_within_the_skew_lifts_the_floor_to_its_signed_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let c = challenge("consent-1");
+        store.create_challenge(&c, t(NOW)).unwrap();
+        let at = t("2026-12-01T10:02:00Z");
+        let a = signed(
+            &c,
+            "nonce-1",
+            "2026-12-01T10:03:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let decision = store
+            .verify_human_decision("consent-1", &a, &accept, at)
+            .unwrap();
+        let ready = store.mark_decision_ready(&decision, at).unwrap();
+        assert_eq!(
+            ready.decision_recorded_at().as_deref(),
+            Some("2026-12-01T10:03:00Z")
+        );
+        assert_eq!(floor(&store), Some(t("2026-12-01T10:03:00Z").0));
+        assert_rebuild_equal(&store);
+    }
+
+    /// A refusal the floor causes, not this process's clock, names the floor (spec/projections.md
+    /// §8.7); the floor stays monotonic: a slow clock neither lowers it nor revives what it
+    /// expired.
+    #[test]
+    fn an_expiry_caused_by_the_floor_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let (c1, c2) = (challenge("consent-1"), challenge("consent-2"));
+        let c3 = InstallConsentChallenge::new(ChallengeFields {
+            expires_at: "2026-12-01T10:35:00Z".into(),
+            ..fields("consent-3")
+        })
+        .unwrap();
+        for c in [&c1, &c2, &c3] {
+            store.create_challenge(c, t(NOW)).unwrap();
+        }
+        // The person's decision signed and resolved at 10:40 raises the floor to 10:40.
+        let at = t("2026-12-01T10:40:00Z");
+        let a = signed(
+            &c1,
+            "nonce-1",
+            "2026-12-01T10:40:00Z",
+            "2026-12-01T10:50:00Z",
+        );
+        let decision = store
+            .verify_human_decision("consent-1", &a, &accept, at)
+            .unwrap();
+        store.mark_decision_ready(&decision, at).unwrap();
+        assert_eq!(floor(&store), Some(at.0));
+
+        // A process whose clock reads 10:20 verifies an assertion that expired at 10:30.
+        let slow = t("2026-12-01T10:20:00Z");
+        let old = signed(
+            &c2,
+            "nonce-2",
+            "2026-12-01T10:10:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let e = store
+            .verify_human_decision("consent-2", &old, &accept, slow)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "signed assertion expired at 2026-12-01T10:30:00Z by ctx's trusted time floor \
+             2026-12-01T10:40:00Z (the latest time the journal has seen), not by this process's \
+             clock 2026-12-01T10:20:00Z"
+        );
+        assert!(matches!(e, ConsentStoreError::Expired { .. }), "{e:?}");
+        assert_eq!(floor(&store), Some(at.0));
+        assert_eq!(kinds(&store, "consent-2"), [CHALLENGE_KIND]);
+
+        // The challenge expiry the floor makes due is written and named the same way.
+        let late = signed(
+            &c3,
+            "nonce-3",
+            "2026-12-01T10:10:00Z",
+            "2026-12-01T10:30:00Z",
+        );
+        let e = store
+            .verify_human_decision("consent-3", &late, &accept, slow)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "install consent challenge expired at 2026-12-01T10:35:00Z by ctx's trusted time \
+             floor 2026-12-01T10:40:00Z (the latest time the journal has seen), not by this \
+             process's clock 2026-12-01T10:20:00Z"
+        );
+        assert_eq!(kinds(&store, "consent-3"), [CHALLENGE_KIND, EXPIRED_KIND]);
+        // A clock at the deadline is the process's own refusal: the reference's sentence.
+        assert_eq!(
+            store
+                .verify_human_decision("consent-3", &late, &accept, t("2026-12-01T10:35:00Z"))
+                .unwrap_err(),
+            EXPIRED
         );
         assert_rebuild_equal(&store);
     }
