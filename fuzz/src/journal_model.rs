@@ -1194,6 +1194,7 @@ impl Harness {
                     event_id: e,
                     stream: s,
                     revision: r,
+                    ..
                 }),
             ) => assert_eq!(
                 (e, s, r),

@@ -10,7 +10,7 @@ use rkyv::util::AlignedVec;
 
 use crate::backend::{CommitError, Finish, PutRecord, WriteTxn};
 use crate::codec::{self, RecordView};
-use crate::error::{AppendError, ReadError, StorageError};
+use crate::error::{AppendError, ConflictKind, ReadError, StorageError};
 use crate::hook::{HookTxn, ProjectionHook};
 use crate::limits::{
     BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX, GROUP_RECORDS_MAX, POSITION_MAX,
@@ -289,18 +289,31 @@ impl Shared {
                                 "event lookup changed under the writer",
                             )))?;
                         let stored = self.read_for_write(txn, pos)?;
+                        let kind = if stored.stream == part.stream {
+                            ConflictKind::PartialRetry
+                        } else {
+                            ConflictKind::OtherStream
+                        };
                         return Err(Step::Refused(AppendError::Conflict {
                             event_id: other.event_id.clone(),
                             stream: stored.stream,
                             revision: stored.revision,
+                            kind,
                         }));
                     };
                     let stored = self.read_for_write(txn, *position)?;
                     if !stored.same_content(&part.stream, record) {
+                        // Another stream is named first: no content could make that a retry.
+                        let kind = if stored.stream == part.stream {
+                            ConflictKind::OtherContent
+                        } else {
+                            ConflictKind::OtherStream
+                        };
                         return Err(Step::Refused(AppendError::Conflict {
                             event_id: record.event_id.clone(),
                             stream: stored.stream,
                             revision: stored.revision,
+                            kind,
                         }));
                     }
                     replay.push(AppendedRecord {

@@ -157,13 +157,15 @@ pub enum AppendError {
         expected: ExpectedRevision,
         current: u64,
     },
-    #[error(
-        "event id {event_id} is already in stream {stream} at revision {revision} with other content"
-    )]
+    /// An event id of the append is already in the journal and the append is not a retry of
+    /// the one that stored it (spec/journal.md §6); `stream` and `revision` say where it is.
+    #[error("{}", conflict_sentence(.event_id, .stream, .revision, .kind))]
     Conflict {
         event_id: String,
         stream: StreamId,
         revision: u64,
+        /// What differs from the stored record.
+        kind: ConflictKind,
     },
     #[error("projection hook {hook} refused record {event_id}: {message}")]
     Hook {
@@ -193,6 +195,43 @@ pub enum AppendError {
     NotCommitted { reason: String },
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// Why an event id already in the journal refuses an append (spec/journal.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConflictKind {
+    /// The id is stored in another stream: an event id names one event in one stream, whatever
+    /// the content.
+    OtherStream,
+    /// The id is stored in the appended stream with another kind, timestamp or payload.
+    OtherContent,
+    /// The id is stored in the appended stream, but other records of the same stream part are
+    /// new: a retry repeats its original append exactly, so this is not one.
+    PartialRetry,
+}
+
+/// The sentence of [`AppendError::Conflict`]: each kind names its own fault.
+fn conflict_sentence(
+    event_id: &str,
+    stream: &StreamId,
+    revision: &u64,
+    kind: &ConflictKind,
+) -> String {
+    match kind {
+        ConflictKind::OtherStream => format!(
+            "event id {event_id} is already used in stream {stream} (at revision {revision}); an \
+             event id names one event in one stream"
+        ),
+        ConflictKind::OtherContent => format!(
+            "event id {event_id} is already in stream {stream} at revision {revision} with other \
+             content"
+        ),
+        ConflictKind::PartialRetry => format!(
+            "event id {event_id} is already in stream {stream} at revision {revision}, but other \
+             records of the append are new; a retry repeats the original append exactly"
+        ),
+    }
 }
 
 /// Why a full verification pass could not run. Integrity findings are not errors; they are listed

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use ctx_journal::{
     AppendError, AppendOutcome, BATCH_PAYLOAD_MAX_BYTES, BATCH_RECORDS_MAX, BATCH_STREAMS_MAX,
-    Digest, EVENT_ID_MAX_BYTES, ExpectedRevision, HookError, HookTxn, InputError, Journal,
-    KIND_MAX_BYTES, NewRecord, OpenOptions, PAYLOAD_MAX_BYTES, ProjectionHook, Record, RecordView,
-    StreamAppend, StreamHead, StreamId, Timestamp,
+    ConflictKind, Digest, EVENT_ID_MAX_BYTES, ExpectedRevision, HookError, HookTxn, InputError,
+    Journal, KIND_MAX_BYTES, NewRecord, OpenOptions, PAYLOAD_MAX_BYTES, ProjectionHook, Record,
+    RecordView, StreamAppend, StreamHead, StreamId, Timestamp,
 };
 use ctx_journal_pg::{PgBackend, available, gate, shared};
 
@@ -315,13 +315,16 @@ fn expect_wrong_revision(
 }
 
 #[track_caller]
-fn expect_conflict(result: Result<impl std::fmt::Debug, AppendError>) -> (String, StreamId, u64) {
+fn expect_conflict(
+    result: Result<impl std::fmt::Debug, AppendError>,
+) -> (String, StreamId, u64, ConflictKind) {
     match result {
         Err(AppendError::Conflict {
             event_id,
             stream,
             revision,
-        }) => (event_id, stream, revision),
+            kind,
+        }) => (event_id, stream, revision, kind),
         other => panic!("expected Conflict, got {other:?}"),
     }
 }
@@ -596,18 +599,32 @@ fn replay_returns_original_and_conflicts_are_refused(fx: &Fixture) {
         let result = j.append(StreamAppend::new(s, Any, vec![variant.clone()]));
         assert_eq!(
             expect_conflict(result),
-            ("e1".to_owned(), s, 1),
+            ("e1".to_owned(), s, 1, ConflictKind::OtherContent),
             "{variant:?}"
         );
     }
-    // The same id and content on another stream.
+    // The same id and content on another stream: the sentence names the stream that holds it.
     let result = j.append(StreamAppend::new(u, Any, vec![e1.clone()]));
-    assert_eq!(expect_conflict(result), ("e1".to_owned(), s, 1));
+    let sentence = format!(
+        "event id e1 is already used in stream {s} (at revision 1); an event id names one event \
+         in one stream"
+    );
+    assert_eq!(result.as_ref().unwrap_err().to_string(), sentence);
+    assert_eq!(
+        expect_conflict(result),
+        ("e1".to_owned(), s, 1, ConflictKind::OtherStream)
+    );
     // A part that is partly new, partly old.
     let result = j.append(StreamAppend::new(s, Exact(3), recs(&["n1", "e2"])));
-    assert_eq!(expect_conflict(result), ("e2".to_owned(), s, 2));
+    assert_eq!(
+        expect_conflict(result),
+        ("e2".to_owned(), s, 2, ConflictKind::PartialRetry)
+    );
     let result = j.append(StreamAppend::new(s, Exact(3), recs(&["e3", "n1"])));
-    assert_eq!(expect_conflict(result), ("e3".to_owned(), s, 3));
+    assert_eq!(
+        expect_conflict(result),
+        ("e3".to_owned(), s, 3, ConflictKind::PartialRetry)
+    );
     // A conflict in one part refuses the other, valid part too.
     let result = j.append_batch(vec![
         StreamAppend::new(stream("v"), NoStream, recs(&["n2"])),
@@ -617,7 +634,10 @@ fn replay_returns_original_and_conflicts_are_refused(fx: &Fixture) {
             vec![NewRecord::new("f1", "conf.event", Timestamp(0), "x")],
         ),
     ]);
-    assert_eq!(expect_conflict(result), ("f1".to_owned(), t, 1));
+    assert_eq!(
+        expect_conflict(result),
+        ("f1".to_owned(), t, 1, ConflictKind::OtherContent)
+    );
     assert_eq!(state(&j, &streams), before, "a conflict wrote");
     assert_eq!(j.stream_head(&stream("v")).unwrap(), None);
     // The refused new ids stay free.

@@ -45,7 +45,10 @@ pub use documents::{
     validate_catalog_identity, validate_execution_binding, validate_install_plan_descriptor,
     validate_installed_lineage, validate_material_descriptor, validate_material_identity,
 };
-pub use json::{JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonMap, JsonView};
+pub use json::{
+    JSON_FAULT_EXCERPT_MAX_BYTES, JSON_PARSE_DEPTH_MAX, Json, JsonError, JsonFault, JsonMap,
+    JsonView,
+};
 pub use plan::{
     BENEFIT_AUDIT_KEYS, DEGRADATION_CODES, MATCHING_SIGNALS_MAX_ITEMS, PLAN_ROW_V3_KEYS,
     REASON_CODES_MAX_ITEMS, SCORE_MAX_PPM, V3_ABSTENTION_CODES, canonical_row_order_key,

@@ -395,6 +395,7 @@ impl Harness {
                         event_id,
                         stream,
                         revision,
+                        ..
                     } => {
                         count(CONFLICT);
                         Refusal::Conflict {
