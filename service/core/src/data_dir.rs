@@ -62,6 +62,12 @@ impl Layout {
         self.root.join("work")
     }
 
+    /// The data directory's workspace identity: the digest its consent challenges are bound to,
+    /// stored so that a copied or moved directory keeps them answerable (spec/cli.md §2).
+    pub fn workspace_identity(&self) -> PathBuf {
+        self.root.join("workspace-identity")
+    }
+
     /// The activation store: one directory per skill body, the target of the hosts' skill links.
     pub fn activation_store(&self) -> PathBuf {
         self.root.join("activation-store")

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::catalog::{
-    BODY_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, CatalogError, LoadedCatalog,
-    load_catalog_dir, sample_catalog_files,
+    BODY_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, CatalogError, CatalogFileError,
+    CatalogFileKind, LoadedCatalog, load_catalog_dir, open_catalog_file, sample_catalog_files,
 };
 use crate::data_dir::Layout;
 use ctx_fs::{create_private_dir_all, read_bounded_file};
@@ -44,6 +44,10 @@ pub enum IngestError {
         dir: PathBuf,
         source: Box<CatalogError>,
     },
+    /// A source file broke the file rules (spec/catalog.md §3) when it was copied: replaced by
+    /// a link, say, after it loaded. Bad input, as a catalog that does not load is.
+    #[error(transparent)]
+    File(CatalogFileError),
     /// A file or directory of the data directory could not be written or replaced.
     #[error("{}: {source}", path.display())]
     Io {
@@ -60,7 +64,7 @@ impl IngestError {
     /// other failure is the machine's (`internal`).
     pub fn code(&self) -> &'static str {
         match self {
-            IngestError::Load { .. } => "invalid",
+            IngestError::Load { .. } | IngestError::File(_) => "invalid",
             IngestError::Io { .. } | IngestError::Runtime(_) => "internal",
         }
     }
@@ -168,13 +172,28 @@ fn copy_limit_bytes(relative: &str) -> u64 {
     }
 }
 
-/// Reads the source file `from` for the copy, at most `limit_bytes` bytes (following a link as
-/// the loader's open of `catalog.json` does; the loader has refused links among the bodies). A
-/// longer file, say one replaced since it was loaded, is refused as [`IngestError::Io`] naming
-/// the file, its size and the limit.
-fn read_source_file(from: &Path, limit_bytes: u64) -> Result<Vec<u8>, IngestError> {
-    let mut file = std::fs::File::open(from).map_err(io(from))?;
-    read_bounded_file(&mut file, from, limit_bytes).map_err(|e| io(from)(read_error_source(e)))
+/// Reads the source file `relative` of the catalog directory `source` for the copy, at most
+/// `limit_bytes` bytes, under the same file rules as the loader (spec/catalog.md §3): opened
+/// below `source` without following a link, a regular file with one link, so a file replaced by a
+/// link since it loaded is refused as [`IngestError::File`]. A longer file, say one replaced
+/// since it was loaded, is refused as [`IngestError::Io`] naming the file, its size and the
+/// limit.
+fn read_source_file(
+    source: &Path,
+    relative: &str,
+    limit_bytes: u64,
+) -> Result<Vec<u8>, IngestError> {
+    let from = source.join(relative);
+    let kind = if relative == CATALOG_FILE_NAME {
+        CatalogFileKind::Catalog
+    } else {
+        CatalogFileKind::Body
+    };
+    let mut file = open_catalog_file(source, relative, kind).map_err(|e| match e {
+        CatalogFileError::Io { source, .. } => io(&from)(source),
+        other => IngestError::File(other),
+    })?;
+    read_bounded_file(&mut file, &from, limit_bytes).map_err(|e| io(&from)(read_error_source(e)))
 }
 
 /// Writes the catalog into a fresh directory beside the target and swaps it in with renames.
@@ -202,12 +221,11 @@ fn write_catalog(
         }
     }
     for relative in files {
-        let from = source.join(&relative);
         let to = staging.join(&relative);
         if let Some(parent) = to.parent() {
             create_private_dir_all(parent).map_err(RuntimeError::from)?;
         }
-        let bytes = read_source_file(&from, copy_limit_bytes(&relative))?;
+        let bytes = read_source_file(source, &relative, copy_limit_bytes(&relative))?;
         write_atomically(&to, &bytes)?;
     }
     let target = layout.catalog();

@@ -33,7 +33,8 @@ pub mod skill_cas;
 // at one path (spec/service.md "Code").
 pub use catalog::{
     CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, Catalog, CatalogError,
-    LoadedCatalog, WorkObservation, is_body_path, load_catalog_dir, sample_catalog_dir,
+    CatalogFileError, CatalogFileKind, LoadedCatalog, WorkObservation, is_body_path,
+    load_catalog_dir, sample_catalog_dir,
 };
 pub use data_dir::Layout;
 pub use decision::{
@@ -66,6 +67,11 @@ pub use runtime::{
     LEFTOVER_AGE_MAX_SECS, Runtime, RuntimeError, SweepReport, WORK_FILE_MAX_BYTES, WorkRequest,
     challenge_record, challenges, fresh_signer, grants_by_itself, logical_id, read_device_key,
     sweep_work, uninstallable, write_plain_key, write_sealed_key,
+};
+pub use runtime::{
+    IdentityDerivation, STORE_TARGET_SCHEMA, WORKSPACE_IDENTITY_MAX_BYTES,
+    WORKSPACE_IDENTITY_SCHEMA, WorkspaceIdentity, WorkspaceIdentityError,
+    legacy_path_identity_digest, store_target_identity_digest, workspace_identity,
 };
 pub use trust::{
     Assurance, BasisRefused, DECISION_EVIDENCE_RECORDS_MAX, DecisionCheck, DelegatedBasis,

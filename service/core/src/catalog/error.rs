@@ -33,6 +33,16 @@ pub enum CatalogError {
     /// The catalog text is larger than [`super::CATALOG_TEXT_MAX_BYTES`].
     #[error("the catalog text is {size} bytes, more than the limit of {limit} bytes")]
     TooLarge { size: usize, limit: usize },
+    /// The catalog file is larger than [`super::CATALOG_TEXT_MAX_BYTES`]; `size_bytes` is the
+    /// file's own size, not how much of it the bounded read took.
+    #[error(
+        "the catalog file {path:?} is {size_bytes} bytes, more than the limit of {limit_bytes} bytes"
+    )]
+    FileTooLarge {
+        path: PathBuf,
+        size_bytes: u64,
+        limit_bytes: u64,
+    },
     /// The text is not strict JSON (syntax, duplicate key, nesting, number range).
     #[error("the catalog text is not accepted as JSON: {detail}")]
     Json { detail: String },
@@ -62,6 +72,16 @@ pub enum CatalogError {
         #[source]
         source: std::io::Error,
     },
+    /// `catalog.json` or a body breaks the file rules (spec/catalog.md §3): a symbolic link, a
+    /// second hard link, not a regular file, a path leaving the catalog directory. The sentence
+    /// is the file rule's own; `entry` and `field` name the entry whose body it is.
+    #[error("{source}")]
+    File {
+        entry: Option<EntryRef>,
+        field: Option<String>,
+        #[source]
+        source: super::open::CatalogFileError,
+    },
 }
 
 impl CatalogError {
@@ -69,6 +89,7 @@ impl CatalogError {
     pub fn entry(&self) -> Option<&EntryRef> {
         match self {
             CatalogError::Entry { entry, .. } | CatalogError::Body { entry, .. } => Some(entry),
+            CatalogError::File { entry, .. } => entry.as_ref(),
             _ => None,
         }
     }
@@ -79,6 +100,7 @@ impl CatalogError {
             CatalogError::Entry { field, .. }
             | CatalogError::Body { field, .. }
             | CatalogError::TopLevel { field, .. } => Some(field),
+            CatalogError::File { field, .. } => field.as_deref(),
             _ => None,
         }
     }

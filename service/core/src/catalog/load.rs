@@ -14,6 +14,7 @@ use ctx_model::sha256_hex_bytes;
 
 use super::error::CatalogError;
 use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES};
+use super::open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 use super::snapshot::Catalog;
 
 /// File name of the catalog inside a catalog directory.
@@ -67,15 +68,20 @@ pub fn load_catalog(
     let mut bytes = Vec::new();
     // Read one byte past the limit so an oversized file is refused without reading it whole.
     let limit = u64::try_from(CATALOG_TEXT_MAX_BYTES).unwrap_or(u64::MAX);
-    fs::File::open(catalog_file)
-        .map_err(io)?
+    let mut file = open_catalog_text(catalog_file)?;
+    (&mut file)
         .take(limit + 1)
         .read_to_end(&mut bytes)
         .map_err(io)?;
     if bytes.len() > CATALOG_TEXT_MAX_BYTES {
-        return Err(CatalogError::TooLarge {
-            size: bytes.len(),
-            limit: CATALOG_TEXT_MAX_BYTES,
+        // The read stopped one byte past the limit, so its length is not the file's size: name
+        // the size from the same open handle (fstat); a file still growing is at least what was
+        // read (spec/catalog.md §2).
+        let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        return Err(CatalogError::FileTooLarge {
+            path: catalog_file.to_path_buf(),
+            size_bytes: file.metadata().map_or(read, |m| m.len().max(read)),
+            limit_bytes: limit,
         });
     }
     let text = String::from_utf8(bytes).map_err(|e| CatalogError::Json {
@@ -88,16 +94,66 @@ pub fn load_catalog(
     let mut bodies = BTreeMap::new();
     for (i, entry) in catalog.entries().iter().enumerate() {
         for (field, body) in entry.bodies() {
-            let text = read_body(bodies_root, body).map_err(|problem| CatalogError::Body {
-                entry: catalog.entry_ref(i),
-                field: field.to_owned(),
-                path: body.path.clone(),
-                problem: problem.to_string(),
+            let text = read_body(bodies_root, body).map_err(|failure| match failure {
+                BodyFailure::File(source) => CatalogError::File {
+                    entry: Some(catalog.entry_ref(i)),
+                    field: Some(field.to_owned()),
+                    source,
+                },
+                BodyFailure::Problem(problem) => CatalogError::Body {
+                    entry: catalog.entry_ref(i),
+                    field: field.to_owned(),
+                    path: body.path.clone(),
+                    problem: problem.to_string(),
+                },
             })?;
             bodies.insert(body.path.clone(), text);
         }
     }
     Ok(LoadedCatalog { catalog, bodies })
+}
+
+/// Opens the catalog file `catalog_file` under the file rules (spec/catalog.md §3): relative to
+/// its directory, never following a link, a regular file with one link. A failure of the
+/// operating system (a missing file, say) stays [`CatalogError::Io`] naming the file.
+fn open_catalog_text(catalog_file: &Path) -> Result<fs::File, CatalogError> {
+    let io = |source| CatalogError::Io {
+        path: catalog_file.to_path_buf(),
+        source,
+    };
+    let name = catalog_file.file_name().and_then(|n| n.to_str());
+    let (Some(root), Some(name)) = (catalog_file.parent(), name) else {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path names no UTF-8 file name inside a directory",
+        )));
+    };
+    // `Path::new("catalog.json").parent()` is the empty path: the current directory.
+    let root = if root.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        root
+    };
+    open_catalog_file(root, name, CatalogFileKind::Catalog).map_err(|e| match e {
+        CatalogFileError::Io { source, .. } => io(source),
+        other => CatalogError::File {
+            entry: None,
+            field: None,
+            source: other,
+        },
+    })
+}
+
+/// Why a declared body was refused: a file rule (spec/catalog.md §3) or what the bytes are.
+enum BodyFailure {
+    File(CatalogFileError),
+    Problem(BodyProblem),
+}
+
+impl From<BodyProblem> for BodyFailure {
+    fn from(problem: BodyProblem) -> BodyFailure {
+        BodyFailure::Problem(problem)
+    }
 }
 
 /// What is wrong with a declared body file; the sentence follows "... names the body file
@@ -108,12 +164,6 @@ enum BodyProblem {
     Missing { path: PathBuf },
     #[error("cannot be inspected: {0}")]
     Inspect(std::io::Error),
-    #[error("passes through the symbolic link {}, which the loader refuses", path.display())]
-    Symlink { path: PathBuf },
-    #[error("is not a regular file")]
-    NotFile,
-    #[error("passes through {}, which is not a directory", path.display())]
-    NotDirectory { path: PathBuf },
     #[error("is {actual} bytes, but the catalog declares {declared} bytes")]
     Size { actual: u64, declared: i64 },
     #[error("cannot be read: {0}")]
@@ -126,50 +176,40 @@ enum BodyProblem {
     Utf8 { offset: usize },
 }
 
-/// Reads one declared body, refusing symbolic links on the way (a link could point outside the
-/// catalog directory, and the body's digest would then vouch for a file nobody reviewed).
-fn read_body(root: &Path, body: &BodyRef) -> Result<String, BodyProblem> {
-    let mut path = PathBuf::from(root);
-    let segments: Vec<&str> = body.path.split('/').collect();
-    for (i, segment) in segments.iter().enumerate() {
-        path.push(segment);
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(BodyProblem::Missing { path });
+/// Reads one declared body under the file rules (spec/catalog.md §3): opened segment by segment
+/// below `root` without following a link, a regular file with one link (a link could point
+/// outside the catalog directory, and the body's digest would then vouch for a file nobody
+/// reviewed), whose size is checked before a byte is read.
+fn read_body(root: &Path, body: &BodyRef) -> Result<String, BodyFailure> {
+    let path = root.join(&body.path);
+    let mut file =
+        open_catalog_file(root, &body.path, CatalogFileKind::Body).map_err(|e| match e {
+            CatalogFileError::Io { path, source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                BodyFailure::Problem(BodyProblem::Missing { path })
             }
-            Err(e) => return Err(BodyProblem::Inspect(e)),
-        };
-        if meta.file_type().is_symlink() {
-            return Err(BodyProblem::Symlink { path });
-        }
-        let last = i + 1 == segments.len();
-        if last && !meta.is_file() {
-            return Err(BodyProblem::NotFile);
-        }
-        if !last && !meta.is_dir() {
-            return Err(BodyProblem::NotDirectory { path });
-        }
-        if last {
-            let declared = u64::try_from(body.size_bytes).unwrap_or(0);
-            if meta.len() != declared {
-                return Err(BodyProblem::Size {
-                    actual: meta.len(),
-                    declared: body.size_bytes,
-                });
+            CatalogFileError::Io { source, .. } => {
+                BodyFailure::Problem(BodyProblem::Inspect(source))
             }
-        }
-    }
-    // Bounded by the declared size (itself at most BODY_MAX_BYTES): a file grown or replaced
-    // since the check above is refused without being read whole.
+            other => BodyFailure::File(other),
+        })?;
     let declared = u64::try_from(body.size_bytes).unwrap_or(0);
-    let bytes = ctx_fs::read_bounded(&path, declared).map_err(|e| match e {
+    let actual = file.metadata().map_err(BodyProblem::Inspect)?.len();
+    if actual != declared {
+        return Err(BodyProblem::Size {
+            actual,
+            declared: body.size_bytes,
+        }
+        .into());
+    }
+    // Bounded by the declared size (itself at most BODY_MAX_BYTES): a file grown since the check
+    // above is refused without being read whole.
+    let bytes = ctx_fs::read_bounded_file(&mut file, &path, declared).map_err(|e| match e {
         ctx_fs::ReadError::TooLarge { size_bytes, .. } => BodyProblem::Size {
             actual: size_bytes,
             declared: body.size_bytes,
         },
-        ctx_fs::ReadError::Symlink { path } => BodyProblem::Symlink { path },
-        ctx_fs::ReadError::NotRegularFile { .. } => BodyProblem::NotFile,
         ctx_fs::ReadError::Io { source, .. } => BodyProblem::Read(source),
         other => BodyProblem::Read(std::io::Error::other(other.to_string())),
     })?;
@@ -177,19 +217,24 @@ fn read_body(root: &Path, body: &BodyRef) -> Result<String, BodyProblem> {
         return Err(BodyProblem::Size {
             actual: bytes.len() as u64,
             declared: body.size_bytes,
-        });
+        }
+        .into());
     }
     let actual = sha256_hex_bytes(&bytes);
     if actual != body.sha256 {
         return Err(BodyProblem::Digest {
             actual,
             declared: body.sha256.clone(),
-        });
+        }
+        .into());
     }
     if bytes.contains(&0) {
-        return Err(BodyProblem::Nul);
+        return Err(BodyProblem::Nul.into());
     }
-    String::from_utf8(bytes).map_err(|e| BodyProblem::Utf8 {
-        offset: e.utf8_error().valid_up_to(),
+    String::from_utf8(bytes).map_err(|e| {
+        BodyProblem::Utf8 {
+            offset: e.utf8_error().valid_up_to(),
+        }
+        .into()
     })
 }

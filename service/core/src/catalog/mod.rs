@@ -14,6 +14,7 @@ mod flag_tests;
 mod format;
 mod load;
 mod observation;
+mod open;
 mod retrieval;
 mod snapshot;
 #[cfg(test)]
@@ -26,6 +27,7 @@ pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir}
 /// Most signals of a work observation; the runtime keeps no more (spec/catalog.md §5.1).
 pub(crate) use observation::SIGNALS_MAX_TOKENS;
 pub use observation::{PublicWork, WorkObservation, normalize_public_work};
+pub use open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};
 pub use snapshot::Catalog;
 pub(crate) use work::{Spellings, TokenRule, language, tokenize, truncate};

@@ -557,6 +557,45 @@ fn loader_refuses_symbolic_links() {
 }
 
 #[test]
+fn an_oversized_catalog_file_is_refused_naming_its_real_size() {
+    // A sparse 100 MB file: its size comes from the open handle, not from the bounded read,
+    // which stops one byte past the limit.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(CATALOG_FILE_NAME);
+    let file = fs::File::create(&path).expect("create");
+    file.set_len(100 * 1024 * 1024).expect("set_len");
+    drop(file);
+    let err = load_catalog_dir(dir.path()).expect_err("oversized catalog refused");
+    assert!(
+        matches!(
+            err,
+            CatalogError::FileTooLarge {
+                size_bytes: 104_857_600,
+                limit_bytes: 4_194_304,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the catalog file {path:?} is 104857600 bytes, more than the limit of 4194304 bytes"
+        )
+    );
+    // One byte over the limit is named as exactly that.
+    fs::File::create(&path)
+        .and_then(|f| f.set_len(4_194_305))
+        .expect("resize");
+    assert!(
+        load_catalog_dir(dir.path())
+            .expect_err("refused")
+            .to_string()
+            .contains(" is 4194305 bytes, more than the limit of 4194304 bytes"),
+    );
+}
+
+#[test]
 fn missing_catalog_file_is_an_io_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     assert!(matches!(

@@ -22,12 +22,14 @@ fn a_source_file_over_its_copy_limit_is_refused_naming_the_file_and_the_limit() 
     let limit = BODY_FILE_COPY_MAX_BYTES;
     std::fs::write(&body, vec![b'x'; usize::try_from(limit).unwrap()]).unwrap();
     assert_eq!(
-        read_source_file(&body, limit).unwrap().len(),
+        read_source_file(dir.path(), "SKILL.md", limit)
+            .unwrap()
+            .len(),
         usize::try_from(limit).unwrap()
     );
 
     std::fs::write(&body, vec![b'x'; usize::try_from(limit + 1).unwrap()]).unwrap();
-    let err = read_source_file(&body, limit).unwrap_err();
+    let err = read_source_file(dir.path(), "SKILL.md", limit).unwrap_err();
     assert!(
         matches!(&err, IngestError::Io { path, .. } if path == &body),
         "{err:?}"
@@ -43,7 +45,7 @@ fn a_source_file_over_its_copy_limit_is_refused_naming_the_file_and_the_limit() 
     // catalog.json is held to the catalog text limit, which a small test limit stands in for.
     let catalog = dir.path().join(CATALOG_FILE_NAME);
     std::fs::write(&catalog, b"{\"schema\": \"ctx.catalog-v1\"}").unwrap();
-    let err = read_source_file(&catalog, 8).unwrap_err();
+    let err = read_source_file(dir.path(), CATALOG_FILE_NAME, 8).unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains(catalog.to_str().unwrap()) && message.contains("limit of 8 bytes"),
@@ -51,9 +53,38 @@ fn a_source_file_over_its_copy_limit_is_refused_naming_the_file_and_the_limit() 
     );
 
     // A missing file keeps its operating-system error.
-    let err = read_source_file(&dir.path().join("missing"), limit).unwrap_err();
+    let err = read_source_file(dir.path(), "missing", limit).unwrap_err();
     assert!(
         matches!(&err, IngestError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
         "{err:?}"
+    );
+}
+
+#[test]
+fn a_source_file_replaced_by_a_link_after_it_loaded_is_refused_by_the_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("SKILL.md"), b"body").unwrap();
+    std::os::unix::fs::symlink(root.join("SKILL.md"), root.join("linked.md")).unwrap();
+    let err = read_source_file(root, "linked.md", BODY_FILE_COPY_MAX_BYTES).unwrap_err();
+    assert!(matches!(err, IngestError::File(_)), "{err:?}");
+    assert_eq!(err.code(), "invalid");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "catalog body {}/linked.md is a symbolic link; ctx reads only regular files inside \
+             the catalog directory",
+            root.display()
+        )
+    );
+    std::fs::hard_link(root.join("SKILL.md"), root.join("again.md")).unwrap();
+    let err = read_source_file(root, "SKILL.md", BODY_FILE_COPY_MAX_BYTES).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "catalog body {}/SKILL.md has 2 hard links; ctx refuses a body that another path \
+             can change",
+            root.display()
+        )
     );
 }

@@ -15,6 +15,7 @@
 mod catalog_lock;
 mod delegated;
 mod device;
+mod identity;
 mod leftovers;
 mod work;
 
@@ -23,6 +24,11 @@ use device::verifier_registry;
 pub use device::{
     DEVICE_KEY_MAX_BYTES, DeviceKeyFile, fresh_signer, read_device_key, write_plain_key,
     write_sealed_key,
+};
+pub use identity::{
+    IdentityDerivation, STORE_TARGET_SCHEMA, WORKSPACE_IDENTITY_MAX_BYTES,
+    WORKSPACE_IDENTITY_SCHEMA, WorkspaceIdentity, WorkspaceIdentityError,
+    legacy_path_identity_digest, store_target_identity_digest, workspace_identity,
 };
 pub use leftovers::{LEFTOVER_AGE_MAX_SECS, SweepReport, sweep_work};
 use work::{StoredWork, WorkDirAuthority};
@@ -134,6 +140,9 @@ pub enum RuntimeError {
          terminal"
     )]
     UnapprovedPolicy { policy_digest: String },
+    /// The data directory's workspace identity could not be read or created (spec/cli.md §2).
+    #[error(transparent)]
+    WorkspaceIdentity(#[from] WorkspaceIdentityError),
 }
 
 impl RuntimeError {
@@ -150,6 +159,7 @@ impl RuntimeError {
             RuntimeError::AssuranceTooLow { .. }
             | RuntimeError::UnapprovedPolicy { .. }
             | RuntimeError::PasskeyCounter { .. } => "refused",
+            RuntimeError::WorkspaceIdentity(e) => e.code(),
             _ => "internal",
         }
     }
@@ -316,17 +326,38 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// The consent broker identity of a data directory. The directory is named by its canonical path
-/// (when it exists), so two spellings of one directory (a symlink, `..`) bind the same challenges.
-pub fn consent_config(layout: &Layout) -> ConsentBrokerConfig {
-    let root = layout
-        .root()
-        .canonicalize()
-        .unwrap_or_else(|_| layout.root().to_path_buf());
+/// The consent broker identity of a data directory: its workspace identity is the one stored in
+/// the directory ([`workspace_identity`], spec/cli.md §2), created at its first open, so every
+/// spelling of the directory (a symlink, `..`) and every copy or move of it binds the same
+/// challenges. `journal` is the directory's journal, asked only at the first open whether an
+/// earlier version already bound challenges to the directory's path.
+pub fn consent_config(
+    layout: &Layout,
+    journal: &ctx_journal::Journal,
+) -> Result<ConsentBrokerConfig, WorkspaceIdentityError> {
+    Ok(broker_config(&workspace_identity(layout, journal)?))
+}
+
+/// The consent broker identity of a data directory whose workspace identity is `identity`.
+fn broker_config(identity: &WorkspaceIdentity) -> ConsentBrokerConfig {
     ConsentBrokerConfig {
         audience: CONSENT_AUDIENCE.to_owned(),
-        workspace_identity_digest: sha256_hex(&format!("ctx-data-dir:{}", root.display())),
+        workspace_identity_digest: identity.digest.clone(),
         release_root_digest: sha256_hex("ctx-release-root-v1"),
+    }
+}
+
+/// `store`, its execution bindings naming it by the data directory's identity (`name`, the
+/// store's name in [`store_target_identity_digest`]) unless the directory is of an earlier
+/// version.
+fn named_store(
+    store: SkillCasRuntimeConfig,
+    identity: &WorkspaceIdentity,
+    name: &str,
+) -> Result<SkillCasRuntimeConfig, crate::skill_cas::SkillCasError> {
+    match store_target_identity_digest(identity, name) {
+        Some(digest) => store.with_target_identity(&digest),
+        None => Ok(store),
     }
 }
 
@@ -397,9 +428,9 @@ impl Runtime {
             .map_err(|e| component("the install policy store refused")(e.to_string()))?;
         // The registry is re-verified on every open (spec/decisions.md §14): a forged or altered
         // change refuses the whole data directory rather than trusting part of it.
-        let trust = {
+        let (trust, identity) = {
             let journal = crate::managed::open_service_journal(&layout.journal())?;
-            read_trust(&journal)?
+            (read_trust(&journal)?, workspace_identity(layout, &journal)?)
         };
         // A policy store this process cannot read grants nothing either: the service refuses
         // every use of it, so only a readable granting policy needs the person's approval here.
@@ -422,6 +453,7 @@ impl Runtime {
             INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
+        .and_then(|store| named_store(store, &identity, "skills"))
         .map_err(|e| component("the skill store refused")(e.to_string()))?;
         let material_store = SkillCasRuntimeConfig::new(
             &layout.materials(),
@@ -429,6 +461,7 @@ impl Runtime {
             INSTALLER_ID,
             &sha256_hex("ctx-host:cli"),
         )
+        .and_then(|store| named_store(store, &identity, "materials"))
         .map_err(|e| component("the material store refused")(e.to_string()))?
         .with_gate(CasGate::Materials);
         let clock = Arc::new(ManualClock::new(now));
@@ -448,7 +481,7 @@ impl Runtime {
             policy_store_root: Some(layout.install_policy()),
             skill_cas: Some(Arc::new(skill_cas)),
             material_store: Some(Arc::new(material_store)),
-            consent: Some(consent_config(layout)),
+            consent: Some(broker_config(&identity)),
             verifier_registry: verifier_registry(&trust, &admissions)?,
         })?;
         Ok(Runtime {
@@ -725,9 +758,12 @@ impl ChallengeReader {
             &layout.journal(),
             &OpenOptions::new().lock_wait(crate::managed::JOURNAL_LOCK_WAIT),
         )?;
+        // The reader's callers report a service error; the identity's sentence is kept whole.
+        let config =
+            consent_config(layout, &journal).map_err(|e| ServiceError::Internal(e.to_string()))?;
         Ok(ChallengeReader {
             store: ConsentStore::open(Arc::new(journal), CONSENT_AUDIENCE)?,
-            config: consent_config(layout),
+            config,
         })
     }
 

@@ -175,6 +175,24 @@ impl SkillCasRuntimeConfig {
         self.gate
     }
 
+    /// The same store, its execution bindings naming `target_identity_digest` instead of the
+    /// digest of its captured root (spec/skill-cas.md §3, "Named target"): for a store inside a
+    /// data directory, named by the directory's stored identity, so a consent bound to it stays
+    /// answerable when the directory is copied or moved (spec/cli.md §2). The root is still
+    /// captured, pinned and re-captured as before; only the persisted name changes.
+    pub fn with_target_identity(
+        mut self,
+        target_identity_digest: &str,
+    ) -> Result<SkillCasRuntimeConfig, SkillCasError> {
+        if !is_sha(target_identity_digest) {
+            return Err(invalid(
+                "target_identity_digest must be a lowercase SHA-256 digest",
+            ));
+        }
+        target_identity_digest.clone_into(&mut self.target_identity_digest);
+        Ok(self)
+    }
+
     pub fn installer_id(&self) -> &str {
         &self.installer_id
     }

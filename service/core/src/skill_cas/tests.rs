@@ -829,3 +829,57 @@ fn configurations_and_drivers_cross_threads() {
     send_sync::<SkillCasDriver>();
     send_sync::<SkillCasError>();
 }
+
+#[test]
+fn a_named_target_is_what_bindings_name_and_the_root_is_still_pinned() {
+    let fx = Fixture::new();
+    let captured = fx.config.target_identity_digest().to_owned();
+    let named = digest("data-directory-store");
+    let config = SkillCasRuntimeConfig::new(
+        &fx.root,
+        fx.source.clone(),
+        INSTALLER_ID,
+        &digest("host-identity"),
+    )
+    .unwrap()
+    .with_target_identity(&named)
+    .unwrap();
+    assert_eq!(config.target_identity_digest(), named);
+    let binding = config.binding(INSTALLER_DIGEST).unwrap();
+    assert_eq!(binding.target_identity_digest, named);
+    assert_ne!(binding.target_identity_digest, captured);
+    // A binding that names the captured root is not this store's.
+    assert_eq!(
+        config
+            .connect(&fx.action, &fx.descriptor, &fx.binding())
+            .unwrap_err()
+            .to_string(),
+        NOT_ELIGIBLE
+    );
+    config
+        .connect(&fx.action, &fx.descriptor, &binding)
+        .unwrap()
+        .apply_once()
+        .unwrap();
+    assert_eq!(fs::read(fx.final_path()).unwrap(), BODY.as_bytes());
+    // The root is still re-captured: a replaced one is refused whatever the name.
+    fs::rename(&fx.root, fx._tmp.path().join("moved")).unwrap();
+    private_dir(&fx.root);
+    assert_eq!(
+        config.binding(INSTALLER_DIGEST).unwrap_err().to_string(),
+        "skill CAS root changed after runtime configuration"
+    );
+    let err = SkillCasRuntimeConfig::new(
+        &fx.root,
+        fx.source.clone(),
+        INSTALLER_ID,
+        &digest("host-identity"),
+    )
+    .unwrap()
+    .with_target_identity("NOT-A-DIGEST")
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "target_identity_digest must be a lowercase SHA-256 digest"
+    );
+}
