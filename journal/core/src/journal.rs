@@ -27,6 +27,7 @@ use crate::verify::VerifyReport;
 pub struct OpenOptions {
     lock_wait: Duration,
     key_source: Arc<KeySource>,
+    ignore_integrity_verdict: bool,
     #[cfg(feature = "testing")]
     storage_wrapper: Option<Arc<dyn crate::StorageWrapper>>,
 }
@@ -46,6 +47,7 @@ impl Default for OpenOptions {
         OpenOptions {
             lock_wait: Duration::ZERO,
             key_source: Arc::new(key::os_random_key),
+            ignore_integrity_verdict: false,
             #[cfg(feature = "testing")]
             storage_wrapper: None,
         }
@@ -61,6 +63,13 @@ impl OpenOptions {
     /// [`OpenError::Locked`]. Zero (the default) fails at once.
     pub fn lock_wait(mut self, wait: Duration) -> OpenOptions {
         self.lock_wait = wait;
+        self
+    }
+
+    /// Opens as the auditor does: a standing verdict of an earlier audit (spec/journal.md §13)
+    /// does not make this open refuse writes, so the audit judges the journal as it is now.
+    pub fn ignore_integrity_verdict(mut self) -> OpenOptions {
+        self.ignore_integrity_verdict = true;
         self
     }
 
@@ -152,6 +161,13 @@ impl Journal {
         #[cfg(not(feature = "testing"))]
         let wrapper = None;
         let (backend, write_refusal) = open_backend(&dir, !exists, &mac, wrapper)?;
+        // The audit's verdict outranks what this open could check (spec/journal.md §13).
+        let verdict = if options.ignore_integrity_verdict {
+            None
+        } else {
+            crate::verdict::standing_verdict(&dir)
+        };
+        let write_refusal = verdict.or(write_refusal);
         let keyed = KeyedDigestKey::derive(&key);
         let shared = Arc::new(Shared {
             backend,

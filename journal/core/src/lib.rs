@@ -27,15 +27,20 @@ mod redb;
 mod shared;
 mod sync;
 mod types;
+mod verdict;
 mod verified;
 mod verify;
 
 pub use crate::redb::audit::{StorageIntegrity, check_storage_integrity};
-pub use crate::redb::create::DATABASE_FILE;
+pub use crate::redb::create::{DATABASE_FILE, OPEN_VERIFY_TAIL_RECORDS};
 /// Interposition on the database file, for fault injection and crash images: only with the
 /// `testing` feature, so redb's `StorageBackend` and `FileBackend` are not part of the default API.
 #[cfg(feature = "testing")]
 pub use crate::redb::interpose::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
+pub use crate::verdict::{
+    INTEGRITY_VERDICT_FILE, INTEGRITY_VERDICT_MAX_BYTES, clear_integrity_failure,
+    record_integrity_failure,
+};
 pub use audit::StreamInfo;
 pub use backend::{
     Backend, CommitError, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord, ReadTxn,
@@ -43,7 +48,8 @@ pub use backend::{
 };
 pub use codec::{RecordView, decode_record_value};
 pub use error::{
-    AppendError, DecodeError, OpenError, ProjectionError, ReadError, StorageError, VerifyError,
+    AppendError, ConflictKind, DecodeError, OpenError, ProjectionError, ReadError, StorageError,
+    VerifyError,
 };
 pub use hook::{HookError, HookTxn, PROJECTION_TABLE_PREFIX, ProjectionHook};
 pub use import::{ImportError, ImportRecord, Importer};

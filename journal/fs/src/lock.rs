@@ -122,18 +122,6 @@ pub struct DirLock {
     /// Held for its `flock`: closing the descriptor releases the lock.
     _file: File,
     path: PathBuf,
-    /// An exclusive holder wrote its record and clears it on release.
-    exclusive: bool,
-}
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        // A record left after its holder let go would name a process that holds nothing; a
-        // holder killed before this runs is named correctly anyway by the kernel's lock table.
-        if self.exclusive {
-            let _ = self._file.set_len(0);
-        }
-    }
 }
 
 fn own_holder_prefix() -> String {
@@ -243,7 +231,6 @@ impl DirLock {
         Ok(DirLock {
             _file: file,
             path: path.to_path_buf(),
-            exclusive: !options.shared,
         })
     }
 

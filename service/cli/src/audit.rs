@@ -667,7 +667,12 @@ pub(crate) fn audit(
         }
     };
     if report.storage != "corrupt" {
-        let journal = open_journal(&dir)?;
+        let journal = ctx_service::open_journal(
+            &dir,
+            &OpenOptions::new()
+                .lock_wait(JOURNAL_LOCK_WAIT)
+                .ignore_integrity_verdict(),
+        )?;
         progress.phase("records");
         let verify = journal.verify()?;
         report.records = verify.records;
@@ -688,6 +693,17 @@ pub(crate) fn audit(
         check_projections(&journal, &streams, &mut report, &mut progress);
         progress.phase("decisions");
         check_decisions(&journal, &mut report);
+    }
+    // Damaged storage or records are a standing verdict: every later open of the directory
+    // refuses writes until an audit finds the journal intact (spec/journal.md §13). A PostgreSQL
+    // journal's directory holds only its key; the verdict lives there all the same.
+    let damaged = report
+        .failures
+        .iter()
+        .find(|f| matches!(f.check, "storage" | "records"));
+    match damaged {
+        Some(first) => ctx_journal::record_integrity_failure(&dir, &first.to_line())?,
+        None => ctx_journal::clear_integrity_failure(&dir)?,
     }
     progress.clear();
     drop(progress);

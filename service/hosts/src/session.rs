@@ -79,6 +79,12 @@ pub enum SessionError {
     Journal(OpenError),
     #[error("could not record the hook call: {0}")]
     Record(AppendError),
+    /// The journal refuses writes: it failed an integrity check.
+    #[error(
+        "ctx stopped writing to its journal because it failed an integrity check: {detail}. \
+         Nothing is planned, asked or installed until it is repaired; `ctx audit` shows what failed"
+    )]
+    Integrity { detail: String },
     #[error("could not read the session: {0}")]
     ReadSession(ReadError),
     /// The sample catalog could not be ingested into a data directory that had none.
@@ -380,9 +386,9 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     let cwd = input.cwd()?.to_owned();
     let prompt = input.str("prompt").unwrap_or_default().to_owned();
     ensure_catalog(ctx.layout)?;
+    let journal = open_journal(ctx.layout)?;
     let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
     ensure_policy(&runtime)?;
-    let journal = open_journal(ctx.layout)?;
     let earlier = read_session(&journal, ctx.host, &input.session)?;
     // The person may type the very same prompt again ("continue", "yes"): Claude Code's input
     // is then byte for byte the same. A prompt whose record exists was answered, so this is a
@@ -1041,12 +1047,21 @@ pub fn session_stream(host: AgentHost, session: &str) -> Result<StreamId, Sessio
     })
 }
 
+/// Opens the data directory's journal; one that refuses writes (a record it builds on failed
+/// authentication, or `ctx audit` found it damaged) stops the hook before it plans or writes
+/// anything, with one sentence for the person (spec/cli.md §7.4).
 fn open_journal(layout: &Layout) -> Result<Journal, SessionError> {
-    ctx_service::open_journal(
+    let journal = ctx_service::open_journal(
         &layout.journal(),
         &OpenOptions::new().lock_wait(JOURNAL_LOCK_WAIT),
     )
-    .map_err(SessionError::Journal)
+    .map_err(SessionError::Journal)?;
+    match journal.write_refusal() {
+        Some(detail) => Err(SessionError::Integrity {
+            detail: detail.to_owned(),
+        }),
+        None => Ok(journal),
+    }
 }
 
 /// Appends one hook call to the session's stream. The event id is a digest of the host's input,
