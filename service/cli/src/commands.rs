@@ -216,7 +216,7 @@ fn read_request(command: &HostCommand, input: &mut dyn Read) -> Result<Json, Com
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| CommandFailure::invalid("the request is not UTF-8 text"))?;
     let value = Json::parse(text.trim_end())
-        .map_err(|e| CommandFailure::invalid(format!("the request is not valid JSON: {e}")))?;
+        .map_err(|e| CommandFailure::invalid(format!("the request: {e}")))?;
     if value.as_obj().is_none() {
         return Err(CommandFailure::invalid("the request must be a JSON object"));
     }
