@@ -304,7 +304,11 @@ fn malformed_input_exits_2_with_a_sentence() {
         2,
         "invalid",
     );
-    assert!(message.contains("not valid JSON"), "{message}");
+    assert!(
+        message
+            .contains("the request: the JSON is not valid at byte 14: an unexpected end of input where a value was expected"),
+        "{message}"
+    );
     let message = refused(&data, &["query", "prepare"], "[1, 2]", 2, "invalid");
     assert!(message.contains("JSON object"), "{message}");
     let message = refused(
