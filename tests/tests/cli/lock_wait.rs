@@ -5,7 +5,7 @@
 use std::fs::OpenOptions;
 use std::io::Write as _;
 
-use super::hook::{Machine, claude_prompt, hook_env, hook_input, reply, with_prompt};
+use super::hook::{Machine, claude_prompt};
 
 #[test]
 fn a_prompt_hook_gives_up_within_its_share_of_the_host_timeout_and_names_the_real_holder() {
@@ -31,18 +31,8 @@ fn a_prompt_hook_gives_up_within_its_share_of_the_host_timeout_and_names_the_rea
     lock.set_len(0).expect("truncate the record");
     lock.write_all(b"pid 1 (init)\n").expect("a stale record");
 
-    let input = with_prompt(
-        hook_input("claude", "UserPromptSubmit", "lock-session", &project),
-        "write terraform for the new infrastructure",
-    );
-    let answer = reply(&hook_env(
-        &data,
-        &home,
-        "claude",
-        "user-prompt-submit",
-        &input,
-    ))
-    .expect("a reply");
+    let text = "write terraform for the new infrastructure";
+    let answer = claude_prompt(&data, &home, &project, "lock-session", text);
     lock.unlock().expect("release the lock");
 
     assert!(answer.get("hookSpecificOutput").is_none(), "{answer}");
@@ -60,13 +50,6 @@ fn a_prompt_hook_gives_up_within_its_share_of_the_host_timeout_and_names_the_rea
     assert!(!message.contains("pid 1 (init)"), "{message}");
 
     // With the lock released, the same prompt is planned.
-    let again = reply(&hook_env(
-        &data,
-        &home,
-        "claude",
-        "user-prompt-submit",
-        &input,
-    ))
-    .expect("a reply");
+    let again = claude_prompt(&data, &home, &project, "lock-session", text);
     assert!(again.get("hookSpecificOutput").is_some(), "{again}");
 }
