@@ -32,11 +32,13 @@ mod verified;
 mod verify;
 
 pub use crate::redb::audit::{StorageIntegrity, check_storage_integrity};
+pub use crate::redb::compact::{CompactError, Compaction, compact_storage};
 pub use crate::redb::create::{DATABASE_FILE, OPEN_VERIFY_TAIL_RECORDS};
 /// Interposition on the database file, for fault injection and crash images: only with the
 /// `testing` feature, so redb's `StorageBackend` and `FileBackend` are not part of the default API.
 #[cfg(feature = "testing")]
 pub use crate::redb::interpose::{FileBackend, StorageBackend, StorageInterceptor, StorageWrapper};
+pub use crate::redb::{QUICK_REPAIR_FROM_BYTES, REDB_CACHE_MAX_BYTES};
 pub use crate::verdict::{
     INTEGRITY_VERDICT_FILE, INTEGRITY_VERDICT_MAX_BYTES, clear_integrity_failure,
     record_integrity_failure,

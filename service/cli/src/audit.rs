@@ -625,6 +625,28 @@ fn check_decisions(journal: &Journal, report: &mut Report) {
     report.decisions_by_assurance.sort();
 }
 
+/// `ctx compact` (spec/cli.md §6): the embedded journal's file shrunk to the pages it holds.
+pub(crate) fn compact(layout: &Layout, out: &mut dyn Write) -> Result<u8, CliError> {
+    let dir = existing_journal(layout, "compact")?;
+    if ctx_service::journal_source(&dir) != ctx_service::JournalSource::Embedded {
+        return Err(CliError::Usage(
+            "`ctx compact` applies to the embedded journal only; a PostgreSQL journal's space \
+             is the server's to reclaim (VACUUM)"
+                .to_owned(),
+        ));
+    }
+    let done = ctx_journal::compact_storage(&dir, JOURNAL_LOCK_WAIT)?;
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    writeln!(
+        out,
+        "compacted {}: {:.1} MiB → {:.1} MiB",
+        dir.join(ctx_journal::DATABASE_FILE).display(),
+        mib(done.file_bytes_before),
+        mib(done.file_bytes_after)
+    )?;
+    Ok(EXIT_OK)
+}
+
 pub(crate) fn audit(
     layout: &Layout,
     json: bool,

@@ -29,6 +29,8 @@ pub enum CliError {
     Usage(String),
     #[error("could not open the journal: {0}")]
     Open(#[from] OpenError),
+    #[error(transparent)]
+    Compact(#[from] ctx_journal::CompactError),
     #[error("append failed: {0}")]
     Append(#[from] AppendError),
     #[error("read failed: {0}")]
@@ -130,7 +132,7 @@ impl CliError {
                 "integrity" => EXIT_INTEGRITY,
                 _ => EXIT_OUTCOME,
             },
-            CliError::Open(e) => match e {
+            CliError::Compact(ctx_journal::CompactError::Open(e)) | CliError::Open(e) => match e {
                 OpenError::RelativePath { .. } => EXIT_USAGE,
                 _ => EXIT_INTERNAL,
             },
@@ -138,6 +140,7 @@ impl CliError {
             CliError::Append(AppendError::Integrity { .. }) => EXIT_INTEGRITY,
             CliError::Append(AppendError::Read(e)) | CliError::Read(e) => read_exit_code(e),
             CliError::VerifyFailed(_) | CliError::Integrity(_) => EXIT_INTEGRITY,
+            CliError::Compact(_) => EXIT_INTEGRITY,
             CliError::Step { exit, .. } => *exit,
             CliError::NoJournal { .. }
             | CliError::OutputExists { .. }

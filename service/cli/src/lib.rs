@@ -44,6 +44,8 @@ Commands:
   inspect [--json]          streams, heads, projection counts and digests
   export [--output FILE]    the journal as JSON lines with digests (stdout by default)
   import [--input FILE]     an export into an empty data directory (stdin by default)
+  compact                   give the journal file's free pages back to the file system
+                            (embedded journal; waits for other ctx processes)
 
 Host commands (JSON on stdin and stdout, see spec/cli.md):
   catalog ingest [--catalog-dir DIR]    the sample catalog when no directory is given
@@ -116,6 +118,8 @@ pub enum Command {
     Import {
         input: Option<PathBuf>,
     },
+    /// `ctx compact`: offline compaction of the embedded journal's file.
+    Compact,
     Host(HostCommand),
     /// `ctx key init [--key FILE]`: the person's device key.
     KeyInit {
@@ -323,6 +327,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         ["import"] => Command::Import {
             input: take("--input"),
         },
+        ["compact"] => Command::Compact,
         ["catalog", "ingest"] => Command::Host(HostCommand::CatalogIngest {
             catalog_dir: take("--catalog-dir"),
         }),
@@ -504,8 +509,8 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
 /// Commands of two words: a group and a verb.
 const KNOWN_GROUPS: [&str; 6] = ["catalog", "query", "desired", "consent", "policy", "key"];
 /// Commands of one word.
-const SINGLE_WORD: [&str; 7] = [
-    "demo", "audit", "inspect", "export", "import", "init", "doctor",
+const SINGLE_WORD: [&str; 8] = [
+    "demo", "audit", "inspect", "export", "import", "compact", "init", "doctor",
 ];
 
 /// Runs one `ctx` command and returns its exit status. `env` looks up environment variables and
@@ -598,6 +603,7 @@ fn execute(
         Command::Inspect { json } => inspect::inspect(&layout()?, *json, out)?,
         Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
         Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
+        Command::Compact => audit::compact(&layout()?, out)?,
         Command::Host(HostCommand::PolicySet { key: None }) => {
             // The person's default device key approves a policy that grants installs by itself.
             let key = person::default_device_key(&env).ok();

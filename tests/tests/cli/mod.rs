@@ -5,6 +5,7 @@ mod asked_once;
 mod audit;
 mod browser;
 mod catalog_links;
+mod compact;
 mod demo;
 mod hook;
 mod host;

@@ -52,7 +52,10 @@ pub fn check_storage_integrity(
         });
     }
     let _lock = lock::acquire(dir, lock_wait)?;
-    let mut db = match Database::open(&db_path) {
+    let mut db = match Database::builder()
+        .set_cache_size(super::REDB_CACHE_MAX_BYTES)
+        .open(&db_path)
+    {
         Ok(db) => db,
         Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(detail))) => {
             return Ok(StorageIntegrity::Corrupt { detail });

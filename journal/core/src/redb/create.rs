@@ -34,7 +34,8 @@ pub(crate) fn open_backend(
     }
     let db = open_database(&db_path, wrapper)?;
     let (writer, write_refusal) = initialize(&db, mac, &db_path)?;
-    let backend = RedbBackend::new(db, writer, db_path.display().to_string());
+    let on_disk = wrapper.is_none().then(|| db_path.clone());
+    let backend = RedbBackend::new(db, writer, db_path.display().to_string(), on_disk);
     Ok((Arc::new(backend), write_refusal))
 }
 
@@ -42,6 +43,7 @@ pub(crate) fn open_backend(
 fn open_database(path: &Path, wrapper: Option<&Wrapper>) -> Result<Database, OpenError> {
     match wrapper {
         None => Ok(Database::builder()
+            .set_cache_size(super::REDB_CACHE_MAX_BYTES)
             .create(path)
             .map_err(StorageError::from)?),
         #[cfg(feature = "testing")]
@@ -213,6 +215,8 @@ fn initialize(
             next_position,
             event_index_upto,
             recent,
+            quick_repair: false,
+            commits_since_size_check: 0,
         },
         refusal,
     ))

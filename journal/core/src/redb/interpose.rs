@@ -124,7 +124,8 @@ pub(crate) fn open_database(
             source,
         })?;
     let file = FileBackend::new(file).map_err(StorageError::from)?;
-    let builder = Database::builder();
+    let mut builder = Database::builder();
+    builder.set_cache_size(super::REDB_CACHE_MAX_BYTES);
     let db = match wrapper.wrap(path, &file) {
         Some(hooks) => builder.create_with_backend(Intercepted { file, hooks }),
         None => builder.create_with_backend(file),

@@ -11,6 +11,7 @@
 #![allow(clippy::type_complexity)]
 
 pub(crate) mod audit;
+pub(crate) mod compact;
 pub(crate) mod create;
 #[cfg(feature = "testing")]
 pub(crate) mod interpose;
@@ -65,7 +66,8 @@ storage_from!(
     redb::TableError,
     redb::StorageError,
     redb::CommitError,
-    redb::DatabaseError
+    redb::DatabaseError,
+    redb::CompactionError
 );
 
 /// State only the committing transaction touches. `recent` maps the event ids at positions at or
@@ -74,20 +76,54 @@ pub(crate) struct Writer {
     pub(crate) next_position: u64,
     pub(crate) event_index_upto: u64,
     pub(crate) recent: HashMap<Box<str>, u64>,
+    /// Whether commits save the allocator state ([`QUICK_REPAIR_FROM_BYTES`]).
+    pub(crate) quick_repair: bool,
+    /// Commits since the file's size was last looked at.
+    pub(crate) commits_since_size_check: u64,
 }
+
+/// Whether the database file at `path` is large enough for quick repair. A file whose size cannot
+/// be read gets it: the cost is a second sync per commit, the risk of not having it a long open.
+fn quick_repair_wanted(path: Option<&std::path::Path>) -> bool {
+    path.is_some_and(|p| std::fs::metadata(p).map_or(true, |m| m.len() >= QUICK_REPAIR_FROM_BYTES))
+}
+
+/// Most bytes of pages redb caches for one open database, read or written (spec/journal.md §10).
+/// redb's default is 1 GiB, so an audit or a reopen held nearly the whole file in memory; with
+/// this bound a process's memory no longer tracks the journal's size.
+pub const REDB_CACHE_MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// From this file size on, every commit saves redb's allocator state (quick repair, which also
+/// makes the commit two-phase), so the first open after a crash reads that state instead of
+/// walking the whole file (spec/journal.md §10). Below it a full repair is short and a commit
+/// keeps its single sync.
+pub const QUICK_REPAIR_FROM_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How many commits pass between two looks at the file's size in a long-lived process.
+const QUICK_REPAIR_RECHECK_COMMITS: u64 = 1024;
 
 pub(crate) struct RedbBackend {
     pub(crate) db: Database,
     writer: Mutex<Writer>,
     location: String,
+    /// The database file, for its size (quick repair); `None` for a file behind a test wrapper
+    /// that is not on disk under this name.
+    path: Option<std::path::PathBuf>,
 }
 
 impl RedbBackend {
-    pub(crate) fn new(db: Database, writer: Writer, location: String) -> RedbBackend {
+    pub(crate) fn new(
+        db: Database,
+        mut writer: Writer,
+        location: String,
+        path: Option<std::path::PathBuf>,
+    ) -> RedbBackend {
+        writer.quick_repair = quick_repair_wanted(path.as_deref());
         RedbBackend {
             db,
             writer: Mutex::new(writer),
             location,
+            path,
         }
     }
 
@@ -135,10 +171,16 @@ impl Backend for RedbBackend {
         work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
     ) -> Result<Finish, CommitError> {
         let mut writer = lock(&self.writer);
-        let txn = self
+        writer.commits_since_size_check += 1;
+        if !writer.quick_repair && writer.commits_since_size_check >= QUICK_REPAIR_RECHECK_COMMITS {
+            writer.commits_since_size_check = 0;
+            writer.quick_repair = quick_repair_wanted(self.path.as_deref());
+        }
+        let mut txn = self
             .db
             .begin_write()
             .map_err(|e| CommitError::NotCommitted(e.into()))?;
+        txn.set_quick_repair(writer.quick_repair);
         let staged = {
             let tables = Tables::open(&txn).map_err(CommitError::NotCommitted)?;
             let mut write = RedbWrite {
@@ -843,5 +885,26 @@ impl HeadState {
             position: self.position,
             digest: self.digest,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn quick_repair_starts_at_its_file_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(QUICK_REPAIR_FROM_BYTES - 1).unwrap();
+        assert!(!quick_repair_wanted(Some(&path)));
+        file.set_len(QUICK_REPAIR_FROM_BYTES).unwrap();
+        assert!(quick_repair_wanted(Some(&path)));
+        // A size that cannot be read errs on the side of a short reopen.
+        assert!(quick_repair_wanted(Some(&dir.path().join("missing"))));
+        assert!(!quick_repair_wanted(None));
     }
 }

@@ -65,7 +65,10 @@ pub(crate) fn scratch_backend(path: &Path) -> Arc<dyn Backend> {
             next_position: 1,
             event_index_upto: 1,
             recent: HashMap::new(),
+            quick_repair: false,
+            commits_since_size_check: 0,
         },
         path.display().to_string(),
+        Some(path.to_path_buf()),
     ))
 }
