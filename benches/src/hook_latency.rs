@@ -47,7 +47,7 @@ pub const PROMPTS_PER_SESSION: usize = 4;
 
 /// Prompts of the kind a person types; each run appends its number so that no two runs send the
 /// same hook input (ctx records a repeated input once, which would measure a shortcut).
-const PROMPTS: &[&str] = &[
+pub(crate) const PROMPTS: &[&str] = &[
     "add Playwright e2e tests for checkout",
     "write terraform for the new infrastructure",
     "why does cargo clippy fail on the journal crate",
@@ -334,7 +334,7 @@ fn without_digests(message: &str) -> String {
 }
 
 /// Runs `command` with `stdin`, timed from spawn to exit.
-fn timed(command: &mut Command, stdin: &[u8]) -> BenchResult<(Duration, Output)> {
+pub(crate) fn timed(command: &mut Command, stdin: &[u8]) -> BenchResult<(Duration, Output)> {
     let start = Instant::now();
     let mut child = command
         .stdin(Stdio::piped())
@@ -353,7 +353,7 @@ fn timed(command: &mut Command, stdin: &[u8]) -> BenchResult<(Duration, Output)>
     Ok((start.elapsed(), output))
 }
 
-fn check_exit(what: &str, output: &Output) -> BenchResult<()> {
+pub(crate) fn check_exit(what: &str, output: &Output) -> BenchResult<()> {
     if output.status.success() {
         return Ok(());
     }
@@ -367,17 +367,17 @@ fn check_exit(what: &str, output: &Output) -> BenchResult<()> {
 
 /// One case's private world: a data directory, a HOME and a project directory the hook's `cwd`
 /// names, all under one temp dir (removed on drop).
-struct World {
+pub(crate) struct World {
     _dir: tempfile::TempDir,
-    home: PathBuf,
-    project: PathBuf,
-    data: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) project: PathBuf,
+    pub(crate) data: PathBuf,
     /// `CTX_JOURNAL_URL` of every command, if any.
     journal_url: Option<String>,
 }
 
 impl World {
-    fn new(base: &Path, journal_url: Option<String>) -> BenchResult<World> {
+    pub(crate) fn new(base: &Path, journal_url: Option<String>) -> BenchResult<World> {
         let dir = tempfile::Builder::new()
             .prefix("ctx-bench-hook-")
             .tempdir_in(base)?;
@@ -398,7 +398,7 @@ impl World {
     /// `ctx --data-dir <data> <args>` with only PATH from this process's environment (and
     /// `CTX_JOURNAL_URL` when the world has one): the user's own CTX_DATA_DIR, XDG dirs or Claude
     /// settings must not leak into the measurement.
-    fn ctx(&self, ctx: &Path, args: &[&str]) -> Command {
+    pub(crate) fn ctx(&self, ctx: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(ctx);
         command
             .env_clear()
@@ -442,7 +442,7 @@ const HOOK_ARGS: &[&str] = &["hook", "claude", "user-prompt-submit"];
 pub const JOURNAL_URL_ENV: &str = "CTX_JOURNAL_URL";
 
 /// One hook run; checks exit 0 and that standard output is empty or one JSON object.
-fn hook_run(
+pub(crate) fn hook_run(
     ctx: &Path,
     world: &World,
     session: &str,

@@ -5,7 +5,9 @@
 //! with `--postgres` on PostgreSQL). `ctx-bench seam-ab` ([`seam_ab`]) compares the redb journal
 //! before and after the storage-seam refactor, building the same workload at both revisions;
 //! `ctx-bench pg-append` ([`pg_append`]) compares appends through the seam on PostgreSQL with plain
-//! inserts of the same rows.
+//! inserts of the same rows; `ctx-bench storage-growth` ([`storage_growth`]) what the hook path
+//! leaves on disk per prompt, what auditing it costs in memory and what reopening it after a kill
+//! costs in time.
 //!
 //! The library part holds what both share: the workload (events, payloads, event ids, stream ids)
 //! and the measurement helpers. Every figure is produced from inputs built outside the timed
@@ -16,6 +18,7 @@ pub mod hook_latency;
 pub mod measure;
 pub mod pg_append;
 pub mod seam_ab;
+pub mod storage_growth;
 pub mod workload;
 
 /// The error type of the bench code: anything that can cross a thread boundary.

@@ -1,7 +1,8 @@
 //! `ctx-bench compare [--quick]`: the side-by-side peer comparison; `ctx-bench hook-latency`: the
 //! cold-start wall time of `ctx hook claude user-prompt-submit` (on redb, and with `--postgres` on
 //! PostgreSQL too); `ctx-bench seam-ab`: the redb journal before and after the storage-seam
-//! refactor; `ctx-bench pg-append`: appends through the seam on PostgreSQL ÷ plain inserts. See
+//! refactor; `ctx-bench pg-append`: appends through the seam on PostgreSQL ÷ plain inserts;
+//! `ctx-bench storage-growth`: bytes on disk per prompt, audit memory, reopen after kill -9. See
 //! `ctx-bench --help`.
 
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ctx_benches::compare::{self, Config};
-use ctx_benches::{BenchResult, hook_latency, pg_append, seam_ab, target_dir};
+use ctx_benches::{BenchResult, hook_latency, pg_append, seam_ab, storage_growth, target_dir};
 
 const HELP: &str = "\
 ctx-bench: side-by-side throughput of the ctx journal and its peers, measured in one run; and
@@ -23,6 +24,7 @@ USAGE:
                       [--dir DIR] [--rounds N] [--budget-ms N] [--test] [--out FILE]
     ctx-bench pg-append [--url URL] [--clients 1,8] [--rounds N] [--budget-ms N] [--test]
                         [--out FILE]
+    ctx-bench storage-growth [--ctx PATH] [--prompts N] [--dir DIR] [--test] [--out FILE]
     ctx-bench --help
 
 compare measures, each in a fresh temp dir under one base directory (so on one disk):
@@ -128,7 +130,30 @@ OPTIONS (pg-append):
     --budget-ms N     per case per round (default 2000)
     --test            smoke mode: clients 1,2, 1 round, 100 ms; without PostgreSQL it prints a
                       skipped line (a failure with CTX_REQUIRE_PG=1)
-    --out FILE        default <workspace>/target/ctx-bench/pg-append.json";
+    --out FILE        default <workspace>/target/ctx-bench/pg-append.json
+
+storage-growth lives one data directory through N prompts (default 2000, or
+$CTX_BENCH_STORAGE_PROMPTS) in sessions of 20 (session-start, each prompt followed by a Bash
+tool-outcome, session-end), each a fresh `ctx hook claude ...` process, nobody answering consents;
+then reports the journal file, redb's allocated pages and every table's stored bytes per prompt,
+`ctx audit`'s wall time and peak RSS (VmHWM sampled every 5 ms), the in-process reopen and the
+next prompt hook after a prompt hook is killed with SIGKILL at 15-90 ms, and the file after
+`ctx compact`.
+
+OPTIONS (storage-growth):
+    --ctx PATH        the ctx binary (default: build the release binary)
+    --prompts N       prompts (default 2000)
+    --dir DIR         where the data directory lives (default: the system temp dir)
+    --test            smoke mode: 12 prompts; the figures are printed, not written
+    --out FILE        default <workspace>/target/ctx-bench/storage-growth.json";
+
+struct StorageArgs {
+    ctx: Option<PathBuf>,
+    prompts: Option<usize>,
+    dir: Option<PathBuf>,
+    smoke: bool,
+    out: Option<PathBuf>,
+}
 
 struct CompareArgs {
     quick: bool,
@@ -175,6 +200,7 @@ enum Args {
     HookLatency(HookArgs),
     SeamAb(SeamArgs),
     PgAppend(PgArgs),
+    StorageGrowth(StorageArgs),
 }
 
 fn positive(arg: &str, text: &str) -> Result<usize, String> {
@@ -219,6 +245,13 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             clients: pg_append::DEFAULT_CLIENTS.to_vec(),
             rounds: pg_append::DEFAULT_ROUNDS,
             budget: pg_append::DEFAULT_BUDGET,
+            smoke: false,
+            out: None,
+        }),
+        Some("storage-growth") => Args::StorageGrowth(StorageArgs {
+            ctx: None,
+            prompts: None,
+            dir: None,
             smoke: false,
             out: None,
         }),
@@ -278,6 +311,14 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--budget-ms" => p.budget = Duration::from_millis(positive(a, &text()?)? as u64),
                 "--test" | "--smoke" => p.smoke = true,
                 "--out" => p.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
+            Args::StorageGrowth(g) => match a {
+                "--ctx" => g.ctx = Some(text()?.into()),
+                "--prompts" => g.prompts = Some(positive(a, &text()?)?),
+                "--dir" => g.dir = Some(text()?.into()),
+                "--test" | "--smoke" => g.smoke = true,
+                "--out" => g.out = Some(text()?.into()),
                 _ => return Err(format!("unknown argument {arg:?}")),
             },
         }
@@ -444,12 +485,41 @@ fn run_pg_append(args: PgArgs) -> BenchResult<()> {
     Ok(())
 }
 
+fn run_storage_growth(args: StorageArgs) -> BenchResult<()> {
+    let ctx = match args.ctx {
+        Some(ctx) => ctx,
+        None => {
+            eprintln!("building the release ctx binary (cargo build --release --bin ctx)");
+            hook_latency::build_ctx(&target_dir(), true)?
+        }
+    };
+    let prompts = if args.smoke {
+        storage_growth::SMOKE_PROMPTS
+    } else {
+        storage_growth::prompts_from(args.prompts)?
+    };
+    let dir = match args.dir {
+        Some(dir) => std::path::absolute(dir)?,
+        None => std::env::temp_dir(),
+    };
+    let report = storage_growth::run(&storage_growth::Config { ctx, prompts, dir })?;
+    println!("{}", report.markdown());
+    if !args.smoke {
+        let out = args
+            .out
+            .unwrap_or_else(|| target_dir().join("ctx-bench").join("storage-growth.json"));
+        write_json(&out, &report.to_json())?;
+    }
+    Ok(())
+}
+
 fn run(args: Args) -> BenchResult<()> {
     match args {
         Args::Compare(args) => run_compare(args),
         Args::HookLatency(args) => run_hook_latency(args),
         Args::SeamAb(args) => run_seam_ab(args),
         Args::PgAppend(args) => run_pg_append(args),
+        Args::StorageGrowth(args) => run_storage_growth(args),
     }
 }
 

@@ -1,0 +1,445 @@
+//! `ctx-bench storage-growth`: what the hook path leaves on disk and what a large journal costs to
+//! audit and to reopen after a crash (spec/storage-growth.md; spec/journal.md §10).
+//!
+//! One data directory lives through `--prompts` prompts in sessions of [`PROMPTS_PER_SESSION`]:
+//! each session is a `session-start`, its prompts (`user-prompt-submit`, each followed by a
+//! `tool-outcome` of a Bash call) and a `session-end`, every one a fresh `ctx hook claude …`
+//! process as Claude Code starts them. Nobody answers the consents the prompts ask for. Then:
+//!
+//! - **bytes**: the journal file, the pages redb holds in it (allocated) and the key and value bytes
+//!   of every table (stored), per prompt; and the file after `ctx compact`;
+//! - **audit**: `ctx audit`'s wall time and peak resident memory (`VmHWM` of its process, sampled
+//!   every [`RSS_SAMPLE_MS`] ms);
+//! - **reopen after kill -9**: a prompt hook is killed at several points of its run, then the next
+//!   open of the journal is timed in this process ([`ctx_journal::Journal::open`], which repairs
+//!   redb's file and authenticates the unmerged tail) and so is the next prompt hook.
+//!
+//! Figures only: nothing here asserts a speed or a size.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use redb::{ReadableDatabase, ReadableTableMetadata};
+use serde_json::{Value, json};
+
+use crate::BenchResult;
+use crate::hook_latency::{PROMPTS, World, check_exit, hook_run, timed};
+
+/// Prompts when neither `--prompts` nor [`PROMPTS_ENV`] says otherwise (the issue's size).
+pub const DEFAULT_PROMPTS: usize = 2_000;
+/// Prompts of the smoke mode (`--test`).
+pub const SMOKE_PROMPTS: usize = 12;
+/// Environment variable naming the number of prompts.
+pub const PROMPTS_ENV: &str = "CTX_BENCH_STORAGE_PROMPTS";
+/// Prompts per session.
+pub const PROMPTS_PER_SESSION: usize = 20;
+/// How often the audit's resident memory is sampled.
+pub const RSS_SAMPLE_MS: u64 = 5;
+/// When each killed prompt hook is killed, after its spawn.
+const KILL_AFTER_MS: &[u64] = &[15, 30, 45, 60, 90];
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub ctx: PathBuf,
+    pub prompts: usize,
+    /// Where the data directory lives (a disk).
+    pub dir: PathBuf,
+}
+
+/// One table's share.
+#[derive(Debug, Clone, Default)]
+pub struct TableBytes {
+    pub entries: u64,
+    pub stored: u64,
+    pub fragmented: u64,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub prompts: usize,
+    pub hook_runs: usize,
+    pub records: u64,
+    pub file_bytes: u64,
+    pub allocated_bytes: u64,
+    pub stored_bytes: u64,
+    pub compacted_file_bytes: u64,
+    pub tables: BTreeMap<String, TableBytes>,
+    /// Each distinct `systemMessage` the prompts answered (digests elided) with its count.
+    pub system_messages: BTreeMap<String, usize>,
+    pub build_wall: Duration,
+    pub audit_wall: Duration,
+    pub audit_exit: i32,
+    pub audit_peak_rss_bytes: u64,
+    /// In-process `Journal::open` after each kill.
+    pub reopen_after_kill: Vec<Duration>,
+    /// The next prompt hook's wall time after each kill, and a prompt's on the clean journal.
+    pub hook_after_kill: Vec<Duration>,
+    pub hook_clean: Vec<Duration>,
+}
+
+fn per_prompt(bytes: u64, prompts: usize) -> f64 {
+    bytes as f64 / prompts.max(1) as f64 / 1000.0
+}
+
+fn median(v: &[Duration]) -> Option<Duration> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(
+        || "-".to_owned(),
+        |d| format!("{:.1}", d.as_secs_f64() * 1e3),
+    )
+}
+
+impl Report {
+    pub fn markdown(&self) -> String {
+        let mb = |b: u64| b as f64 / 1e6;
+        let mut out = format!(
+            "storage growth: {} prompts ({} hook runs, {:.0} s), {} records\n\n\
+             | measure | total MB | KB per prompt |\n| --- | --- | --- |\n\
+             | journal file | {:.1} | {:.1} |\n| allocated pages | {:.1} | {:.1} |\n\
+             | stored (keys + values) | {:.1} | {:.1} |\n| file after `ctx compact` | {:.1} | {:.1} |\n\n\
+             | table | entries per prompt | stored KB per prompt | fragmented KB per prompt |\n\
+             | --- | --- | --- | --- |\n",
+            self.prompts,
+            self.hook_runs,
+            self.build_wall.as_secs_f64(),
+            self.records,
+            mb(self.file_bytes),
+            per_prompt(self.file_bytes, self.prompts),
+            mb(self.allocated_bytes),
+            per_prompt(self.allocated_bytes, self.prompts),
+            mb(self.stored_bytes),
+            per_prompt(self.stored_bytes, self.prompts),
+            mb(self.compacted_file_bytes),
+            per_prompt(self.compacted_file_bytes, self.prompts),
+        );
+        let mut tables: Vec<_> = self.tables.iter().collect();
+        tables.sort_by_key(|(_, t)| std::cmp::Reverse(t.stored));
+        for (name, t) in tables {
+            out.push_str(&format!(
+                "| `{name}` | {:.2} | {:.2} | {:.2} |\n",
+                t.entries as f64 / self.prompts.max(1) as f64,
+                per_prompt(t.stored, self.prompts),
+                per_prompt(t.fragmented, self.prompts),
+            ));
+        }
+        out.push_str(&format!(
+            "\n`ctx audit`: exit {}, {:.2} s, peak RSS {:.1} MiB\n\
+             reopen after kill -9 (in-process open, {} kills): median {} ms, max {} ms\n\
+             next prompt hook after kill -9: median {} ms; on a clean journal: median {} ms\n",
+            self.audit_exit,
+            self.audit_wall.as_secs_f64(),
+            self.audit_peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            self.reopen_after_kill.len(),
+            ms(median(&self.reopen_after_kill)),
+            ms(self.reopen_after_kill.iter().max().copied()),
+            ms(median(&self.hook_after_kill)),
+            ms(median(&self.hook_clean)),
+        ));
+        for (message, count) in &self.system_messages {
+            out.push_str(&format!("  {count} x systemMessage: {message}\n"));
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> Value {
+        let list = |v: &[Duration]| v.iter().map(|d| d.as_micros() as u64).collect::<Vec<_>>();
+        json!({
+            "schema": "ctx.bench-storage-growth-v1",
+            "prompts": self.prompts,
+            "hook_runs": self.hook_runs,
+            "records": self.records,
+            "file_bytes": self.file_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "stored_bytes": self.stored_bytes,
+            "compacted_file_bytes": self.compacted_file_bytes,
+            "tables": self.tables.iter().map(|(name, t)| (name.clone(), json!({
+                "entries": t.entries, "stored": t.stored, "fragmented": t.fragmented,
+            }))).collect::<serde_json::Map<_, _>>(),
+            "system_messages": self.system_messages,
+            "build_wall_ms": self.build_wall.as_millis() as u64,
+            "audit_wall_ms": self.audit_wall.as_millis() as u64,
+            "audit_exit": self.audit_exit,
+            "audit_peak_rss_bytes": self.audit_peak_rss_bytes,
+            "reopen_after_kill_us": list(&self.reopen_after_kill),
+            "hook_after_kill_us": list(&self.hook_after_kill),
+            "hook_clean_us": list(&self.hook_clean),
+        })
+    }
+}
+
+/// Runs one non-prompt hook event of Claude Code (`session-start`, `tool-outcome`,
+/// `session-end`) and checks it exits 0.
+fn event(ctx: &Path, world: &World, session: &str, event: &str, fields: Value) -> BenchResult<()> {
+    let host_event = match event {
+        "session-start" => "SessionStart",
+        "tool-outcome" => "PostToolUse",
+        _ => "SessionEnd",
+    };
+    let mut input = json!({
+        "session_id": session,
+        "transcript_path": world.home.join(format!("{session}.jsonl")).display().to_string(),
+        "cwd": world.project.display().to_string(),
+        "permission_mode": "default",
+        "hook_event_name": host_event,
+    });
+    if let (Some(input), Value::Object(extra)) = (input.as_object_mut(), fields) {
+        input.extend(extra);
+    }
+    let (_, output) = timed(
+        &mut world.ctx(ctx, &["hook", "claude", event]),
+        input.to_string().as_bytes(),
+    )?;
+    check_exit(&format!("ctx hook claude {event}"), &output)
+}
+
+/// `message` with every run of 64 hex digits replaced by `<digest>`.
+fn without_digests(message: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in message.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+            continue;
+        }
+        out.push_str(if run.len() == 64 { "<digest>" } else { &run });
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
+/// The peak resident memory of a process's life so far (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Table sizes of the journal file (closed by every `ctx` process by now).
+fn table_bytes(file: &Path, report: &mut Report) -> BenchResult<()> {
+    let db = redb::Database::builder()
+        .set_cache_size(ctx_journal::REDB_CACHE_MAX_BYTES)
+        .open(file)?;
+    // Allocated pages are a write transaction's statistic; it is aborted, nothing is written.
+    let write = db.begin_write()?;
+    let stats = write.stats()?;
+    report.allocated_bytes = stats.allocated_pages() * stats.page_size() as u64;
+    write.abort()?;
+    let read = db.begin_read()?;
+    for handle in read.list_tables()? {
+        let table = read.open_untyped_table(handle)?;
+        let s = table.stats()?;
+        report.stored_bytes += s.stored_bytes();
+        report.tables.insert(
+            redb::TableHandle::name(&table).to_owned(),
+            TableBytes {
+                entries: table.len()?,
+                stored: s.stored_bytes(),
+                fragmented: s.fragmented_bytes(),
+            },
+        );
+    }
+    report.records = report
+        .tables
+        .get("journal.records")
+        .map_or(0, |t| t.entries);
+    Ok(())
+}
+
+/// Measures as `config` says.
+pub fn run(config: &Config) -> BenchResult<Report> {
+    if config.prompts == 0 {
+        return Err("at least one prompt is needed".into());
+    }
+    let ctx = std::fs::canonicalize(&config.ctx)
+        .map_err(|e| format!("the ctx binary {}: {e}", config.ctx.display()))?;
+    let world = World::new(&config.dir, None)?;
+    let mut report = Report {
+        prompts: config.prompts,
+        ..Report::default()
+    };
+    let started = Instant::now();
+    let sessions = config.prompts.div_ceil(PROMPTS_PER_SESSION);
+    for s in 0..sessions {
+        let session = format!("growth-{s}");
+        event(
+            &ctx,
+            &world,
+            &session,
+            "session-start",
+            json!({"source": "startup"}),
+        )?;
+        report.hook_runs += 1;
+        let first = s * PROMPTS_PER_SESSION;
+        for i in first..(first + PROMPTS_PER_SESSION).min(config.prompts) {
+            let prompt = format!("{} {i}", PROMPTS[i % PROMPTS.len()]);
+            let (_, reply) = hook_run(&ctx, &world, &session, &prompt)?;
+            if let Some(message) = reply
+                .as_ref()
+                .and_then(|r| r.get("systemMessage"))
+                .and_then(Value::as_str)
+            {
+                *report
+                    .system_messages
+                    .entry(without_digests(message))
+                    .or_default() += 1;
+            }
+            event(
+                &ctx,
+                &world,
+                &session,
+                "tool-outcome",
+                json!({
+                    "tool_name": "Bash",
+                    "tool_input": {"command": "cargo test"},
+                    "tool_use_id": format!("toolu_{i}"),
+                    "tool_response": {"stdout": "ok", "stderr": "", "interrupted": false},
+                }),
+            )?;
+            report.hook_runs += 2;
+        }
+        event(
+            &ctx,
+            &world,
+            &session,
+            "session-end",
+            json!({"reason": "other"}),
+        )?;
+        report.hook_runs += 1;
+    }
+    report.build_wall = started.elapsed();
+    let journal_dir = world.data.join("journal");
+    let file = journal_dir.join(ctx_journal::DATABASE_FILE);
+    report.file_bytes = std::fs::metadata(&file)?.len();
+    table_bytes(&file, &mut report)?;
+
+    // The audit, its memory sampled while it runs.
+    let started = Instant::now();
+    let mut audit = world
+        .ctx(&ctx, &["audit"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let status = loop {
+        if let Some(rss) = peak_rss(audit.id()) {
+            report.audit_peak_rss_bytes = report.audit_peak_rss_bytes.max(rss);
+        }
+        if let Some(status) = audit.try_wait()? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(RSS_SAMPLE_MS));
+    };
+    report.audit_wall = started.elapsed();
+    report.audit_exit = status.code().unwrap_or(-1);
+
+    // Reopen after kill -9, at several points of a prompt hook's run.
+    let session = "killed";
+    for (k, after) in KILL_AFTER_MS.iter().enumerate() {
+        let (clean, _) = hook_run(&ctx, &world, session, &format!("{} clean {k}", PROMPTS[1]))?;
+        report.hook_clean.push(clean);
+        let input = serde_json::to_vec(&json!({
+            "session_id": session,
+            "transcript_path": world.home.join("killed.jsonl").display().to_string(),
+            "cwd": world.project.display().to_string(),
+            "permission_mode": "default",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": format!("{} killed {k}", PROMPTS[0]),
+        }))?;
+        let mut child = world
+            .ctx(&ctx, &["hook", "claude", "user-prompt-submit"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write as _;
+            // A child killed before it reads closes the pipe; that is not a failure here.
+            let _ = stdin.write_all(&input);
+        }
+        std::thread::sleep(Duration::from_millis(*after));
+        child.kill()?;
+        child.wait()?;
+        let started = Instant::now();
+        let journal = ctx_journal::Journal::open(&journal_dir, &ctx_journal::OpenOptions::new())?;
+        report.reopen_after_kill.push(started.elapsed());
+        drop(journal);
+        // The open above repaired the file; kill again so the hook meets an unclean file too.
+        let mut again = world
+            .ctx(&ctx, &["hook", "claude", "user-prompt-submit"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        if let Some(mut stdin) = again.stdin.take() {
+            use std::io::Write as _;
+            let _ = stdin.write_all(&input);
+        }
+        std::thread::sleep(Duration::from_millis(*after));
+        again.kill()?;
+        again.wait()?;
+        let (wall, _) = hook_run(&ctx, &world, session, &format!("{} after {k}", PROMPTS[2]))?;
+        report.hook_after_kill.push(wall);
+    }
+
+    let compacted = world
+        .ctx(&ctx, &["compact"])
+        .stdin(Stdio::null())
+        .output()?;
+    check_exit("ctx compact", &compacted)?;
+    report.compacted_file_bytes = std::fs::metadata(&file)?.len();
+    Ok(report)
+}
+
+/// Prompts: `--prompts` if given, else [`PROMPTS_ENV`], else [`DEFAULT_PROMPTS`].
+pub fn prompts_from(arg: Option<usize>) -> BenchResult<usize> {
+    if let Some(n) = arg {
+        return Ok(n);
+    }
+    match std::env::var(PROMPTS_ENV) {
+        Ok(text) => text
+            .parse()
+            .map_err(|_| format!("{PROMPTS_ENV}={text:?} is not a number of prompts").into()),
+        Err(_) => Ok(DEFAULT_PROMPTS),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// The smoke mode: a few prompts against this profile's `ctx` binary prove the harness runs
+    /// end to end and that it reads what it says it reads. Figures are printed, not judged.
+    #[test]
+    fn the_smoke_run_measures_a_real_journal() {
+        let ctx = crate::hook_latency::build_ctx(&crate::target_dir(), false).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let report = run(&Config {
+            ctx,
+            prompts: SMOKE_PROMPTS,
+            dir: dir.path().to_path_buf(),
+        })
+        .unwrap();
+        println!("{}", report.markdown());
+        assert_eq!(report.audit_exit, 0, "{}", report.markdown());
+        assert_eq!(report.hook_after_kill.len(), KILL_AFTER_MS.len());
+        assert!(report.records > 0);
+        assert!(report.tables.contains_key("journal.records"));
+        assert!(report.stored_bytes <= report.allocated_bytes);
+        assert!(report.allocated_bytes <= report.file_bytes);
+        assert!(report.audit_peak_rss_bytes > 0);
+    }
+}
