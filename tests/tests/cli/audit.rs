@@ -348,7 +348,7 @@ fn inspect_lists_streams_heads_and_projection_digests() {
     for needle in [
         stream.as_str(),
         "ctx.engine.v1",
-        "engine.state v1",
+        "engine.state v2",
         "proj.engine.heads",
     ] {
         assert!(text.stdout.contains(needle), "{needle}: {}", text.stdout);

@@ -33,7 +33,8 @@ use super::error::{
     SnapshotError, StoreError,
 };
 use super::heads::{
-    EVENTS_TABLE, EngineHead, EngineStateProjection, EventEntry, HEADS_TABLE, ReduceFn,
+    ENGINE_HEAD_CORRUPT, EVENTS_TABLE, EngineHead, EngineStateProjection, EventEntry, HEADS_TABLE,
+    HeadSummary, ReduceFn, StoredHead, StreamFold,
 };
 use super::record::{
     ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect, GuardMode, RecordPlace,
@@ -542,13 +543,62 @@ impl Engine {
 
     // ----- reads -----
 
-    /// The projected head of a stream.
-    pub(crate) fn head(&self, stream: &StreamId) -> Result<Option<EngineHead>, StoreError> {
+    /// The stored head value of a stream: a full head, or the summary of a terminal stream
+    /// (spec/engine-store.md §3).
+    pub(crate) fn stored_head(&self, stream: &StreamId) -> Result<Option<StoredHead>, StoreError> {
         self.journal
             .projection_get(HEADS_TABLE, stream.as_bytes(), |v| {
-                v.map(archive::from_bytes::<EngineHead>).transpose()
+                v.map(StoredHead::decode).transpose()
             })?
             .map_err(|e| StoreError::Corrupt(format!("the head of engine stream {stream}: {e}")))
+    }
+
+    /// The projected head of a stream with its state: a summary head's state is replayed from
+    /// the stream's records and must have the summary's state digest (spec/engine-store.md §3,
+    /// invariant 3), else [`StoreError::HeadSummary`].
+    pub(crate) fn head(&self, stream: &StreamId) -> Result<Option<EngineHead>, StoreError> {
+        Ok(match self.stored_head(stream)? {
+            None => None,
+            Some(StoredHead::Full(head)) => Some(*head),
+            Some(StoredHead::Summary(summary)) => Some(EngineHead {
+                revision: summary.revision,
+                head_record_digest: summary.head_record_digest,
+                head_position: summary.head_position,
+                first_position: summary.first_position,
+                state_digest: summary.state_digest,
+                state: self.replay_summary(stream, &summary)?,
+            }),
+        })
+    }
+
+    /// Replays a summarized stream's revisions 1..=summary.revision from the journal (records
+    /// are immutable, so a record appended meanwhile does not disturb it) and checks the result
+    /// against the summary.
+    fn replay_summary(
+        &self,
+        stream: &StreamId,
+        summary: &HeadSummary,
+    ) -> Result<EngineState, StoreError> {
+        let mut fold = StreamFold::new(self.reduce);
+        let mut failure = None;
+        let limit = usize::try_from(summary.revision).unwrap_or(usize::MAX);
+        self.journal
+            .visit_stream(stream, 1, limit, |view| match fold.push(view) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(detail) => {
+                    failure = Some(detail);
+                    ControlFlow::Break(())
+                }
+            })?;
+        let result = match failure {
+            Some(detail) => Err(detail),
+            None => fold.finish(summary),
+        };
+        result.map_err(|detail| StoreError::HeadSummary {
+            stream: *stream,
+            revision: summary.revision,
+            detail,
+        })
     }
 
     fn event_entry(&self, event_id: &str) -> Result<Option<EventEntry>, StoreError> {
@@ -1124,12 +1174,14 @@ impl Engine {
         if report.divergence.is_some() {
             return Ok(report);
         }
-        let head = self.head(&stream)?;
+        // The stored value, not `head`: a summary is compared with the replay here instead of
+        // being replayed a second time.
+        let head = self.stored_head(&stream)?;
         report.divergence = match (head, last) {
             (None, None) => None,
             (Some(h), None) => Some(Divergence {
                 stream,
-                revision: h.revision,
+                revision: h.revision(),
                 component: AuditComponent::Projection,
                 detail: "a projected head exists for a stream without records".into(),
             }),
@@ -1140,17 +1192,27 @@ impl Engine {
                 detail: "the stream has records but no projected head".into(),
             }),
             (Some(h), Some(l)) => {
-                let same = h.revision == l.revision
-                    && Digest::from_bytes(h.head_record_digest) == l.digest
-                    && h.state == l.state
-                    && parse_sha(&l.state.digest()) == Some(h.state_digest);
+                let summary = h.summary();
+                let same_state = match &h {
+                    // A summary is stored exactly for a terminal state (§3, invariant 2).
+                    StoredHead::Full(full) => {
+                        full.state == l.state && !super::heads::is_terminal(&l.state)
+                    }
+                    StoredHead::Summary(_) => super::heads::is_terminal(&l.state),
+                };
+                let same = summary.revision == l.revision
+                    && Digest::from_bytes(summary.head_record_digest) == l.digest
+                    && summary.head_position == l.position
+                    && summary.first_position == l.first_position
+                    && same_state
+                    && parse_sha(&l.state.digest()) == Some(summary.state_digest);
                 (!same).then(|| Divergence {
                     stream,
                     revision: l.revision,
                     component: AuditComponent::Head,
                     detail: format!(
                         "the projected head at revision {} differs from the replayed head",
-                        h.revision
+                        summary.revision
                     ),
                 })
             }
@@ -1287,6 +1349,14 @@ fn hook_refusal(
             refusal,
             message,
         };
+    }
+    if code == ENGINE_HEAD_CORRUPT {
+        return StoreError::HeadSummary {
+            stream,
+            revision: revision.saturating_sub(1),
+            detail: message,
+        }
+        .into();
     }
     let component = match code {
         codes::ENGINE_RECORD_INVALID => AuditComponent::RecordBinding,
@@ -1535,6 +1605,9 @@ fn derive_authorities(
 struct ReplayedHead {
     revision: u64,
     digest: Digest,
+    position: u64,
+    /// Position of revision 1.
+    first_position: u64,
     state: EngineState,
 }
 
@@ -1581,9 +1654,12 @@ fn audit_stream_inner(
         match audit_one(view, last.as_ref().map(|h| &h.state), reduce) {
             Ok(state) => {
                 checked = view.revision;
+                let first_position = last.as_ref().map_or(view.position, |h| h.first_position);
                 last = Some(ReplayedHead {
                     revision: view.revision,
                     digest: view.digest,
+                    position: view.position,
+                    first_position,
                     state,
                 });
                 ControlFlow::Continue(())

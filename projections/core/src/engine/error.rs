@@ -24,6 +24,16 @@ pub enum StoreError {
     /// A stored engine value does not decode or contradicts the journal.
     #[error("the engine store is corrupt: {0}")]
     Corrupt(String),
+    /// A summary head does not match the state replayed from its stream's records
+    /// (spec/engine-store.md §3, invariant 3): the projection is corrupt.
+    #[error(
+        "the summary head of engine stream {stream} at revision {revision} does not match the state replayed from its records: {detail}"
+    )]
+    HeadSummary {
+        stream: StreamId,
+        revision: u64,
+        detail: String,
+    },
 }
 
 /// Why [`super::Engine::open`] failed.

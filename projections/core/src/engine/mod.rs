@@ -41,7 +41,11 @@ pub use error::{
     AuditComponent, AuditError, AuthorizeError, BenefitAuditError, Divergence, OpenEngineError,
     OutcomeError, ProcessError, SnapshotError, StatusError, StoreError,
 };
-pub use heads::{ENGINE_STATE_PROJECTION, EVENTS_TABLE, EngineHead, EventEntry, HEADS_TABLE};
+pub use heads::{
+    ENGINE_HEAD_CORRUPT, ENGINE_STATE_PROJECTION, ENGINE_STATE_PROJECTION_VERSION, EVENTS_TABLE,
+    EngineHead, EventEntry, HEAD_FULL_TAG, HEAD_SUMMARY_BYTES, HEAD_SUMMARY_TAG, HEADS_TABLE,
+    HeadSummary, HeadValueError, StoredHead, is_terminal,
+};
 pub use record::{
     ACTION_ID_MAX_BYTES, DecodedRecord, ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect,
     GuardMode, REPLAY_JSON_MAX_BYTES, RecordError, RecordPlace, SettlementGuard,

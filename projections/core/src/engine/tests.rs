@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use ctx_journal::{
-    AppendError, ExpectedRevision, Journal, NewRecord, OpenOptions, StreamAppend, StreamId,
+    AppendError, Digest, ExpectedRevision, Journal, NewRecord, OpenOptions, StreamAppend, StreamId,
     Timestamp,
 };
 use ctx_model::testkit::{self, RowKind, Session};
@@ -2186,6 +2186,359 @@ fn an_outcome_and_its_receipt_commit_together_or_not_at_all() {
     assert!(
         matches!(again, Err(OutcomeError::Settled { .. })),
         "{again:?}"
+    );
+    check_all(&f.engine);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Summary heads of terminal streams (spec/engine-store.md §3)
+// ------------------------------------------------------------------------------------------------
+
+/// The stored head value of `stream`, as bytes.
+fn head_value(journal: &Journal, stream: &StreamId) -> Vec<u8> {
+    journal
+        .projection_get(HEADS_TABLE, stream.as_bytes(), |v| v.map(<[u8]>::to_vec))
+        .unwrap()
+        .unwrap()
+}
+
+/// Overwrites the stored head value of `stream`.
+fn put_head_value(journal: &Journal, stream: &StreamId, value: &[u8]) {
+    journal
+        .maintain(|tx| {
+            tx.insert(HEADS_TABLE, stream.as_bytes(), value)
+                .map(|()| ((), true))
+                .map_err(ctx_journal::HookError::from)
+        })
+        .unwrap();
+}
+
+impl Fixture {
+    /// A catalog-loaded capability activated and settled: the head is revision 4.
+    fn active_loaded(&mut self) -> String {
+        self.row = testkit::row(RowKind::Load, "skill", "loaded");
+        self.start();
+        self.plan();
+        let (row, cap) = (self.row.clone(), self.cap());
+        let e = self
+            .s
+            .desired("owner-1", std::slice::from_ref(&row), &[&cap]);
+        let t = self.commit(&e, None);
+        let activation = t.actions[0].clone();
+        let host = self.s.host_descriptor.clone();
+        self.engine
+            .authorize_activation(&activation, &self.binding(), &host)
+            .unwrap();
+        let observed = activation
+            .payload
+            .get("material_identity")
+            .and_then(|m| m.get_str("identity_digest"))
+            .unwrap()
+            .to_owned();
+        let guard = self
+            .engine
+            .record_activation_outcome(&activation, &self.binding(), &observed, &d("seen"))
+            .unwrap();
+        let status = self
+            .engine
+            .activation_execution_status(&activation)
+            .unwrap();
+        self.s.now = UtcMicros::parse(status.observed_at.as_deref().unwrap()).unwrap();
+        let receipt = self.s.applied(&activation);
+        let t = self
+            .engine
+            .process_activation_receipt(&receipt, &guard)
+            .unwrap();
+        self.s.revision = t.to_revision;
+        cap
+    }
+
+    fn stored(&self) -> StoredHead {
+        StoredHead::decode(&head_value(&self.journal, &self.stream())).unwrap()
+    }
+}
+
+#[test]
+fn summary_heads_have_a_fixed_little_endian_layout() {
+    let summary = HeadSummary {
+        revision: 0x0102_0304_0506_0708,
+        head_record_digest: [0xAA; 32],
+        head_position: 9,
+        first_position: 3,
+        state_digest: [0x55; 32],
+    };
+    let bytes = summary.encode();
+    assert_eq!(bytes.len(), HEAD_SUMMARY_BYTES);
+    assert_eq!(&bytes[0..4], b"EHS1");
+    assert_eq!(&bytes[4..12], &[8, 7, 6, 5, 4, 3, 2, 1]);
+    assert_eq!(&bytes[12..44], &[0xAA; 32]);
+    assert_eq!(&bytes[44..52], &9u64.to_le_bytes());
+    assert_eq!(&bytes[52..60], &3u64.to_le_bytes());
+    assert_eq!(&bytes[60..92], &[0x55; 32]);
+    assert_eq!(
+        StoredHead::decode(&bytes).unwrap(),
+        StoredHead::Summary(summary)
+    );
+    assert_eq!(
+        StoredHead::decode(&bytes[..91]),
+        Err(HeadValueError::SummaryLength { len: 91 })
+    );
+    assert_eq!(
+        StoredHead::decode(b"EHX1rest"),
+        Err(HeadValueError::Tag { found: *b"EHX1" })
+    );
+    assert_eq!(
+        StoredHead::decode(b"EH"),
+        Err(HeadValueError::Short { len: 2 })
+    );
+    // A full head's tag followed by garbage is an archive error, never a panic.
+    assert!(matches!(
+        StoredHead::decode(b"EHF1 not an archive"),
+        Err(HeadValueError::Archive(_))
+    ));
+}
+
+#[test]
+fn an_ended_stream_keeps_a_summary_head_and_its_state_is_replayed_on_read() {
+    let mut f = fixture();
+    f.start();
+    f.plan();
+    assert!(matches!(f.stored(), StoredHead::Full(_)));
+    f.empty(EventKind::SessionEnded);
+    let value = head_value(&f.journal, &f.stream());
+    assert_eq!(value.len(), HEAD_SUMMARY_BYTES);
+    let StoredHead::Summary(summary) = f.stored() else {
+        panic!("an ended stream without pending effects keeps a summary head");
+    };
+    assert_eq!(summary.revision, 3);
+    let head = f.journal.stream_head(&f.stream()).unwrap().unwrap();
+    assert_eq!(summary.head_position, head.position);
+    assert_eq!(Digest::from_bytes(summary.head_record_digest), head.digest);
+    // The snapshot replays the stream: the state is the one the records name.
+    let snapshot = f.engine.snapshot(&f.s.scope).unwrap();
+    assert_eq!(snapshot.revision(), 3);
+    assert_eq!(snapshot.head_record_digest(), Some(head.digest));
+    let state = snapshot.into_state().unwrap();
+    assert!(is_terminal(&state));
+    assert_eq!(
+        ctx_model::parse_sha(&state.digest()),
+        Some(summary.state_digest)
+    );
+    assert_eq!(f.engine.state_at(&f.s.scope, 3).unwrap(), Some(state));
+    assert!(f.engine.replay_audit(&f.s.scope).unwrap().is_clean());
+    check_all(&f.engine);
+}
+
+#[test]
+fn every_ended_stream_stores_exactly_the_fixed_summary_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = open_journal(&dir);
+    let first = Session::new("bounded-0");
+    let clock = Arc::new(ManualClock::new(first.now));
+    let engine = Engine::open(journal.clone(), options(&clock)).unwrap();
+    let mut streams = Vec::new();
+    for i in 0..6 {
+        let mut s = Session::new(&format!("bounded-{i}"));
+        for kind in [
+            None,
+            Some(EventKind::TurnStarting),
+            Some(EventKind::TurnEnded),
+            Some(EventKind::SessionEnded),
+        ] {
+            let e = match kind {
+                None => s.started("managing"),
+                Some(k) => s.empty(k),
+            };
+            s.revision = engine.process(&e, None).unwrap().to_revision;
+        }
+        streams.push(engine_stream(&s.scope).unwrap());
+    }
+    let mut values = Vec::new();
+    journal
+        .projection_scan(HEADS_TABLE, |_, v| {
+            values.push(v.len());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(values, vec![HEAD_SUMMARY_BYTES; streams.len()]);
+    check_all(&engine);
+}
+
+#[test]
+fn a_record_after_the_summary_applies_from_the_replayed_state() {
+    // What can follow a terminal head: the recovery `ReassessmentRequested` of a failed
+    // deactivation (the reducer refuses receipts of unknown actions and every other kind).
+    let mut f = fixture();
+    let cap = f.active_loaded();
+    let t = f.empty(EventKind::SessionEnded);
+    assert_eq!(t.actions[0].kind, ActionKind::DeactivateCapability);
+    // A pending deactivation: the stream is ended but not terminal.
+    assert!(matches!(f.stored(), StoredHead::Full(_)));
+    let deactivate = t.actions[0].clone();
+    let e = f.s.failed(&deactivate);
+    f.commit(&e, None);
+    let StoredHead::Summary(summary) = f.stored() else {
+        panic!("a failed deactivation leaves nothing pending");
+    };
+    let state = f.engine.snapshot(&f.s.scope).unwrap().into_state().unwrap();
+    assert!(state.blocked_deactivation_ids.contains(&cap));
+    assert!(state.capability(&cap).unwrap().is_active());
+    // The retry is reduced over the state replayed from the journal, by the engine and by the
+    // projection's apply alike.
+    let e = f.s.event(
+        EventKind::ReassessmentRequested,
+        Json::object([(
+            "retry_failed_deactivations",
+            Json::Arr(vec![Json::str(&cap)]),
+        )]),
+    );
+    let t = f.commit(&e, None);
+    assert_eq!(t.to_revision, summary.revision + 1);
+    assert_eq!(t.actions[0].kind, ActionKind::DeactivateCapability);
+    let StoredHead::Full(full) = f.stored() else {
+        panic!("a pending deactivation needs the whole state");
+    };
+    assert_eq!(full.first_position, summary.first_position);
+    let e = f.s.applied(&t.actions[0]);
+    f.commit(&e, None);
+    assert_eq!(
+        head_value(&f.journal, &f.stream()).len(),
+        HEAD_SUMMARY_BYTES
+    );
+    let state = f.engine.snapshot(&f.s.scope).unwrap().into_state().unwrap();
+    assert!(state.active_capability_ids().is_empty());
+    assert!(f.engine.replay_audit(&f.s.scope).unwrap().is_clean());
+    // The rebuild folds the same summaries, replays included, byte for byte.
+    check_all(&f.engine);
+    // And a fresh handle on the reopened journal reads the same.
+    let f = reopen(f);
+    let again = f.engine.snapshot(&f.s.scope).unwrap().into_state().unwrap();
+    assert_eq!(again, state);
+}
+
+#[test]
+fn a_tampered_summary_is_reported_on_read_audit_and_check() {
+    let mut f = fixture();
+    f.start();
+    f.empty(EventKind::SessionEnded);
+    let stream = f.stream();
+    let original = head_value(&f.journal, &stream);
+    let mut forged = original.clone();
+    forged[HEAD_SUMMARY_BYTES - 1] ^= 1;
+    put_head_value(&f.journal, &stream, &forged);
+    match f.engine.snapshot(&f.s.scope) {
+        Err(SnapshotError::Store(StoreError::HeadSummary {
+            stream: named,
+            revision,
+            detail,
+        })) => {
+            assert_eq!(named, stream);
+            assert_eq!(revision, 2);
+            assert!(detail.contains("state digest"), "{detail}");
+        }
+        other => panic!("a forged summary must not read: {other:?}"),
+    }
+    let report = f.engine.replay_audit(&f.s.scope).unwrap();
+    let divergence = report.divergence().unwrap();
+    assert_eq!(divergence.component, AuditComponent::Head);
+    assert_eq!(divergence.stream, stream);
+    let check = f
+        .engine
+        .projections()
+        .check(ENGINE_STATE_PROJECTION)
+        .unwrap();
+    assert!(!check.is_equal());
+    // A summary naming another head record is caught the same way.
+    let mut summary = HeadSummary::decode(&original).unwrap();
+    summary.head_position += 1;
+    put_head_value(&f.journal, &stream, &summary.encode());
+    assert!(matches!(
+        f.engine.snapshot(&f.s.scope),
+        Err(SnapshotError::Store(StoreError::HeadSummary { .. }))
+    ));
+    // The rebuild restores it.
+    f.engine
+        .projections()
+        .rebuild(ENGINE_STATE_PROJECTION)
+        .unwrap();
+    assert_eq!(head_value(&f.journal, &stream), original);
+    assert!(f.engine.snapshot(&f.s.scope).unwrap().state().is_some());
+}
+
+/// A fixture whose stream ended with a failed deactivation (a summary head at revision 6), and
+/// the recovery event that may follow it.
+fn ended_with_blocked_deactivation() -> (Fixture, EngineEvent) {
+    let mut f = fixture();
+    let cap = f.active_loaded();
+    let t = f.empty(EventKind::SessionEnded);
+    let e = f.s.failed(&t.actions[0]);
+    f.commit(&e, None);
+    let retry = f.s.event(
+        EventKind::ReassessmentRequested,
+        Json::object([(
+            "retry_failed_deactivations",
+            Json::Arr(vec![Json::str(&cap)]),
+        )]),
+    );
+    (f, retry)
+}
+
+#[test]
+fn a_record_on_a_stream_whose_summary_is_forged_is_refused_by_the_projection() {
+    // The same history twice (the engine and the fixtures are deterministic): `honest` commits
+    // the recovery record, whose payload is then appended to `f` below a forged summary.
+    let (honest, retry) = ended_with_blocked_deactivation();
+    let t = honest.engine.process(&retry, None).unwrap();
+    let stream = honest.stream();
+    let record = honest
+        .journal
+        .read_stream(&stream, t.to_revision, 1)
+        .unwrap()
+        .remove(0);
+    let (f, retry_again) = ended_with_blocked_deactivation();
+    assert_eq!(retry_again, retry);
+    let mut summary = HeadSummary::decode(&head_value(&f.journal, &stream)).unwrap();
+    assert_eq!(summary.revision + 1, t.to_revision);
+    summary.state_digest[0] ^= 1;
+    put_head_value(&f.journal, &stream, &summary.encode());
+    // The engine's own read refuses first, naming the stream.
+    match f.engine.process(&retry, None) {
+        Err(ProcessError::Store(StoreError::HeadSummary { stream: named, .. })) => {
+            assert_eq!(named, stream);
+        }
+        other => panic!("a forged summary must refuse the next event: {other:?}"),
+    }
+    // The projection's apply replays the stream and refuses to build on the forged summary.
+    let refused = f
+        .journal
+        .append(StreamAppend::new(
+            stream,
+            ExpectedRevision::Exact(summary.revision),
+            vec![NewRecord::new(
+                record.event_id.clone(),
+                ENGINE_RECORD_KIND,
+                record.occurred_at,
+                record.payload.clone(),
+            )],
+        ))
+        .unwrap_err();
+    assert_eq!(code_of(&refused), Some(ENGINE_HEAD_CORRUPT), "{refused}");
+    assert!(
+        refused.to_string().contains(&stream.to_string()),
+        "{refused}"
+    );
+    // Rebuilt from the journal, the summary is honest again and the same record applies.
+    f.engine
+        .projections()
+        .rebuild(ENGINE_STATE_PROJECTION)
+        .unwrap();
+    assert_eq!(
+        f.engine.process(&retry, None).unwrap().to_revision,
+        t.to_revision
+    );
+    assert_eq!(
+        f.journal.stream_head(&stream).unwrap().unwrap().digest,
+        record.digest
     );
     check_all(&f.engine);
 }
