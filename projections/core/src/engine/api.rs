@@ -594,10 +594,10 @@ impl Engine {
             Some(detail) => Err(detail),
             None => fold.finish(summary),
         };
-        result.map_err(|detail| StoreError::HeadSummary {
+        result.map_err(|reason| StoreError::HeadSummary {
             stream: *stream,
             revision: summary.revision,
-            detail,
+            detail: reason.to_string(),
         })
     }
 

@@ -240,23 +240,25 @@ impl StreamFold {
         }
     }
 
-    /// Folds the stream's next record; the error is a sentence naming the revision.
-    pub(crate) fn push(&mut self, view: &RecordView<'_>) -> Result<(), String> {
+    /// Folds the stream's next record.
+    pub(crate) fn push(&mut self, view: &RecordView<'_>) -> Result<(), SummaryReplayError> {
         if self.revision.checked_add(1) != Some(view.revision)
             || view.previous_digest != self.digest
         {
-            return Err(format!(
-                "revision {} does not continue revision {}",
-                view.revision, self.revision
-            ));
+            return Err(SummaryReplayError::Chain {
+                previous: self.revision,
+                found: view.revision,
+            });
         }
-        let decoded = decode_view(view)
-            .map_err(|e| format!("the record at revision {} is invalid: {e}", view.revision))?;
+        let decoded = decode_view(view).map_err(|e| SummaryReplayError::Record {
+            revision: view.revision,
+            reason: e.to_string(),
+        })?;
         let (next, _) = (self.reduce)(self.state.as_ref(), &decoded.replay).map_err(|e| {
-            format!(
-                "the reducer refused the record at revision {}: {e}",
-                view.revision
-            )
+            SummaryReplayError::Reducer {
+                revision: view.revision,
+                reason: e.to_string(),
+            }
         })?;
         if view.revision == 1 {
             self.first_position = view.position;
@@ -269,33 +271,60 @@ impl StreamFold {
     }
 
     /// The replayed state, when it is exactly the one `summary` names (revision, head record,
-    /// positions, state digest); else a sentence saying what differs.
-    pub(crate) fn finish(self, summary: &HeadSummary) -> Result<EngineState, String> {
+    /// positions, state digest).
+    pub(crate) fn finish(self, summary: &HeadSummary) -> Result<EngineState, SummaryReplayError> {
         let Some(state) = self.state else {
-            return Err(format!(
-                "the stream has no records, the summary names revision {}",
-                summary.revision
-            ));
+            return Err(SummaryReplayError::Empty {
+                revision: summary.revision,
+            });
         };
         if self.revision != summary.revision
             || *self.digest.as_bytes() != summary.head_record_digest
             || self.head_position != summary.head_position
             || self.first_position != summary.first_position
         {
-            return Err(format!(
-                "the replayed head is revision {} at position {}, the summary names revision {} at position {}",
-                self.revision, self.head_position, summary.revision, summary.head_position
-            ));
+            return Err(SummaryReplayError::Head {
+                replayed: self.revision,
+                replayed_position: self.head_position,
+                summary: summary.revision,
+                summary_position: summary.head_position,
+            });
         }
         let digest = state.digest();
         if parse_sha(&digest) != Some(summary.state_digest) {
-            return Err(format!(
-                "the replayed state digest {digest} differs from the summary's {}",
-                Digest::from_bytes(summary.state_digest).to_hex()
-            ));
+            return Err(SummaryReplayError::StateDigest {
+                replayed: digest,
+                summary: Digest::from_bytes(summary.state_digest).to_hex(),
+            });
         }
         Ok(state)
     }
+}
+
+/// Why the state replayed from a summarized stream is not the one its summary names
+/// (spec/engine-store.md §3, invariant 3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummaryReplayError {
+    #[error("revision {found} does not continue revision {previous}")]
+    Chain { previous: u64, found: u64 },
+    #[error("the record at revision {revision} is invalid: {reason}")]
+    Record { revision: u64, reason: String },
+    #[error("the reducer refused the record at revision {revision}: {reason}")]
+    Reducer { revision: u64, reason: String },
+    #[error("the stream has no records, the summary names revision {revision}")]
+    Empty { revision: u64 },
+    #[error(
+        "the replayed head is revision {replayed} at position {replayed_position}, the summary names revision {summary} at position {summary_position}"
+    )]
+    Head {
+        replayed: u64,
+        replayed_position: u64,
+        summary: u64,
+        summary_position: u64,
+    },
+    #[error("the replayed state digest {replayed} differs from the summary's {summary}")]
+    StateDigest { replayed: String, summary: String },
 }
 
 /// Where an engine event was committed.
@@ -344,7 +373,7 @@ fn replay_summary_in(
     summary: &HeadSummary,
     reduce: ReduceFn,
 ) -> Result<EngineState, HookError> {
-    let corrupt = |detail: String| {
+    let corrupt = |detail: SummaryReplayError| {
         refuse(
             ENGINE_HEAD_CORRUPT,
             format!(
@@ -354,7 +383,12 @@ fn replay_summary_in(
         )
     };
     let Some(end) = summary.head_position.checked_add(1) else {
-        return Err(corrupt("its head position overflows".into()));
+        return Err(corrupt(SummaryReplayError::Head {
+            replayed: 0,
+            replayed_position: 0,
+            summary: summary.revision,
+            summary_position: summary.head_position,
+        }));
     };
     let mut fold = StreamFold::new(reduce);
     let mut failure = None;

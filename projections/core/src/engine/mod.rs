@@ -44,7 +44,7 @@ pub use error::{
 pub use heads::{
     ENGINE_HEAD_CORRUPT, ENGINE_STATE_PROJECTION, ENGINE_STATE_PROJECTION_VERSION, EVENTS_TABLE,
     EngineHead, EventEntry, HEAD_FULL_TAG, HEAD_SUMMARY_BYTES, HEAD_SUMMARY_TAG, HEADS_TABLE,
-    HeadSummary, HeadValueError, StoredHead, is_terminal,
+    HeadSummary, HeadValueError, StoredHead, SummaryReplayError, is_terminal,
 };
 pub use record::{
     ACTION_ID_MAX_BYTES, DecodedRecord, ENGINE_RECORD_FORMAT_VERSION, EngineRecord, GuardEffect,
