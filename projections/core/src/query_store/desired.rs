@@ -71,6 +71,14 @@ const CONFLICT_PENDING: QueryStoreError = QueryStoreError::Conflict {
 };
 const INDEX_AUTHENTICATION: &str = "managed desired-set index authentication failed";
 
+/// The sentence of the desired-set capacity refusal: it names the bound, what counts toward it
+/// and what frees it, since it reaches the person through the hooks (spec/projections.md §7.5);
+/// [`DESIRED_SETS_MAX`] is spelled out (a test checks that the two agree).
+pub const DESIRED_CAPACITY_MESSAGE: &str = "managed desired-set store reached its bounded \
+     capacity: 16384 desired sets reserved and not committed, so ctx changes no skills; an \
+     interrupted prompt finishes its reservation when it is sent again in its session, then send \
+     this prompt again";
+
 /// The message of a desired-set refusal code of the projection.
 fn refusal_message(code: &str) -> Option<&'static str> {
     Some(match code {
@@ -85,7 +93,7 @@ fn refusal_message(code: &str) -> Option<&'static str> {
         codes::DESIRED_REVISION_STALE => {
             "desired-set revision does not follow the latest committed reservation"
         }
-        codes::DESIRED_CAPACITY => "managed desired-set store reached its bounded capacity",
+        codes::DESIRED_CAPACITY => DESIRED_CAPACITY_MESSAGE,
         _ => return None,
     })
 }
@@ -762,8 +770,14 @@ fn admit<R: IndexRead>(
     {
         return Err(Refusal::Code(codes::DESIRED_REVISION_STALE));
     }
+    // Only pending desired sets count (spec/projections.md §7.5, Q5): a committed one can no
+    // longer change, and its rows stay for the choice, revision and causation rules above.
     let count = read_counter(r, COUNT_DESIRED_SETS_KEY)?;
-    if count >= DESIRED_SETS_MAX {
+    let committed = read_counter(r, COUNT_DESIRED_COMMITTED_KEY)?;
+    let pending = count.checked_sub(committed).ok_or(Refusal::Corrupt(
+        "more desired sets are committed than reserved",
+    ))?;
+    if pending >= DESIRED_SETS_MAX {
         return Err(Refusal::Code(codes::DESIRED_CAPACITY));
     }
     Ok(Admission {
@@ -1262,9 +1276,22 @@ impl QueryStore {
         Ok(record)
     }
 
-    /// Number of desired sets reserved (committed or not): the capacity count.
+    /// Number of desired sets reserved (committed or not).
     pub fn desired_set_count(&self) -> Result<u64, QueryStoreError> {
         self.count(COUNT_DESIRED_SETS_KEY)
+    }
+
+    /// Number of desired sets reserved and not committed: the count [`DESIRED_SETS_MAX`] bounds
+    /// (spec/projections.md §7.5).
+    pub fn pending_desired_set_count(&self) -> Result<u64, QueryStoreError> {
+        self.count(COUNT_DESIRED_SETS_KEY)?
+            .checked_sub(self.count(COUNT_DESIRED_COMMITTED_KEY)?)
+            .ok_or_else(|| {
+                corruption(
+                    "managed desired-set row count is invalid",
+                    "more desired sets are committed than reserved",
+                )
+            })
     }
 
     /// Number of desired sets committed.
@@ -2106,11 +2133,60 @@ mod tests {
             matches!(e, QueryStoreError::CapacityExceeded { .. }),
             "{e:?}"
         );
-        assert_eq!(
-            e.to_string(),
-            "managed desired-set store reached its bounded capacity"
-        );
+        assert_eq!(e.to_string(), DESIRED_CAPACITY_MESSAGE);
+        assert!(DESIRED_CAPACITY_MESSAGE.contains(&format!(" {DESIRED_SETS_MAX} desired sets")));
         assert_eq!(refusal(codes::DESIRED_CAPACITY), Some(e));
+        // Committed desired sets do not count: with one of the reserved ones committed there is
+        // room for one more pending reservation.
+        let set_committed = |n: u64| {
+            store
+                .journal()
+                .maintain(|tx| {
+                    tx.insert(
+                        QUERY_COUNTS_TABLE,
+                        COUNT_DESIRED_COMMITTED_KEY,
+                        &n.to_le_bytes(),
+                    )
+                    .map(|()| ((), true))
+                    .map_err(HookError::from)
+                })
+                .unwrap()
+        };
+        set_committed(1);
+        assert_eq!(
+            store.pending_desired_set_count().unwrap(),
+            DESIRED_SETS_MAX - 1
+        );
+        let r = reserve(&store, &parent, "c1", &event, &["skill:alpha"]).unwrap();
+        assert!(!r.is_committed());
+        assert_eq!(store.pending_desired_set_count().unwrap(), DESIRED_SETS_MAX);
+        // A count that says more were committed than reserved is corruption, never room.
+        set_committed(DESIRED_SETS_MAX + 2);
+        assert!(matches!(
+            store.pending_desired_set_count(),
+            Err(QueryStoreError::Corruption { .. })
+        ));
+    }
+
+    #[test]
+    fn committed_desired_sets_leave_the_capacity_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), 1);
+        let f = fixture("q1", "s1", "plan-1");
+        let parent = planned(&store, &f);
+        let a = ["skill:alpha"];
+        let mut causation = f.decision.event_id.clone();
+        for i in 0..5u64 {
+            let id = format!("ev-d{i}");
+            let e = desired_event(&parent, &id, 2 + i, &causation, &a);
+            let r = reserve(&store, &parent, &format!("c{i}"), &e, &a).unwrap();
+            assert_eq!(store.pending_desired_set_count().unwrap(), 1);
+            commit(&store, &r, 3 + i).unwrap();
+            assert_eq!(store.pending_desired_set_count().unwrap(), 0);
+            causation = id;
+        }
+        assert_eq!(store.desired_set_count().unwrap(), 5);
+        assert_eq!(store.committed_desired_set_count().unwrap(), 5);
     }
 
     #[test]

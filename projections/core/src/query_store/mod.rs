@@ -40,17 +40,18 @@ use crate::framework::{FrameworkError, Projection, Projections};
 mod desired;
 
 pub use desired::{
-    DesiredCommitEntry, DesiredEntry, DesiredStreamEntry, desired_choice_key,
-    desired_stream_revision_key, is_desired_set_ref,
+    DESIRED_CAPACITY_MESSAGE, DesiredCommitEntry, DesiredEntry, DesiredStreamEntry,
+    desired_choice_key, desired_stream_revision_key, is_desired_set_ref,
 };
 
 // ------------------------------------------------------------------------------------------------
 // Names, formulas and limits
 // ------------------------------------------------------------------------------------------------
 
+use crate::engine::{decode_view, engine_stream};
 use crate::streams::{
-    DESIRED_COMMITTED_KIND, DESIRED_RESERVATION_KIND, QUERY_PLANNED_KIND, QUERY_REGISTRATION_KIND,
-    QUERY_STREAM_NAMESPACE,
+    DESIRED_COMMITTED_KIND, DESIRED_RESERVATION_KIND, ENGINE_RECORD_KIND, QUERY_PLANNED_KIND,
+    QUERY_REGISTRATION_KIND, QUERY_STREAM_NAMESPACE,
 };
 /// Schema of the registration object (the registration record's payload).
 pub const QUERY_REGISTRATION_SCHEMA: &str = "ctx.managed-query-registration-v1";
@@ -93,18 +94,28 @@ pub const DESIRED_BY_STREAM_REVISION_TABLE: &str = "proj.query.desired_by_stream
 pub const DESIRED_LATEST_TABLE: &str = "proj.query.desired_latest";
 /// Engine stream id (32 bytes) → rkyv [`DesiredStreamEntry`].
 pub const DESIRED_STREAMS_TABLE: &str = "proj.query.desired_streams";
-/// Counter name (bytes) → u64 LE: [`COUNT_QUERIES_KEY`], [`COUNT_DESIRED_SETS_KEY`],
-/// [`COUNT_DESIRED_COMMITTED_KEY`].
+/// Engine stream id (32 bytes) → [`EngineStreamEntry`] (16 bytes): how many live queries decide
+/// on the stream and where its session ended (spec/projections.md §7.3, §7.5).
+pub const QUERY_ENGINE_STREAMS_TABLE: &str = "proj.query.engine_streams";
+/// Counter name (bytes) → u64 LE: [`COUNT_QUERIES_KEY`], [`COUNT_QUERIES_RETIRED_KEY`],
+/// [`COUNT_DESIRED_SETS_KEY`], [`COUNT_DESIRED_COMMITTED_KEY`].
 pub const QUERY_COUNTS_TABLE: &str = "proj.query.counts";
+/// Queries registered (live or retired).
 pub const COUNT_QUERIES_KEY: &[u8] = b"queries";
-/// Desired sets reserved (committed or not): the capacity count.
+/// Queries retired: their engine session ended (spec/projections.md §7.5, Q2). The live queries,
+/// what [`MANAGED_QUERIES_MAX`] bounds, are `queries − queries_retired`.
+pub const COUNT_QUERIES_RETIRED_KEY: &[u8] = b"queries_retired";
+/// Desired sets reserved (committed or not).
 pub const COUNT_DESIRED_SETS_KEY: &[u8] = b"desired_sets";
-/// Desired sets committed.
+/// Desired sets committed. The pending desired sets, what [`DESIRED_SETS_MAX`] bounds, are
+/// `desired_sets − desired_sets_committed` (spec/projections.md §7.5, Q5).
 pub const COUNT_DESIRED_COMMITTED_KEY: &[u8] = b"desired_sets_committed";
 
-/// Most managed queries one journal holds (spec/projections.md §7.5).
+/// Most live managed queries one journal holds: registered queries whose engine session has not
+/// ended (spec/projections.md §7.5). Retired queries stay in the store and do not count.
 pub const MANAGED_QUERIES_MAX: u64 = 4_096;
-/// Most desired sets one journal holds (spec/projections.md §7.5).
+/// Most pending desired sets one journal holds: reserved and not yet committed
+/// (spec/projections.md §7.5). Committed desired sets stay in the store and do not count.
 pub const DESIRED_SETS_MAX: u64 = 16_384;
 /// Longest canonical JSON of one registration event (spec/projections.md §7.5).
 pub const QUERY_EVENT_JSON_MAX_BYTES: usize = 16 * 1024;
@@ -126,9 +137,9 @@ const ENVELOPE_DOMAIN: &[u8] = b"ctx.query.decision-envelope.v1\0";
 pub mod codes {
     /// Another managed query already holds this (decision scope, plan id).
     pub const QUERY_SCOPE_PLAN_BOUND: &str = "query-scope-plan-bound";
-    /// The store holds [`super::MANAGED_QUERIES_MAX`] queries.
+    /// The store holds [`super::MANAGED_QUERIES_MAX`] live queries.
     pub const QUERY_CAPACITY: &str = "query-capacity";
-    /// The store holds [`super::DESIRED_SETS_MAX`] desired sets.
+    /// The store holds [`super::DESIRED_SETS_MAX`] pending desired sets.
     pub const DESIRED_CAPACITY: &str = "desired-capacity";
     /// The query already binds this logical choice id to another desired set.
     pub const DESIRED_CHOICE_BOUND: &str = "desired-choice-bound";
@@ -206,8 +217,15 @@ const CONFLICT_COMPLETION: QueryStoreError = QueryStoreError::Conflict {
     message: "managed query completion is already bound differently",
 };
 const CAPACITY: QueryStoreError = QueryStoreError::CapacityExceeded {
-    message: "managed query store reached its bounded capacity",
+    message: QUERY_CAPACITY_MESSAGE,
 };
+/// The sentence of the query capacity refusal. It reaches the person verbatim through the hooks,
+/// so it names the bound, what counts toward it and what frees it (spec/projections.md §7.5);
+/// [`MANAGED_QUERIES_MAX`] is spelled out because a constant `&str` cannot format it (a test
+/// checks that the two agree).
+pub const QUERY_CAPACITY_MESSAGE: &str = "managed query store reached its bounded capacity: \
+     4096 live queries (a query is live until its agent session ends), so ctx plans nothing new; \
+     close the agent sessions you no longer use, then send the prompt again";
 
 fn read_error(e: ReadError) -> QueryStoreError {
     match e {
@@ -421,6 +439,45 @@ pub struct PlannedEntry {
     pub journal_revision: u64,
     pub journal_record_digest: [u8; 32],
     pub position: u64,
+}
+
+/// What the store knows of one engine stream its queries decide on ([`QUERY_ENGINE_STREAMS_TABLE`],
+/// spec/projections.md §7.3): 16 bytes, `live_queries` u64 LE ‖ `ended_position` u64 LE.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStreamEntry {
+    /// Queries registered with a decision on this stream and not retired.
+    pub live_queries: u64,
+    /// Journal position of the stream's `SessionEnded` record; 0 while the session has not ended
+    /// (no record has position 0).
+    pub ended_position: u64,
+}
+
+/// Length of an encoded [`EngineStreamEntry`].
+pub const ENGINE_STREAM_ENTRY_BYTES: usize = 16;
+
+impl EngineStreamEntry {
+    pub fn encode(&self) -> [u8; ENGINE_STREAM_ENTRY_BYTES] {
+        let mut bytes = [0u8; ENGINE_STREAM_ENTRY_BYTES];
+        bytes[..8].copy_from_slice(&self.live_queries.to_le_bytes());
+        bytes[8..].copy_from_slice(&self.ended_position.to_le_bytes());
+        bytes
+    }
+
+    /// `None` for a value that is not 16 bytes, or that counts live queries on an ended stream
+    /// (invariant Q3: an ended stream has none).
+    pub fn decode(bytes: &[u8]) -> Option<EngineStreamEntry> {
+        let (live, ended) = bytes.split_first_chunk::<8>()?;
+        let ended = <[u8; 8]>::try_from(ended).ok()?;
+        let entry = EngineStreamEntry {
+            live_queries: u64::from_le_bytes(*live),
+            ended_position: u64::from_le_bytes(ended),
+        };
+        (entry.ended_position == 0 || entry.live_queries == 0).then_some(entry)
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended_position != 0
+    }
 }
 
 /// SHA-256("ctx.query.scope-plan.v1\0" ‖ CJA(scope) ‖ 0x00 ‖ plan_id): one key per (full decision
@@ -887,6 +944,13 @@ fn binding_matches_decision(decision: &EngineEvent, b: &PlannedBinding) -> bool 
 #[derive(Debug)]
 pub(crate) struct QueryStoreProjection;
 
+/// The fold of `query.store` with its live-query bound: [`MANAGED_QUERIES_MAX`] in production;
+/// tests fold with a small bound to cross it cheaply ([`QueryStore::open_bounded`]).
+#[derive(Debug, Clone, Copy)]
+struct QueryFold {
+    queries_max: u64,
+}
+
 fn refuse(code: &'static str, message: impl Into<String>) -> HookError {
     HookError::with_code(code, message)
 }
@@ -906,13 +970,58 @@ fn count_in(tx: &HookTxn<'_>, key: &[u8]) -> Result<u64, HookError> {
     }
 }
 
+fn set_count(tx: &HookTxn<'_>, key: &[u8], value: u64) -> Result<(), HookError> {
+    Ok(tx.insert(QUERY_COUNTS_TABLE, key, &value.to_le_bytes())?)
+}
+
+/// Registered minus retired queries: what [`MANAGED_QUERIES_MAX`] bounds.
+fn live_queries_in(tx: &HookTxn<'_>) -> Result<(u64, u64), HookError> {
+    let registered = count_in(tx, COUNT_QUERIES_KEY)?;
+    let retired = count_in(tx, COUNT_QUERIES_RETIRED_KEY)?;
+    if retired > registered {
+        return Err(refuse(
+            codes::QUERY_RECORD_INVALID,
+            "the query store counts more retired queries than registered ones",
+        ));
+    }
+    Ok((registered, retired))
+}
+
+fn engine_stream_in(
+    tx: &HookTxn<'_>,
+    stream: &[u8; 32],
+) -> Result<Option<EngineStreamEntry>, HookError> {
+    match tx.get(QUERY_ENGINE_STREAMS_TABLE, stream, |v| {
+        v.map(<[u8]>::to_vec)
+    })? {
+        None => Ok(None),
+        Some(bytes) => EngineStreamEntry::decode(&bytes).map(Some).ok_or_else(|| {
+            refuse(
+                codes::QUERY_RECORD_INVALID,
+                "a query store engine stream entry is corrupt",
+            )
+        }),
+    }
+}
+
 fn entry_in(tx: &HookTxn<'_>, logical: &[u8; 32]) -> Result<Option<QueryEntry>, HookError> {
     Ok(tx.get(QUERY_BY_LOGICAL_ID_TABLE, logical, |v| {
         v.map(archive::from_bytes::<QueryEntry>).transpose()
     })??)
 }
 
-impl QueryStoreProjection {
+impl QueryFold {
+    fn apply(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
+        match record.kind {
+            QUERY_REGISTRATION_KIND => self.apply_registration(tx, record),
+            QUERY_PLANNED_KIND => self.apply_planned(tx, record),
+            DESIRED_RESERVATION_KIND => desired::apply_reservation(tx, record),
+            DESIRED_COMMITTED_KIND => desired::apply_commit(tx, record),
+            ENGINE_RECORD_KIND => self.apply_engine(tx, record),
+            _ => Ok(()),
+        }
+    }
+
     fn apply_registration(
         &self,
         tx: &HookTxn<'_>,
@@ -955,13 +1064,17 @@ impl QueryStoreProjection {
                 "scope and plan identity already bind another managed query",
             ));
         }
-        let count = count_in(tx, COUNT_QUERIES_KEY)?;
-        if count >= MANAGED_QUERIES_MAX {
-            return Err(refuse(
-                codes::QUERY_CAPACITY,
-                "managed query store reached its bounded capacity",
-            ));
+        // Only live queries count (spec/projections.md §7.5, Q1): the bound refuses a
+        // registration while MANAGED_QUERIES_MAX queries are live, whatever the new one's stream.
+        let (registered, retired) = live_queries_in(tx)?;
+        if registered - retired >= self.queries_max {
+            return Err(refuse(codes::QUERY_CAPACITY, QUERY_CAPACITY_MESSAGE));
         }
+        let Ok(engine) = engine_stream(&registration.decision_event.scope) else {
+            return Err(bad("its decision scope names no engine stream"));
+        };
+        let engine = *engine.as_bytes();
+        let mut stream_entry = engine_stream_in(tx, &engine)?.unwrap_or_default();
         let entry = QueryEntry {
             logical_query_id: logical,
             query_ref: reference,
@@ -982,11 +1095,51 @@ impl QueryStoreProjection {
         )?;
         tx.insert(QUERY_BY_REF_TABLE, &reference, &logical)?;
         tx.insert(QUERY_BY_SCOPE_PLAN_TABLE, &scope_plan, &logical)?;
-        tx.insert(
-            QUERY_COUNTS_TABLE,
-            COUNT_QUERIES_KEY,
-            &(count + 1).to_le_bytes(),
-        )?;
+        set_count(tx, COUNT_QUERIES_KEY, registered + 1)?;
+        if stream_entry.is_ended() {
+            // Its session ended before it registered: it can never be planned (the reducer takes
+            // no decision after SessionEnded), so it is retired at once (Q2).
+            set_count(tx, COUNT_QUERIES_RETIRED_KEY, retired + 1)?;
+        } else {
+            stream_entry.live_queries += 1;
+            tx.insert(QUERY_ENGINE_STREAMS_TABLE, &engine, &stream_entry.encode())?;
+        }
+        Ok(())
+    }
+
+    /// An engine record on a stream with live queries: its `SessionEnded` retires them all
+    /// (spec/projections.md §7.5, Q2). Records of other streams are not decoded.
+    fn apply_engine(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
+        let stream = *record.stream.as_bytes();
+        let Some(entry) = engine_stream_in(tx, &stream)? else {
+            return Ok(());
+        };
+        if entry.is_ended() {
+            return Ok(());
+        }
+        // `engine.state` refuses an engine record that does not decode or replay; this store may be
+        // attached without it, and a record it cannot read is not a session end to it.
+        let ended = decode_view(record)
+            .is_ok_and(|d| d.replay.reducer_event.kind == EventKind::SessionEnded);
+        if !ended {
+            return Ok(());
+        }
+        let (registered, retired) = live_queries_in(tx)?;
+        let retired_now = retired
+            .checked_add(entry.live_queries)
+            .filter(|r| *r <= registered)
+            .ok_or_else(|| {
+                refuse(
+                    codes::QUERY_RECORD_INVALID,
+                    "an engine stream counts more live queries than the store registered",
+                )
+            })?;
+        set_count(tx, COUNT_QUERIES_RETIRED_KEY, retired_now)?;
+        let ended = EngineStreamEntry {
+            live_queries: 0,
+            ended_position: record.position,
+        };
+        tx.insert(QUERY_ENGINE_STREAMS_TABLE, &stream, &ended.encode())?;
         Ok(())
     }
 
@@ -1047,6 +1200,36 @@ impl QueryStoreProjection {
     }
 }
 
+/// Name, version and tables of `query.store`, whatever the fold's bound.
+const QUERY_STORE_VERSION: u32 = 3;
+const QUERY_STORE_TABLES: &[&str] = &[
+    QUERY_BY_LOGICAL_ID_TABLE,
+    QUERY_BY_REF_TABLE,
+    QUERY_BY_SCOPE_PLAN_TABLE,
+    QUERY_COUNTS_TABLE,
+    DESIRED_BY_REF_TABLE,
+    DESIRED_BY_CHOICE_TABLE,
+    DESIRED_BY_STREAM_REVISION_TABLE,
+    DESIRED_LATEST_TABLE,
+    DESIRED_STREAMS_TABLE,
+    QUERY_ENGINE_STREAMS_TABLE,
+];
+
+impl Projection for QueryFold {
+    fn name(&self) -> &'static str {
+        QUERY_STORE_PROJECTION
+    }
+    fn version(&self) -> u32 {
+        QUERY_STORE_VERSION
+    }
+    fn tables(&self) -> &'static [&'static str] {
+        QUERY_STORE_TABLES
+    }
+    fn apply(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
+        QueryFold::apply(self, tx, record)
+    }
+}
+
 impl Projection for QueryStoreProjection {
     fn name(&self) -> &'static str {
         QUERY_STORE_PROJECTION
@@ -1055,31 +1238,20 @@ impl Projection for QueryStoreProjection {
     fn version(&self) -> u32 {
         // 2: desired-set reservations and commits are validated and indexed; query entries carry
         // the decision event id and envelope.
-        2
+        // 3: the engine streams table and the retired-query counter; the capacities count live
+        // queries and pending desired sets (spec/projections.md §7.5).
+        QUERY_STORE_VERSION
     }
 
     fn tables(&self) -> &'static [&'static str] {
-        &[
-            QUERY_BY_LOGICAL_ID_TABLE,
-            QUERY_BY_REF_TABLE,
-            QUERY_BY_SCOPE_PLAN_TABLE,
-            QUERY_COUNTS_TABLE,
-            DESIRED_BY_REF_TABLE,
-            DESIRED_BY_CHOICE_TABLE,
-            DESIRED_BY_STREAM_REVISION_TABLE,
-            DESIRED_LATEST_TABLE,
-            DESIRED_STREAMS_TABLE,
-        ]
+        QUERY_STORE_TABLES
     }
 
     fn apply(&self, tx: &HookTxn<'_>, record: &RecordView<'_>) -> Result<(), HookError> {
-        match record.kind {
-            QUERY_REGISTRATION_KIND => self.apply_registration(tx, record),
-            QUERY_PLANNED_KIND => self.apply_planned(tx, record),
-            DESIRED_RESERVATION_KIND => desired::apply_reservation(tx, record),
-            DESIRED_COMMITTED_KIND => desired::apply_commit(tx, record),
-            _ => Ok(()),
+        QueryFold {
+            queries_max: MANAGED_QUERIES_MAX,
         }
+        .apply(tx, record)
     }
 }
 
@@ -1093,12 +1265,32 @@ impl Projection for QueryStoreProjection {
 pub struct QueryStore {
     journal: Arc<Journal>,
     projections: Projections,
+    /// The live-query bound the early check applies: the fold's.
+    queries_max: u64,
 }
 
 impl QueryStore {
     /// Attaches the `query.store` projection (rebuilding or catching it up as needed) and returns
     /// the store.
     pub fn open(journal: Arc<Journal>) -> Result<QueryStore, QueryStoreError> {
+        Self::attach(journal, Arc::new(QueryStoreProjection), MANAGED_QUERIES_MAX)
+    }
+
+    /// [`QueryStore::open`] with a live-query bound of `queries_max` in place of
+    /// [`MANAGED_QUERIES_MAX`], so a test crosses the bound with a few queries.
+    #[cfg(test)]
+    fn open_bounded(
+        journal: Arc<Journal>,
+        queries_max: u64,
+    ) -> Result<QueryStore, QueryStoreError> {
+        Self::attach(journal, Arc::new(QueryFold { queries_max }), queries_max)
+    }
+
+    fn attach(
+        journal: Arc<Journal>,
+        projection: Arc<dyn Projection>,
+        queries_max: u64,
+    ) -> Result<QueryStore, QueryStoreError> {
         // The journal refuses writes only when a record failed authentication at open; the store
         // must not serve (or index) anything on top of it.
         if let Some(refusal) = journal.write_refusal() {
@@ -1107,7 +1299,7 @@ impl QueryStore {
                 refusal,
             ));
         }
-        let list: Vec<Arc<dyn Projection>> = vec![Arc::new(QueryStoreProjection)];
+        let list: Vec<Arc<dyn Projection>> = vec![projection];
         let projections = Projections::attach(&journal, list).map_err(|e| match e {
             FrameworkError::Journal(j) => QueryStoreError::Unavailable {
                 message: "managed query store could not be opened",
@@ -1118,6 +1310,7 @@ impl QueryStore {
         Ok(QueryStore {
             journal,
             projections,
+            queries_max,
         })
     }
 
@@ -1228,7 +1421,7 @@ impl QueryStore {
         {
             return Err(CONFLICT_SCOPE_PLAN);
         }
-        if self.count(COUNT_QUERIES_KEY)? >= MANAGED_QUERIES_MAX {
+        if self.live_query_count()? >= self.queries_max {
             return Err(CAPACITY);
         }
         Ok(None)
@@ -1452,9 +1645,23 @@ impl QueryStore {
         Ok(record)
     }
 
-    /// Number of registered managed queries.
+    /// Number of registered managed queries, live or retired.
     pub fn query_count(&self) -> Result<u64, QueryStoreError> {
         self.count(COUNT_QUERIES_KEY)
+    }
+
+    /// Number of live managed queries (registered, engine session not ended): the count
+    /// [`MANAGED_QUERIES_MAX`] bounds (spec/projections.md §7.5).
+    pub fn live_query_count(&self) -> Result<u64, QueryStoreError> {
+        let registered = self.count(COUNT_QUERIES_KEY)?;
+        registered
+            .checked_sub(self.count(COUNT_QUERIES_RETIRED_KEY)?)
+            .ok_or_else(|| {
+                corruption(
+                    "managed query row count is invalid",
+                    "more queries are retired than registered",
+                )
+            })
     }
 
     // ----- reads -----
@@ -2037,10 +2244,290 @@ mod tests {
             .unwrap();
         let e = register(&store, &fixture("q1", "s1", "plan-1")).unwrap_err();
         assert_eq!(e, CAPACITY);
+        assert_eq!(e.to_string(), QUERY_CAPACITY_MESSAGE);
+        // The sentence names the bound it enforces.
+        assert!(QUERY_CAPACITY_MESSAGE.contains(&format!(" {MANAGED_QUERIES_MAX} live queries")));
+        // Retired queries do not count: with one of them retired there is room again.
+        store
+            .journal()
+            .maintain(|tx| {
+                tx.insert(
+                    QUERY_COUNTS_TABLE,
+                    COUNT_QUERIES_RETIRED_KEY,
+                    &1u64.to_le_bytes(),
+                )
+                .map(|()| ((), true))
+                .map_err(HookError::from)
+            })
+            .unwrap();
+        register(&store, &fixture("q1", "s1", "plan-1")).unwrap();
+        assert_eq!(store.live_query_count().unwrap(), MANAGED_QUERIES_MAX);
+    }
+
+    /// An engine over `journal` that starts and ends the engine sessions of the fixture's
+    /// scopes (`ctx_model::testkit::Session` uses the same scope fields).
+    struct Sessions {
+        engine: crate::engine::Engine,
+        open: std::cell::RefCell<std::collections::BTreeMap<String, ctx_model::testkit::Session>>,
+    }
+
+    impl Sessions {
+        fn new(journal: &Arc<Journal>) -> Sessions {
+            let start = ctx_model::testkit::Session::new("clock").now;
+            let clock = Arc::new(crate::engine::ManualClock::new(start));
+            let engine = crate::engine::Engine::open(
+                Arc::clone(journal),
+                crate::engine::EngineOptions::new(clock),
+            )
+            .unwrap();
+            Sessions {
+                engine,
+                open: Default::default(),
+            }
+        }
+
+        /// Starts the engine session of `session` unless it started already.
+        fn start(&self, session: &str) {
+            let mut open = self.open.borrow_mut();
+            if !open.contains_key(session) {
+                let mut s = ctx_model::testkit::Session::new(session);
+                let e = s.started(MANAGED_HOST_LEVEL);
+                s.revision = self.engine.process(&e, None).unwrap().to_revision;
+                open.insert(session.to_owned(), s);
+            }
+        }
+
+        /// Records `SessionEnded` on the engine stream of `session` (starting it first).
+        fn end(&self, session: &str) {
+            self.start(session);
+            let mut open = self.open.borrow_mut();
+            let s = open.get_mut(session).unwrap();
+            let e = s.empty(EventKind::SessionEnded);
+            s.revision = self.engine.process(&e, None).unwrap().to_revision;
+        }
+    }
+
+    fn digest_of(store: &QueryStore) -> [u8; 32] {
+        store.projections().digest(QUERY_STORE_PROJECTION).unwrap()
+    }
+
+    /// Rebuilds the projection from the journal: the tables are byte-equal to the incremental
+    /// ones, and the check finds nothing.
+    fn assert_rebuild_is_equal(store: &QueryStore) {
+        let projections = store.projections();
+        let report = projections.check(QUERY_STORE_PROJECTION).unwrap();
+        assert!(report.is_equal(), "{report:?}");
+        let before = digest_of(store);
+        projections.rebuild(QUERY_STORE_PROJECTION).unwrap();
+        assert_eq!(digest_of(store), before);
+    }
+
+    #[test]
+    fn ended_sessions_retire_their_queries_so_registration_keeps_working() {
+        const BOUND: u64 = 3;
+        let dir = tempfile::tempdir().unwrap();
+        let journal = open_journal(dir.path(), 1);
+        let store = QueryStore::open_bounded(Arc::clone(&journal), BOUND).unwrap();
+        let sessions = Sessions::new(&journal);
+        let mut first: Option<(Fixture, QueryRecord)> = None;
+        // Four bounds' worth of queries, one bound per round, each round's sessions ended.
+        for round in 0..4 {
+            let names: Vec<String> = (0..BOUND).map(|i| format!("s{round}-{i}")).collect();
+            for (i, session) in names.iter().enumerate() {
+                sessions.start(session);
+                let f = fixture(&format!("q{round}-{i}"), session, "plan-1");
+                let r = register(&store, &f).unwrap();
+                if first.is_none() {
+                    first = Some((f, r));
+                }
+            }
+            assert_eq!(store.live_query_count().unwrap(), BOUND);
+            // The bound holds for live queries: one more is refused, inside the append as well.
+            let extra = fixture(&format!("q{round}-extra"), &format!("s{round}-x"), "plan-1");
+            assert_eq!(register(&store, &extra).unwrap_err(), CAPACITY);
+            let head = journal.head_position().unwrap();
+            let append = registration_append_of(&store, &extra);
+            assert_eq!(append_error(journal.append(append).unwrap_err()), CAPACITY);
+            assert_eq!(journal.head_position().unwrap(), head);
+            for session in &names {
+                sessions.end(session);
+            }
+            assert_eq!(store.live_query_count().unwrap(), 0);
+            assert_eq!(store.query_count().unwrap(), BOUND * (round + 1));
+        }
+        // Fill the bound again, then retry a retired registration: it is the stored record,
+        // unchanged, even at capacity; other content under its logical id, or another query on
+        // its scope and plan, still conflicts.
+        for i in 0..BOUND {
+            let session = format!("s9-{i}");
+            sessions.start(&session);
+            register(&store, &fixture(&format!("q9-{i}"), &session, "plan-1")).unwrap();
+        }
+        let (f, stored) = first.unwrap();
+        let head = journal.head_position().unwrap();
+        assert_eq!(register(&store, &f).unwrap(), stored);
+        assert_eq!(store.load(stored.query_ref()).unwrap(), stored);
+        let mut other = fixture("q0-0", "s0-0", "plan-1");
+        other.decision.random_seed = RandomSeed::Int(8);
+        other.started.random_seed = RandomSeed::Int(8);
+        assert_eq!(register(&store, &other).unwrap_err(), CONFLICT_CONTENT);
+        let twin = fixture("q-twin", "s0-0", "plan-1");
+        assert_eq!(register(&store, &twin).unwrap_err(), CONFLICT_SCOPE_PLAN);
+        assert_eq!(journal.head_position().unwrap(), head);
+        assert_rebuild_is_equal(&store);
+        assert_eq!(store.live_query_count().unwrap(), BOUND);
+        // A reopen with the same fold finds the same tables.
+        let before = digest_of(&store);
+        drop(store);
+        let store = QueryStore::open_bounded(Arc::clone(&journal), BOUND).unwrap();
+        assert_eq!(digest_of(&store), before);
+    }
+
+    /// The registration append of a fixture, built as the store builds it, for a direct append
+    /// that skips the store's early checks.
+    fn registration_append_of(store: &QueryStore, f: &Fixture) -> StreamAppend {
+        store
+            .registration_append(
+                &f.logical,
+                &f.started,
+                &f.decision,
+                &f.manifest,
+                &f.environment,
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn one_session_end_retires_every_query_of_its_stream_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = open_journal(dir.path(), 1);
+        let store = QueryStore::open(Arc::clone(&journal)).unwrap();
+        let sessions = Sessions::new(&journal);
+        sessions.start("s1");
+        // Two plans on one engine stream, and one query on another stream.
+        register(&store, &fixture("q1", "s1", "plan-1")).unwrap();
+        register(&store, &fixture("q2", "s1", "plan-2")).unwrap();
+        register(&store, &fixture("q3", "s2", "plan-1")).unwrap();
+        assert_eq!(store.live_query_count().unwrap(), 3);
+        let stream = *crate::engine::engine_stream(&fixture("q1", "s1", "p").decision.scope)
+            .unwrap()
+            .as_bytes();
+        let entry = |store: &QueryStore| {
+            store
+                .journal()
+                .projection_get(QUERY_ENGINE_STREAMS_TABLE, &stream, |v| {
+                    v.and_then(EngineStreamEntry::decode)
+                })
+                .unwrap()
+        };
         assert_eq!(
-            e.to_string(),
-            "managed query store reached its bounded capacity"
+            entry(&store),
+            Some(EngineStreamEntry {
+                live_queries: 2,
+                ended_position: 0
+            })
         );
+        sessions.end("s1");
+        assert_eq!(store.live_query_count().unwrap(), 1);
+        let ended = entry(&store).unwrap();
+        assert_eq!(ended.live_queries, 0);
+        assert!(ended.is_ended());
+        // Nothing is retired twice: a query registered on the ended stream is retired at once
+        // and leaves the entry as it was (Q3).
+        register(&store, &fixture("q4", "s1", "plan-3")).unwrap();
+        assert_eq!(store.query_count().unwrap(), 4);
+        assert_eq!(store.live_query_count().unwrap(), 1);
+        assert_eq!(entry(&store), Some(ended));
+        sessions.end("s2");
+        assert_eq!(store.live_query_count().unwrap(), 0);
+        // An engine stream without queries gets no entry.
+        sessions.end("s-unrelated");
+        let unrelated =
+            *crate::engine::engine_stream(&fixture("q", "s-unrelated", "p").decision.scope)
+                .unwrap()
+                .as_bytes();
+        assert!(
+            !store
+                .journal()
+                .projection_get(QUERY_ENGINE_STREAMS_TABLE, &unrelated, |v| v.is_some())
+                .unwrap()
+        );
+        assert_rebuild_is_equal(&store);
+        assert_eq!(store.live_query_count().unwrap(), 0);
+        assert_eq!(store.query_count().unwrap(), 4);
+    }
+
+    /// A deterministic walk of registrations and session ends over a few engine streams, checked
+    /// after every step against a model of spec/projections.md §7.5: an end retires every live
+    /// query of its stream once, a query registered after its stream's end (as the store saw it)
+    /// is retired at once, the bound refuses exactly when the model is full, and a rebuild
+    /// reproduces the tables.
+    #[test]
+    fn live_count_follows_a_model_through_random_registrations_and_ends() {
+        const BOUND: u64 = 4;
+        let dir = tempfile::tempdir().unwrap();
+        let journal = open_journal(dir.path(), 1);
+        let store = QueryStore::open_bounded(Arc::clone(&journal), BOUND).unwrap();
+        let sessions = Sessions::new(&journal);
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        // Per session with a query: its live queries and whether the store saw its end. Sessions
+        // are used a few at a time, so some end with several queries, some register after their
+        // end, and some end before any query (Q4: the store does not track those).
+        let mut live: std::collections::BTreeMap<u64, (u64, bool)> = Default::default();
+        let mut ended = std::collections::BTreeSet::new();
+        let (mut registered, mut refused) = (0u64, 0u64);
+        for step in 0..160u64 {
+            // Registrations go to a moving window of sessions, ends to any session so far.
+            let ending = next(3) == 0;
+            let session = if ending {
+                next(step / 8 + 5)
+            } else {
+                next(5) + step / 8
+            };
+            let name = format!("w{session}");
+            if ending {
+                if ended.insert(session) {
+                    sessions.end(&name);
+                    if let Some(state) = live.get_mut(&session) {
+                        *state = (0, true);
+                    }
+                }
+            } else {
+                sessions.start(&name);
+                let f = fixture(&format!("r{step}"), &name, &format!("plan-{step}"));
+                let total: u64 = live.values().map(|(n, _)| n).sum();
+                match register(&store, &f) {
+                    Ok(_) => {
+                        assert!(total < BOUND, "step {step}: admitted beyond the bound");
+                        registered += 1;
+                        let state = live.entry(session).or_default();
+                        if !state.1 {
+                            state.0 += 1;
+                        }
+                    }
+                    Err(e) => {
+                        assert_eq!(e, CAPACITY, "step {step}");
+                        assert_eq!(total, BOUND, "step {step}: refused below the bound");
+                        refused += 1;
+                    }
+                }
+            }
+            let total: u64 = live.values().map(|(n, _)| n).sum();
+            assert_eq!(store.live_query_count().unwrap(), total, "step {step}");
+            assert_eq!(store.query_count().unwrap(), registered, "step {step}");
+        }
+        assert!(
+            registered >= 3 * BOUND,
+            "the walk crossed the bound: {registered}"
+        );
+        assert!(refused > 0, "the walk reached the bound");
+        assert_rebuild_is_equal(&store);
     }
 
     /// Flips one byte of every copy of `needle` in the closed journal's redb file: a raw edit of

@@ -170,6 +170,9 @@ impl ServiceError {
                 "refused"
             }
             ServiceError::Decision(_) => "unverifiable",
+            // A full store is a bound the person can free, not a fault (spec/projections.md
+            // §7.5 Q7); the sentence says how.
+            ServiceError::Store(QueryStoreError::CapacityExceeded { .. }) => "capacity",
             ServiceError::Consent(c) => match c {
                 ConsentStoreError::NotFound { .. } => "not-found",
                 ConsentStoreError::Conflict { .. } => "conflict",
@@ -191,4 +194,20 @@ pub(crate) fn invalid<T>(message: impl Into<String>) -> Result<T, ServiceError> 
 
 pub(crate) fn projection<T>(message: impl Into<String>) -> Result<T, ServiceError> {
     Err(ServiceError::Projection(message.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_query_store_is_a_capacity_refusal_not_an_internal_fault() {
+        let full = ServiceError::Store(QueryStoreError::CapacityExceeded {
+            message: ctx_projections::query_store::QUERY_CAPACITY_MESSAGE,
+        });
+        assert_eq!(full.code(), "capacity");
+        assert!(full.to_string().contains("send the prompt again"), "{full}");
+        let other = ServiceError::Store(QueryStoreError::NotFound { message: "gone" });
+        assert_eq!(other.code(), "internal");
+    }
 }
