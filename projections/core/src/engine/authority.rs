@@ -9,20 +9,21 @@
 use std::ops::ControlFlow;
 
 use ctx_journal::{
-    AppendError, Digest, ExpectedRevision, NewRecord, StreamAppend, StreamId, Timestamp,
+    AppendError, Digest, ExpectedRevision, NewRecord, RecordView, StreamAppend, StreamId, Timestamp,
 };
 use ctx_model::{
     ActionKind, Activation, CapabilityKind, EffectKind, EngineEvent, EventKind, HostAction,
     INSTALL_ACTION_PAYLOAD_SCHEMA_V3, INSTALL_RECEIPT_SCHEMA_V3, InstallExecutionBinding,
     Installation, Json, MATERIAL_ACTION_PAYLOAD_SCHEMA_V3, MATERIAL_RECEIPT_SCHEMA_V3, Transition,
     UtcMicros, activation_authorization_digest, descriptor_matches_result_material, hex,
-    install_authorization_digest, is_sha, validate_install_plan_descriptor,
+    install_authorization_digest, is_sha, parse_sha, validate_install_plan_descriptor,
 };
 
 use crate::archive;
 
 use super::api::{Engine, ProcessWithError, is_v3_activation, is_v3_install};
 use super::codes::EffectRefusal;
+use super::effect_entry::{EffectEntry, EffectEntryError, EffectEntryKind, split_key};
 use super::effects::{
     ClaimRecord, EFFECT_FORMAT_VERSION, OutcomeRecord, SettlementEntry, activation_material_digest,
     claim_event_id, effect_key, effect_stream, install_result_material_digest, outcome_event_id,
@@ -146,7 +147,7 @@ pub struct ActivationExecutionStatus {
 }
 
 /// The durable state of one action's effect, read in one snapshot.
-struct EffectState {
+pub(super) struct EffectState {
     claim: Option<ClaimRecord>,
     outcome: Option<OutcomeRecord>,
     settlement: Option<SettlementEntry>,
@@ -182,35 +183,90 @@ fn object(pairs: Vec<(&str, Json)>) -> Json {
 }
 
 impl Engine {
-    /// Reads the claim, outcome, settlement and expiry of one action's effect.
-    fn effect_state(&self, effect: GuardEffect, key: &[u8]) -> Result<EffectState, StoreError> {
+    /// Reads the claim, outcome, settlement and expiry of one action's effect. The claims and
+    /// outcomes tables hold only the position and digest of their record (spec/engine-store.md
+    /// §4); the record is read from the journal and must be the one the entry names, else
+    /// [`StoreError::EffectEntry`].
+    pub(super) fn effect_state(
+        &self,
+        effect: GuardEffect,
+        key: &[u8],
+    ) -> Result<EffectState, StoreError> {
         let t = tables_of(effect);
-        self.journal
-            .projection_read(|r| -> Result<EffectState, StoreError> {
-                let claim = r
-                    .get(t.claims, key, |v| {
-                        v.map(archive::from_bytes::<ClaimRecord>).transpose()
-                    })?
-                    .map_err(corrupt)?;
-                let outcome = r
-                    .get(t.outcomes, key, |v| {
-                        v.map(archive::from_bytes::<OutcomeRecord>).transpose()
-                    })?
-                    .map_err(corrupt)?;
+        let Some((engine, action_id)) = split_key(key) else {
+            return Err(StoreError::Corrupt(format!(
+                "the {} effects key {} is not an engine stream id followed by an action id",
+                effect.as_str(),
+                hex(key)
+            )));
+        };
+        let entry_error =
+            |kind: EffectEntryKind, source: EffectEntryError| StoreError::EffectEntry {
+                effect,
+                kind,
+                stream: engine,
+                action_id: action_id.to_owned(),
+                source,
+            };
+        let decode = |kind: EffectEntryKind, v: Option<&[u8]>| {
+            v.map(|v| EffectEntry::decode(kind, v))
+                .transpose()
+                .map_err(|e| entry_error(kind, e))
+        };
+        let (claim, outcome, settlement, expired) = self
+            .journal
+            .projection_read(|r| -> Result<_, StoreError> {
+                let claim = r.get(t.claims, key, |v| decode(EffectEntryKind::Claim, v))??;
+                let outcome = r.get(t.outcomes, key, |v| decode(EffectEntryKind::Outcome, v))??;
                 let settlement = r
                     .get(t.settlements, key, |v| {
                         v.map(archive::from_bytes::<SettlementEntry>).transpose()
                     })?
                     .map_err(corrupt)?;
                 let expired = r.get(t.expiries, key, |v| v.is_some())?;
-                Ok(EffectState {
-                    claim,
-                    outcome,
-                    settlement,
-                    expired,
-                })
+                Ok((claim, outcome, settlement, expired))
             })
-            .map_err(StoreError::from)?
+            .map_err(StoreError::from)??;
+        // Records are immutable, so reading them after the snapshot reads what the entries name.
+        let claim = match claim {
+            None => None,
+            Some(entry) => Some(self.effect_record(&entry, |view| {
+                entry.claim_from(view, claim_kind_of(effect), &engine, action_id)
+            })?),
+        };
+        let outcome = match outcome {
+            None => None,
+            Some(entry) => Some(self.effect_record(&entry, |view| {
+                entry.outcome_from(view, outcome_kind_of(effect), &engine, action_id)
+            })?),
+        };
+        Ok(EffectState {
+            claim: claim
+                .transpose()
+                .map_err(|e| entry_error(EffectEntryKind::Claim, e))?,
+            outcome: outcome
+                .transpose()
+                .map_err(|e| entry_error(EffectEntryKind::Outcome, e))?,
+            settlement,
+            expired,
+        })
+    }
+
+    /// Reads the record at `entry`'s position (verified by the journal's scan: D, M, gap-free
+    /// positions) and hands it to `decode`, which checks it is the record the entry names.
+    fn effect_record<T>(
+        &self,
+        entry: &EffectEntry,
+        decode: impl Fn(&RecordView<'_>) -> Result<T, EffectEntryError>,
+    ) -> Result<Result<T, EffectEntryError>, StoreError> {
+        let mut found = None;
+        self.journal.scan(entry.position, |view| {
+            found = Some(decode(view));
+            ControlFlow::Break(())
+        })?;
+        Ok(found.unwrap_or(Err(EffectEntryError::Missing {
+            position: entry.position,
+        })))
     }
 
     fn now_for_claim(&self) -> Result<UtcMicros, AuthorizeError> {
@@ -1146,18 +1202,20 @@ impl Engine {
         };
         let t = tables_of(GuardEffect::Install);
         let prefix = stream.as_bytes();
+        let wanted = parse_sha(install_digest);
         let mut keys = Vec::new();
         let mut undecodable = None;
         // The projection read offers no range scan, so the claims table is scanned and filtered
-        // by the stream prefix (spec/engine-store.md, "Known limits").
+        // by the stream prefix (spec/engine-store.md, "Known limits"). Each entry carries the
+        // claimed action's content digest, so the filter fetches no record (§4).
         self.journal
             .projection_scan(t.claims, |k, v| {
                 if k.starts_with(prefix) {
-                    match archive::from_bytes::<ClaimRecord>(v) {
-                        Ok(c) if c.action_content_digest == install_digest => keys.push(k.to_vec()),
+                    match EffectEntry::decode(EffectEntryKind::Claim, v) {
+                        Ok(e) if Some(e.action_content_digest) == wanted => keys.push(k.to_vec()),
                         Ok(_) => {}
                         Err(e) => {
-                            undecodable = Some(e.to_string());
+                            undecodable = Some((k.to_vec(), e));
                             return ControlFlow::Break(());
                         }
                     }
@@ -1165,8 +1223,16 @@ impl Engine {
                 ControlFlow::Continue(())
             })
             .map_err(StoreError::from)?;
-        if let Some(e) = undecodable {
-            return Err(StoreError::Corrupt(e).into());
+        if let Some((key, source)) = undecodable {
+            let action_id = String::from_utf8_lossy(key.get(32..).unwrap_or_default());
+            return Err(StoreError::EffectEntry {
+                effect: GuardEffect::Install,
+                kind: EffectEntryKind::Claim,
+                stream: *stream,
+                action_id: action_id.into_owned(),
+                source,
+            }
+            .into());
         }
         let [key] = keys.as_slice() else {
             return Err(corrupt_authority(

@@ -7,7 +7,10 @@
 //! is derived from the engine receipt record that carries a [`SettlementGuard`], in that record's
 //! transaction, so a receipt and its settlement commit together or not at all.
 //!
-//! The `engine.effects` projection reads only its own tables, so rebuilding it alone is correct.
+//! The `engine.effects` projection reads only its own tables and the journal's records, so
+//! rebuilding it alone is correct. Its claims and outcomes tables hold fixed 73-byte entries (a
+//! record's position and digest, [`EffectEntry`]), not copies of the records: readers fetch the
+//! record from the journal and check its digest (spec/engine-store.md §4).
 
 use std::fmt;
 
@@ -26,12 +29,16 @@ use crate::streams::{
 };
 
 use super::codes::{self, EffectRefusal};
+use super::effect_entry::{EffectEntry, EffectEntryError, EffectEntryKind};
 use super::record::{EngineRecord, GuardEffect, GuardMode, SettlementGuard};
 /// The only `format_version` of the claim and outcome layouts of this build.
 pub const EFFECT_FORMAT_VERSION: u32 = 1;
 
 /// Name of the projection.
 pub const ENGINE_EFFECTS_PROJECTION: &str = "engine.effects";
+/// Version of the projection's tables (spec/projections.md): a table built by another version is
+/// rebuilt when the projection is attached.
+pub const ENGINE_EFFECTS_PROJECTION_VERSION: u32 = 3;
 /// Every effects table is keyed by engine stream id (32 bytes) ‖ action id bytes.
 pub const INSTALL_CLAIMS_TABLE: &str = "proj.engine.install_claims";
 pub const INSTALL_OUTCOMES_TABLE: &str = "proj.engine.install_outcomes";
@@ -122,7 +129,7 @@ pub fn effect_key(engine_stream: &StreamId, action_id: &str) -> Vec<u8> {
     key
 }
 
-/// The payload of a claim record, and the value of a claims table entry (the same bytes).
+/// The payload of a claim record (a claims table entry points at the record, [`EffectEntry`]).
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct ClaimRecord {
     pub format_version: u32,
@@ -295,7 +302,7 @@ impl ClaimRecord {
     }
 }
 
-/// The payload of an outcome record, and the value of an outcomes table entry.
+/// The payload of an outcome record (an outcomes table entry points at the record).
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct OutcomeRecord {
     pub format_version: u32,
@@ -559,13 +566,108 @@ fn exists(tx: &HookTxn<'_>, table: &'static str, key: &[u8]) -> Result<bool, Hoo
     Ok(tx.get(table, key, |v| v.is_some())?)
 }
 
-fn load<T>(tx: &HookTxn<'_>, table: &'static str, key: &[u8]) -> Result<Option<T>, HookError>
-where
-    T: rkyv::Archive,
-    T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rkyv::rancor::Error>>
-        + rkyv::Deserialize<T, rkyv::api::high::HighDeserializer<rkyv::rancor::Error>>,
-{
-    Ok(tx.get(table, key, |v| v.map(archive::from_bytes::<T>).transpose())??)
+/// The entry stored under `key` in the `kind` table of `effect`; an entry that does not decode
+/// refuses with `-authority-corrupt` (spec/engine-store.md §4, invariant 2).
+fn load_entry(
+    tx: &HookTxn<'_>,
+    effect: GuardEffect,
+    kind: EffectEntryKind,
+    key: &[u8],
+    engine: &StreamId,
+    action_id: &str,
+) -> Result<Option<EffectEntry>, HookError> {
+    let t = tables_of(effect);
+    let table = match kind {
+        EffectEntryKind::Claim => t.claims,
+        EffectEntryKind::Outcome => t.outcomes,
+    };
+    tx.get(table, key, |v| {
+        v.map(|v| EffectEntry::decode(kind, v)).transpose()
+    })?
+    .map_err(|e| entry_corrupt(effect, kind, engine, action_id, &e))
+}
+
+fn entry_corrupt(
+    effect: GuardEffect,
+    kind: EffectEntryKind,
+    engine: &StreamId,
+    action_id: &str,
+    e: &EffectEntryError,
+) -> HookError {
+    refuse(
+        effect,
+        EffectRefusal::AuthorityCorrupt,
+        format!(
+            "the {} {} entry of action '{action_id}' on engine stream {engine} is corrupt: {e}",
+            effect.as_str(),
+            kind.as_str()
+        ),
+    )
+}
+
+/// Reads the record `entry` names inside this transaction (`HookTxn::replay` of its one
+/// position, which verifies D and M) and decodes it with `decode`, which checks that it is the
+/// record the entry names (spec/engine-store.md §4, invariant 3).
+fn fetch<T>(
+    tx: &HookTxn<'_>,
+    effect: GuardEffect,
+    entry: &EffectEntry,
+    engine: &StreamId,
+    action_id: &str,
+    decode: impl Fn(&RecordView<'_>) -> Result<T, EffectEntryError>,
+) -> Result<T, HookError> {
+    let mut found = None;
+    tx.replay(
+        entry.position,
+        entry.position.saturating_add(1),
+        |_, view| {
+            found = Some(decode(view));
+            Ok(())
+        },
+    )?;
+    found
+        .unwrap_or(Err(EffectEntryError::Missing {
+            position: entry.position,
+        }))
+        .map_err(|e| entry_corrupt(effect, entry.kind, engine, action_id, &e))
+}
+
+/// The claim stored for `key`, fetched from the journal, if any.
+fn load_claim(
+    tx: &HookTxn<'_>,
+    effect: GuardEffect,
+    key: &[u8],
+    engine: &StreamId,
+    action_id: &str,
+) -> Result<Option<ClaimRecord>, HookError> {
+    let Some(entry) = load_entry(tx, effect, EffectEntryKind::Claim, key, engine, action_id)?
+    else {
+        return Ok(None);
+    };
+    let kind = claim_kind(effect);
+    fetch(tx, effect, &entry, engine, action_id, |view| {
+        entry.claim_from(view, kind, engine, action_id)
+    })
+    .map(Some)
+}
+
+/// The outcome stored for `key`, fetched from the journal, if any.
+fn load_outcome(
+    tx: &HookTxn<'_>,
+    effect: GuardEffect,
+    key: &[u8],
+    engine: &StreamId,
+    action_id: &str,
+) -> Result<Option<OutcomeRecord>, HookError> {
+    let Some(entry) = load_entry(tx, effect, EffectEntryKind::Outcome, key, engine, action_id)?
+    else {
+        return Ok(None);
+    };
+    let kind = outcome_kind(effect);
+    fetch(tx, effect, &entry, engine, action_id, |view| {
+        entry.outcome_from(view, kind, engine, action_id)
+    })
+    .map(Some)
 }
 
 fn engine_stream_of(stream_key: &str) -> Result<StreamId, EffectInvalid> {
@@ -643,8 +745,12 @@ impl EffectsProjection {
                 refusal_message(effect, refusal, &claim.action_id),
             ));
         }
-        // The entry is the record's payload itself: validated above, identical on every rebuild.
-        tx.insert(t.claims, &key, record.payload)?;
+        // The entry names the record (validated above) by position and digest: a function of the
+        // record only, identical on every rebuild (spec/engine-store.md §4, invariant 1).
+        let entry =
+            EffectEntry::of_record(EffectEntryKind::Claim, record, &claim.action_content_digest)
+                .map_err(|e| invalid(kind, record.event_id, e))?;
+        tx.insert(t.claims, &key, &entry.encode())?;
         Ok(())
     }
 
@@ -674,7 +780,7 @@ impl EffectsProjection {
         let t = tables_of(effect);
         let id = outcome.action_id.as_str();
         let fail = |refusal: EffectRefusal, message: String| Err(refuse(effect, refusal, message));
-        let Some(claim) = load::<ClaimRecord>(tx, t.claims, &key)? else {
+        let Some(claim) = load_claim(tx, effect, &key, &engine, id)? else {
             return fail(
                 EffectRefusal::OutcomeRequired,
                 refusal_message(effect, EffectRefusal::OutcomeRequired, id),
@@ -768,7 +874,13 @@ impl EffectsProjection {
                 refusal_message(effect, EffectRefusal::OutcomeConflict, id),
             );
         }
-        tx.insert(t.outcomes, &key, record.payload)?;
+        let entry = EffectEntry::of_record(
+            EffectEntryKind::Outcome,
+            record,
+            &outcome.action_content_digest,
+        )
+        .map_err(|e| invalid(kind, record.event_id, e))?;
+        tx.insert(t.outcomes, &key, &entry.encode())?;
         Ok(())
     }
 
@@ -838,7 +950,7 @@ impl EffectsProjection {
             tx.insert(t.expiries, &key, &archive::to_bytes(&entry)?)?;
             return Ok(());
         }
-        let Some(claim) = load::<ClaimRecord>(tx, t.claims, &key)? else {
+        let Some(claim) = load_claim(tx, effect, &key, &record.stream, id)? else {
             return fail(
                 EffectRefusal::ClaimRequired,
                 refusal_message(effect, EffectRefusal::ClaimRequired, id),
@@ -856,7 +968,7 @@ impl EffectsProjection {
                 ),
             );
         }
-        let Some(outcome) = load::<OutcomeRecord>(tx, t.outcomes, &key)? else {
+        let Some(outcome) = load_outcome(tx, effect, &key, &record.stream, id)? else {
             return fail(
                 EffectRefusal::OutcomeRequired,
                 match effect {
@@ -930,8 +1042,10 @@ impl Projection for EffectsProjection {
     }
 
     /// 2: settlement entries carry `from_indeterminate` (indeterminate install outcomes).
+    /// 3: claims and outcomes entries are fixed 73-byte [`EffectEntry`] values naming the record,
+    /// not copies of its payload (spec/engine-store.md §4).
     fn version(&self) -> u32 {
-        2
+        ENGINE_EFFECTS_PROJECTION_VERSION
     }
 
     fn tables(&self) -> &'static [&'static str] {

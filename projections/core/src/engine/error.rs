@@ -34,6 +34,21 @@ pub enum StoreError {
         revision: u64,
         detail: String,
     },
+    /// A claims or outcomes entry of `engine.effects` does not decode, or the journal record it
+    /// names is not there with its digest (spec/engine-store.md §4, invariants 2 and 3): the
+    /// projection is corrupt.
+    #[error(
+        "the {effect} {kind} entry of action '{action_id}' on engine stream {stream} is corrupt: {source}",
+        effect = effect.as_str(),
+        kind = kind.as_str()
+    )]
+    EffectEntry {
+        effect: GuardEffect,
+        kind: super::effect_entry::EffectEntryKind,
+        stream: StreamId,
+        action_id: String,
+        source: super::effect_entry::EffectEntryError,
+    },
 }
 
 /// Why [`super::Engine::open`] failed.

@@ -7,6 +7,7 @@ mod api;
 mod authority;
 mod benefit;
 mod codes;
+mod effect_entry;
 mod effects;
 mod error;
 mod heads;
@@ -30,12 +31,16 @@ pub use benefit::{
     ENGINE_BENEFIT_AUDIT_PROJECTION, benefit_event_id, benefit_stream, validate_result_text,
 };
 pub use codes::EffectRefusal;
+pub use effect_entry::{
+    CLAIM_ENTRY_TAG, EFFECT_ENTRY_BYTES, EffectEntry, EffectEntryError, EffectEntryKind,
+    OUTCOME_ENTRY_TAG,
+};
 pub use effects::{
     ACTIVATION_CLAIMS_TABLE, ACTIVATION_EXPIRIES_TABLE, ACTIVATION_OUTCOMES_TABLE,
     ACTIVATION_SETTLEMENTS_TABLE, ClaimRecord, EFFECT_FORMAT_VERSION, ENGINE_EFFECTS_PROJECTION,
-    ExpiryEntry, INSTALL_CLAIMS_TABLE, INSTALL_EXPIRIES_TABLE, INSTALL_OUTCOMES_TABLE,
-    INSTALL_SETTLEMENTS_TABLE, OutcomeRecord, SettlementEntry, claim_event_id, effect_key,
-    effect_stream, outcome_event_id,
+    ENGINE_EFFECTS_PROJECTION_VERSION, ExpiryEntry, INSTALL_CLAIMS_TABLE, INSTALL_EXPIRIES_TABLE,
+    INSTALL_OUTCOMES_TABLE, INSTALL_SETTLEMENTS_TABLE, OutcomeRecord, SettlementEntry,
+    claim_event_id, effect_key, effect_stream, outcome_event_id,
 };
 pub use error::{
     AuditComponent, AuditError, AuthorizeError, BenefitAuditError, Divergence, OpenEngineError,

@@ -2542,3 +2542,204 @@ fn a_record_on_a_stream_whose_summary_is_forged_is_refused_by_the_projection() {
     );
     check_all(&f.engine);
 }
+
+// ------------------------------------------------------------------------------------------------
+// Effects entries (spec/engine-store.md §4): position and digest, not the record
+// ------------------------------------------------------------------------------------------------
+
+/// Every (key, value) of an effects table.
+fn entries(journal: &Journal, table: &'static str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    journal
+        .projection_scan(table, |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    out
+}
+
+fn put_entry(journal: &Journal, table: &'static str, key: &[u8], value: &[u8]) {
+    journal
+        .maintain(|tx| {
+            tx.insert(table, key, value)
+                .map(|()| ((), true))
+                .map_err(ctx_journal::HookError::from)
+        })
+        .unwrap();
+}
+
+#[test]
+fn claims_and_outcomes_store_the_fixed_entry_naming_their_record() {
+    let mut f = fixture();
+    let activation = f.installed();
+    let host = f.s.host_descriptor.clone();
+    f.engine
+        .authorize_activation(&activation, &f.binding(), &host)
+        .unwrap();
+    let observed = activation
+        .payload
+        .get("material_identity")
+        .and_then(|m| m.get_str("identity_digest"))
+        .unwrap()
+        .to_owned();
+    let guard = f
+        .engine
+        .record_activation_outcome(&activation, &f.binding(), &observed, &d("seen"))
+        .unwrap();
+    let status = f.engine.activation_execution_status(&activation).unwrap();
+    assert!(status.claimed && status.outcome_recorded && !status.settled);
+    f.s.now = UtcMicros::parse(status.observed_at.as_deref().unwrap()).unwrap();
+    let receipt = f.s.applied(&activation);
+    f.engine
+        .process_activation_receipt(&receipt, &guard)
+        .unwrap();
+    assert!(
+        f.engine
+            .activation_execution_status(&activation)
+            .unwrap()
+            .settled
+    );
+    for (table, kind, record_kind) in [
+        (
+            INSTALL_CLAIMS_TABLE,
+            EffectEntryKind::Claim,
+            INSTALL_CLAIM_KIND,
+        ),
+        (
+            INSTALL_OUTCOMES_TABLE,
+            EffectEntryKind::Outcome,
+            INSTALL_OUTCOME_KIND,
+        ),
+        (
+            ACTIVATION_CLAIMS_TABLE,
+            EffectEntryKind::Claim,
+            ACTIVATION_CLAIM_KIND,
+        ),
+        (
+            ACTIVATION_OUTCOMES_TABLE,
+            EffectEntryKind::Outcome,
+            ACTIVATION_OUTCOME_KIND,
+        ),
+    ] {
+        let stored = entries(&f.journal, table);
+        assert_eq!(stored.len(), 1, "{table}");
+        let (_, value) = &stored[0];
+        assert_eq!(value.len(), EFFECT_ENTRY_BYTES, "{table}");
+        let entry = EffectEntry::decode(kind, value).unwrap();
+        let record = f
+            .journal
+            .read_all(entry.position, 1)
+            .unwrap()
+            .pop()
+            .unwrap();
+        assert_eq!(record.digest, entry.record_digest, "{table}");
+        assert_eq!(record.kind, record_kind, "{table}");
+    }
+    check_all(&f.engine);
+}
+
+#[test]
+fn a_tampered_effect_entry_is_reported_on_read_apply_and_check() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    f.clock.advance(1_000_000);
+    let guard = f
+        .outcome(&install, InstallOutcome::Applied, "verification")
+        .unwrap();
+    let stream = f.stream();
+    let [(key, original)] = entries(&f.journal, INSTALL_OUTCOMES_TABLE)
+        .try_into()
+        .unwrap();
+    // The record digest changed in the table.
+    let mut forged = original.clone();
+    forged[20] ^= 1;
+    put_entry(&f.journal, INSTALL_OUTCOMES_TABLE, &key, &forged);
+    match f.engine.install_execution_status(&install) {
+        Err(StatusError::Store(StoreError::EffectEntry {
+            effect: GuardEffect::Install,
+            kind: EffectEntryKind::Outcome,
+            stream: named,
+            action_id,
+            source: EffectEntryError::Digest { .. },
+        })) => {
+            assert_eq!(named, stream);
+            assert_eq!(action_id, install.action_id);
+        }
+        other => panic!("a forged outcome entry must not read: {other:?}"),
+    }
+    let check = f
+        .engine
+        .projections()
+        .check(ENGINE_EFFECTS_PROJECTION)
+        .unwrap();
+    assert!(!check.is_equal(), "{check:?}");
+    // The receipt's apply fetches the outcome by the forged entry and refuses it.
+    let receipt = f.s.applied(&install);
+    let err = f
+        .engine
+        .process_install_receipt(&receipt, &guard)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "the install outcome entry of action '{}' on engine stream {stream} is corrupt",
+            install.action_id
+        )),
+        "{err}"
+    );
+    assert_eq!(count(&f.journal, INSTALL_SETTLEMENTS_TABLE), 0);
+    // An entry pointing at another position (its claim) is caught by the digest too.
+    let mut moved = EffectEntry::decode(EffectEntryKind::Outcome, &original).unwrap();
+    moved.position -= 1;
+    put_entry(&f.journal, INSTALL_OUTCOMES_TABLE, &key, &moved.encode());
+    assert!(matches!(
+        f.engine.install_execution_status(&install),
+        Err(StatusError::Store(StoreError::EffectEntry {
+            source: EffectEntryError::Digest { .. },
+            ..
+        }))
+    ));
+    // The rebuild restores the entry, and the receipt then settles.
+    f.engine
+        .projections()
+        .rebuild(ENGINE_EFFECTS_PROJECTION)
+        .unwrap();
+    assert_eq!(
+        entries(&f.journal, INSTALL_OUTCOMES_TABLE),
+        vec![(key, original)]
+    );
+    f.engine.process_install_receipt(&receipt, &guard).unwrap();
+    assert_eq!(count(&f.journal, INSTALL_SETTLEMENTS_TABLE), 1);
+    check_all(&f.engine);
+}
+
+#[test]
+fn a_claim_entry_copied_from_another_action_is_refused_on_read() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    let [(key, original)] = entries(&f.journal, INSTALL_CLAIMS_TABLE)
+        .try_into()
+        .unwrap();
+    // A genuine claim entry stored under another action's key names a record of another action.
+    let mut other_key = key.clone();
+    other_key.extend_from_slice(b"-other");
+    put_entry(&f.journal, INSTALL_CLAIMS_TABLE, &other_key, &original);
+    let (engine_stream, action_id) = super::effect_entry::split_key(&other_key).unwrap();
+    let Err(err) = f.engine.effect_state(GuardEffect::Install, &other_key) else {
+        panic!("a claim entry of another action must not read");
+    };
+    match err {
+        StoreError::EffectEntry {
+            stream,
+            action_id: named,
+            source: EffectEntryError::OtherAction { .. },
+            ..
+        } => {
+            assert_eq!(stream, engine_stream);
+            assert_eq!(named, action_id);
+        }
+        other => panic!("{other:?}"),
+    }
+}
