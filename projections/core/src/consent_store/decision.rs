@@ -34,10 +34,10 @@ use super::lifecycle::{
 use super::{
     ASSERTION_FUTURE_SKEW_MAX_MICROS, CONCURRENT_CHANGE, CONSENT_CHALLENGES_TABLE,
     CONSENT_COUNTS_TABLE, CONSENT_NONCES_MAX, CONSENT_NONCES_TABLE, COUNT_NONCES_KEY,
-    ChallengeRecord, ChallengeState, ConsentStore, ConsentStoreError, DecisionEntry, Due, EXPIRED,
-    IdentityEntry, InstallConsentChallenge, NONCE_CAPACITY, NONCE_REPLAY, NOT_FOUND_ID,
-    NOT_PROCESS_BOUND, StoredChallenge, append_error, challenge_stream, corruption, ct_eq,
-    decision_already, identity_stream, invalid, record_already, unavailable,
+    COUNT_NONCES_RETIRED_KEY, ChallengeRecord, ChallengeState, ConsentStore, ConsentStoreError,
+    DecisionEntry, Due, EXPIRED, IdentityEntry, InstallConsentChallenge, NONCE_CAPACITY,
+    NONCE_REPLAY, NOT_FOUND_ID, NOT_PROCESS_BOUND, StoredChallenge, append_error, challenge_stream,
+    corruption, ct_eq, decision_already, identity_stream, invalid, record_already, unavailable,
 };
 
 /// Lost races tolerated by one operation before it gives up with [`CONCURRENT_CHANGE`].
@@ -611,24 +611,27 @@ impl ConsentStore {
             .map_err(unavailable)
     }
 
+    /// Nonces of live challenges: recorded minus retired (spec/projections.md §8.9, R4), what
+    /// [`CONSENT_NONCES_MAX`] bounds.
     fn nonce_count(&self) -> Result<u64, ConsentStoreError> {
-        let bytes = self
-            .journal
-            .projection_get(CONSENT_COUNTS_TABLE, COUNT_NONCES_KEY, |v| {
-                v.map(<[u8]>::to_vec)
-            })
-            .map_err(unavailable)?;
-        match bytes {
-            None => Ok(0),
-            Some(b) => <[u8; 8]>::try_from(b.as_slice())
-                .map(u64::from_le_bytes)
-                .map_err(|_| {
-                    corruption(
-                        "assertion nonce history count is invalid",
-                        "a counter is not 8 bytes",
-                    )
-                }),
-        }
+        let read = |key: &[u8]| -> Result<u64, ConsentStoreError> {
+            let bytes = self
+                .journal
+                .projection_get(CONSENT_COUNTS_TABLE, key, |v| v.map(<[u8]>::to_vec))
+                .map_err(unavailable)?;
+            match bytes {
+                None => Ok(0),
+                Some(b) => <[u8; 8]>::try_from(b.as_slice())
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| {
+                        corruption(
+                            "assertion nonce history count is invalid",
+                            "a counter is not 8 bytes",
+                        )
+                    }),
+            }
+        };
+        Ok(read(COUNT_NONCES_KEY)?.saturating_sub(read(COUNT_NONCES_RETIRED_KEY)?))
     }
 
     fn recorded_identity(

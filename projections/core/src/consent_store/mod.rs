@@ -89,19 +89,31 @@ pub const IDENTITY_ENTRY_KEY: &[u8] = b"identity";
 pub const CONSENT_CHALLENGES_TABLE: &str = "proj.consent.challenges";
 /// [`digest_key`] of a challenge digest (32 bytes) → challenge id (UTF-8 bytes).
 pub const CONSENT_BY_DIGEST_TABLE: &str = "proj.consent.by_digest";
-/// Counter name (bytes) → u64 LE: [`COUNT_CHALLENGES_KEY`].
+/// Counter name (bytes) → u64 LE: [`COUNT_CHALLENGES_KEY`], [`COUNT_CHALLENGES_RETIRED_KEY`],
+/// [`COUNT_NONCES_KEY`], [`COUNT_NONCES_RETIRED_KEY`].
 pub const CONSENT_COUNTS_TABLE: &str = "proj.consent.counts";
+/// Challenges ever created.
 pub const COUNT_CHALLENGES_KEY: &[u8] = b"challenges";
+/// Challenges retired (spec/projections.md §8.9, R2): the live challenges, what
+/// [`CONSENT_CHALLENGES_MAX`] bounds, are `challenges − challenges_retired`.
+pub const COUNT_CHALLENGES_RETIRED_KEY: &[u8] = b"challenges_retired";
 /// [`COUNT_NONCES_KEY`]: u64 LE, assertion nonces ever recorded.
 pub const COUNT_NONCES_KEY: &[u8] = b"nonces";
+/// Nonces of retired challenges (spec/projections.md §8.9, R4): the live nonces, what
+/// [`CONSENT_NONCES_MAX`] bounds, are `nonces − nonces_retired`.
+pub const COUNT_NONCES_RETIRED_KEY: &[u8] = b"nonces_retired";
+/// [`live_key`] of every live challenge → empty value: the live challenges in expiry order, so a
+/// new challenge retires those expired before it with a prefix scan (spec/projections.md §8.9).
+pub const CONSENT_LIVE_TABLE: &str = "proj.consent.live";
 /// Assertion nonce digest (32 bytes) → rkyv [`NonceEntry`]: one use per nonce across the store.
 pub const CONSENT_NONCES_TABLE: &str = "proj.consent.nonces";
 
-/// Most challenges one journal holds, whatever their state: a lifetime bound, since challenges are
-/// never deleted (the reference's default capacity, spec/projections.md §8.9).
+/// Most live challenges one journal holds (the reference's default capacity): neither settled,
+/// expired by record, nor past their expiry when a later challenge was created
+/// (spec/projections.md §8.9). Retired challenges stay in the store and do not count.
 pub const CONSENT_CHALLENGES_MAX: u64 = 4_096;
-/// Most assertion nonces one journal records: capacity × 8 (spec/projections.md §8.9), a lifetime
-/// bound.
+/// Most assertion nonces of live challenges one journal records: capacity × 8
+/// (spec/projections.md §8.9). Every nonce stays recorded, so a replay is refused forever.
 pub const CONSENT_NONCES_MAX: u64 = CONSENT_CHALLENGES_MAX * lifecycle::NONCE_HISTORY_FACTOR;
 /// How far a signed assertion's `issued_at` may lie ahead of the verifying process's clock, and how
 /// far past that `issued_at` a verification may raise the trusted-time floor: 60 s
@@ -220,8 +232,13 @@ pub const NOT_FOUND_DIGEST: ConsentStoreError = ConsentStoreError::NotFound {
 pub const CONFLICT_ID: ConsentStoreError = ConsentStoreError::Conflict {
     message: "public challenge ID is already bound to a different challenge",
 };
+/// The sentence names the bound, what counts toward it and what frees it: it reaches the person
+/// through the hooks (spec/projections.md §8.9, R6). [`CONSENT_CHALLENGES_MAX`] is spelled out (a
+/// test checks that the two agree).
 pub const CAPACITY: ConsentStoreError = ConsentStoreError::CapacityExceeded {
-    message: "install consent broker reached its bounded capacity",
+    message: "install consent broker reached its bounded capacity: 4096 open consent challenges \
+              (not yet settled or expired), so ctx asks nothing new; answer the pending \
+              ones (`ctx consent pending`) or wait until they expire, then send the prompt again",
 };
 pub const EXPIRED_AT_CREATION: ConsentStoreError = ConsentStoreError::Expired {
     message: Cow::Borrowed("install consent challenge is already expired"),
@@ -240,7 +257,9 @@ pub const NONCE_REPLAY: ConsentStoreError = ConsentStoreError::Conflict {
     message: "verified human decision nonce was already recorded",
 };
 pub const NONCE_CAPACITY: ConsentStoreError = ConsentStoreError::CapacityExceeded {
-    message: "install consent assertion nonce history reached its bounded capacity",
+    message: "install consent assertion nonce history reached its bounded capacity: 32768 \
+              decisions on open challenges; answer or let expire the pending challenges, then \
+              decide again",
 };
 pub const LIFECYCLE_CAPACITY: ConsentStoreError = ConsentStoreError::CapacityExceeded {
     message: "install consent record reached its bounded lifecycle length",
@@ -663,6 +682,91 @@ fn count_in(tx: &HookTxn<'_>, key: &[u8]) -> Result<u64, HookError> {
     }
 }
 
+fn set_count(tx: &HookTxn<'_>, key: &[u8], value: u64) -> Result<(), HookError> {
+    Ok(tx.insert(CONSENT_COUNTS_TABLE, key, &value.to_le_bytes())?)
+}
+
+/// Key of [`CONSENT_LIVE_TABLE`]: `expires_at` (µs) with its sign bit flipped, u64 BE, so keys sort
+/// by expiry, ‖ the challenge id's UTF-8 bytes.
+pub fn live_key(expires_at: i64, challenge_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(8 + challenge_id.len());
+    key.extend_from_slice(&(expires_at.cast_unsigned() ^ (1 << 63)).to_be_bytes());
+    key.extend_from_slice(challenge_id.as_bytes());
+    key
+}
+
+/// The expiry a [`live_key`] starts with.
+fn live_key_expiry(key: &[u8]) -> Option<i64> {
+    let (head, _) = key.split_first_chunk::<8>()?;
+    Some((u64::from_be_bytes(*head) ^ (1 << 63)).cast_signed())
+}
+
+/// Retires the live challenge `entry` (spec/projections.md §8.9, R2–R4): removes its live key and
+/// moves it and its nonces to the retired counters. A challenge that is not live is left alone, so
+/// none is retired twice.
+fn retire(tx: &HookTxn<'_>, entry: &ChallengeEntry) -> Result<(), HookError> {
+    if !tx.remove(
+        CONSENT_LIVE_TABLE,
+        &live_key(entry.expires_at, &entry.challenge_id),
+    )? {
+        return Ok(());
+    }
+    let bump = |key: &[u8], by: u64, of: &[u8]| -> Result<(), HookError> {
+        let total = count_in(tx, of)?;
+        let next = count_in(tx, key)?
+            .checked_add(by)
+            .filter(|n| *n <= total)
+            .ok_or_else(|| {
+                refuse(
+                    codes::CONSENT_RECORD_INVALID,
+                    "the consent store would retire more than it recorded",
+                )
+            })?;
+        set_count(tx, key, next)
+    };
+    bump(COUNT_CHALLENGES_RETIRED_KEY, 1, COUNT_CHALLENGES_KEY)?;
+    bump(
+        COUNT_NONCES_RETIRED_KEY,
+        entry.lifecycle.nonce_history_count,
+        COUNT_NONCES_KEY,
+    )
+}
+
+/// Retires every live challenge whose expiry is at or before `t`, the creation time of the
+/// challenge being folded (R3): nothing can be decided on it any more at `t` or later.
+fn retire_expired(tx: &HookTxn<'_>, t: i64) -> Result<(), HookError> {
+    let mut due: Vec<Vec<u8>> = Vec::new();
+    tx.scan(CONSENT_LIVE_TABLE, |key, _| match live_key_expiry(key) {
+        Some(expiry) if expiry <= t => {
+            due.push(key.get(8..).unwrap_or_default().to_vec());
+            ControlFlow::Continue(())
+        }
+        _ => ControlFlow::Break(()),
+    })?;
+    for id in due {
+        let entry = tx
+            .get(CONSENT_CHALLENGES_TABLE, &id, |v| {
+                v.map(archive::from_bytes::<ChallengeEntry>).transpose()
+            })??
+            .ok_or_else(|| {
+                refuse(
+                    codes::CONSENT_RECORD_INVALID,
+                    "a live consent key names a challenge without an entry",
+                )
+            })?;
+        retire(tx, &entry)?;
+    }
+    Ok(())
+}
+
+/// A settled or expired challenge can no longer change (R2).
+fn is_final(entry: &ChallengeEntry) -> bool {
+    matches!(
+        ChallengeState::from_code(entry.lifecycle.state),
+        Some(ChallengeState::Settled | ChallengeState::Expired)
+    )
+}
+
 fn identity_in(tx: &HookTxn<'_>) -> Result<Option<IdentityEntry>, HookError> {
     Ok(tx.get(CONSENT_IDENTITY_TABLE, IDENTITY_ENTRY_KEY, |v| {
         v.map(archive::from_bytes::<IdentityEntry>).transpose()
@@ -848,20 +952,24 @@ impl ConsentStoreProjection {
         if tx.get(CONSENT_CHALLENGES_TABLE, id, |v| v.is_some())? {
             return Err(bad("its challenge id is already recorded"));
         }
+        // Only live challenges count (R1): those expired by this challenge's creation time are
+        // retired first.
+        retire_expired(tx, entry.created_at)?;
         let count = count_in(tx, COUNT_CHALLENGES_KEY)?;
-        if count >= CONSENT_CHALLENGES_MAX {
-            return Err(refuse(
-                codes::CONSENT_CAPACITY,
-                "install consent broker reached its bounded capacity",
-            ));
+        let live = count
+            .checked_sub(count_in(tx, COUNT_CHALLENGES_RETIRED_KEY)?)
+            .ok_or_else(|| bad("the store counts more retired challenges than created ones"))?;
+        if live >= CONSENT_CHALLENGES_MAX {
+            return Err(refuse(codes::CONSENT_CAPACITY, CAPACITY.to_string()));
         }
         tx.insert(CONSENT_CHALLENGES_TABLE, id, &archive::to_bytes(&entry)?)?;
         tx.insert(CONSENT_BY_DIGEST_TABLE, &key, id)?;
         tx.insert(
-            CONSENT_COUNTS_TABLE,
-            COUNT_CHALLENGES_KEY,
-            &(count + 1).to_le_bytes(),
+            CONSENT_LIVE_TABLE,
+            &live_key(entry.expires_at, &entry.challenge_id),
+            &[],
         )?;
+        set_count(tx, COUNT_CHALLENGES_KEY, count + 1)?;
         Ok(())
     }
 }
@@ -947,11 +1055,21 @@ impl ConsentStoreProjection {
                 ));
             }
             let count = count_in(tx, COUNT_NONCES_KEY)?;
-            if count >= CONSENT_NONCES_MAX {
+            let retired = count_in(tx, COUNT_NONCES_RETIRED_KEY)?;
+            if count.saturating_sub(retired) >= CONSENT_NONCES_MAX {
                 return Err(refuse(
                     codes::CONSENT_NONCE_CAPACITY,
-                    "install consent assertion nonce history reached its bounded capacity",
+                    NONCE_CAPACITY.to_string(),
                 ));
+            }
+            let live = tx.get(
+                CONSENT_LIVE_TABLE,
+                &live_key(entry.expires_at, &entry.challenge_id),
+                |v| v.is_some(),
+            )?;
+            if !live {
+                // A nonce on a retired challenge is retired with it at once (R4).
+                set_count(tx, COUNT_NONCES_RETIRED_KEY, retired + 1)?;
             }
             let nonce_entry = NonceEntry {
                 challenge_id: entry.challenge_id.clone(),
@@ -970,6 +1088,9 @@ impl ConsentStoreProjection {
             )?;
         }
         tx.insert(CONSENT_CHALLENGES_TABLE, &id, &archive::to_bytes(&next)?)?;
+        if is_final(&next) {
+            retire(tx, &next)?;
+        }
         Ok(())
     }
 }
@@ -981,7 +1102,9 @@ impl Projection for ConsentStoreProjection {
 
     fn version(&self) -> u32 {
         // 2: lifecycle records, trusted-time records, the nonce index.
-        2
+        // 3: the live table and the retired counters; the capacities count live challenges and
+        // their nonces (spec/projections.md §8.9).
+        3
     }
 
     fn tables(&self) -> &'static [&'static str] {
@@ -991,6 +1114,7 @@ impl Projection for ConsentStoreProjection {
             CONSENT_BY_DIGEST_TABLE,
             CONSENT_COUNTS_TABLE,
             CONSENT_NONCES_TABLE,
+            CONSENT_LIVE_TABLE,
         ]
     }
 
@@ -1250,7 +1374,7 @@ impl ConsentStore {
         if n >= challenge.expires_at_micros() {
             return Err(EXPIRED_AT_CREATION);
         }
-        if self.challenge_count()? >= CONSENT_CHALLENGES_MAX {
+        if self.live_challenge_count_at(n)? >= CONSENT_CHALLENGES_MAX {
             return Err(CAPACITY);
         }
         let append = StreamAppend::new(
@@ -1414,11 +1538,41 @@ impl ConsentStore {
 
     /// Number of challenges ever created (every state counts; the reference's row count).
     pub fn challenge_count(&self) -> Result<u64, ConsentStoreError> {
+        self.counter(COUNT_CHALLENGES_KEY)
+    }
+
+    /// Number of live challenges: created and not retired (spec/projections.md §8.9).
+    pub fn live_challenge_count(&self) -> Result<u64, ConsentStoreError> {
+        self.challenge_count()?
+            .checked_sub(self.counter(COUNT_CHALLENGES_RETIRED_KEY)?)
+            .ok_or_else(|| {
+                corruption(
+                    "challenge count is invalid",
+                    "more challenges are retired than created",
+                )
+            })
+    }
+
+    /// The live challenges a challenge created at `n` would find once the fold retired those
+    /// expired by then (R3): what the capacity check inside the append compares.
+    fn live_challenge_count_at(&self, n: UtcMicros) -> Result<u64, ConsentStoreError> {
+        let mut expired = 0u64;
+        self.journal
+            .projection_scan(CONSENT_LIVE_TABLE, |key, _| match live_key_expiry(key) {
+                Some(expiry) if expiry <= n.0 => {
+                    expired += 1;
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Break(()),
+            })
+            .map_err(unavailable)?;
+        Ok(self.live_challenge_count()?.saturating_sub(expired))
+    }
+
+    fn counter(&self, key: &[u8]) -> Result<u64, ConsentStoreError> {
         let bytes = self
             .journal
-            .projection_get(CONSENT_COUNTS_TABLE, COUNT_CHALLENGES_KEY, |v| {
-                v.map(<[u8]>::to_vec)
-            })
+            .projection_get(CONSENT_COUNTS_TABLE, key, |v| v.map(<[u8]>::to_vec))
             .map_err(unavailable)?;
         match bytes {
             None => Ok(0),

@@ -587,9 +587,20 @@ fn capacity_is_enforced_with_a_typed_error() {
     let c = challenge("consent-1");
     let e = store.create_challenge(&c, t(NOW)).unwrap_err();
     assert_eq!(e, CAPACITY);
-    assert_eq!(
-        e.to_string(),
-        "install consent broker reached its bounded capacity"
+    assert!(
+        e.to_string()
+            .starts_with("install consent broker reached its bounded capacity: "),
+        "{e}"
+    );
+    // The sentence names the bound it enforces, and the nonce sentence its own.
+    assert!(
+        e.to_string()
+            .contains(&format!(" {CONSENT_CHALLENGES_MAX} open "))
+    );
+    assert!(
+        NONCE_CAPACITY
+            .to_string()
+            .contains(&format!(" {CONSENT_NONCES_MAX} "))
     );
     // The hook refuses too when the early check is bypassed.
     assert_eq!(
@@ -1212,6 +1223,17 @@ mod lifecycle {
         let late = store.get("consent-1", t("2027-01-01T00:00:00Z")).unwrap();
         assert_eq!(late.state(), ChallengeState::Settled);
         assert_eq!(store.inspect_record("consent-1").unwrap(), settled);
+        // Settled can no longer change: the challenge is retired (spec/projections.md §8.9, R2),
+        // and a rebuild reproduces that.
+        assert_eq!(store.challenge_count().unwrap(), 1);
+        assert_eq!(store.live_challenge_count().unwrap(), 0);
+        let projections = store.projections();
+        let before = projections.digest(CONSENT_STORE_PROJECTION).unwrap();
+        projections.rebuild(CONSENT_STORE_PROJECTION).unwrap();
+        assert_eq!(
+            projections.digest(CONSENT_STORE_PROJECTION).unwrap(),
+            before
+        );
         assert_eq!(
             store
                 .verify_human_decision("consent-1", &a, &accept, t("2026-12-01T10:05:00Z"))
@@ -2215,4 +2237,95 @@ mod lifecycle {
             "consent broker journal authentication failed"
         );
     }
+}
+
+/// A challenge `id` expiring at `expires_at`.
+fn challenge_until(id: &str, expires_at: &str) -> InstallConsentChallenge {
+    let mut f = fields(id);
+    f.expires_at = expires_at.into();
+    InstallConsentChallenge::new(f).unwrap()
+}
+
+#[test]
+fn challenges_expired_before_a_new_one_leave_the_capacity_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // Two days of prompts, three challenges an hour, each open for an hour: many more than the
+    // ones alive at once. Every creation retires those that expired before it (R3).
+    let mut created = 0u64;
+    for hour in 0..48i64 {
+        for k in 0..3i64 {
+            let at = t(NOW)
+                .checked_add((hour * 60 + k * 20) * 60_000_000)
+                .unwrap();
+            let until = at.checked_add(3_600_000_000).unwrap();
+            let c = challenge_until(&format!("consent-{hour}-{k}"), &until.render());
+            store.create_challenge(&c, at).unwrap();
+            created += 1;
+            // Alive: this one and those created in the hour before it (expiry strictly after).
+            assert!(store.live_challenge_count().unwrap() <= 4, "hour {hour}");
+        }
+    }
+    assert_eq!(store.challenge_count().unwrap(), created);
+    assert_eq!(store.live_challenge_count().unwrap(), 3);
+    // A retired challenge is still there: read back, and an identical create is the stored one.
+    let old = challenge_until("consent-0-0", "2026-12-01T11:00:00Z");
+    let late = t("2026-12-04T00:00:00Z");
+    assert_eq!(store.get("consent-0-0", late).unwrap().challenge(), &old);
+    assert_eq!(
+        store.create_challenge(&old, late).unwrap_err().to_string(),
+        EXPIRED.to_string()
+    );
+    assert_eq!(store.challenge_count().unwrap(), created);
+    // The live table and counters are part of the fold.
+    let projections = store.projections();
+    let report = projections.check(CONSENT_STORE_PROJECTION).unwrap();
+    assert!(report.is_equal(), "{report:?}");
+    let before = projections.digest(CONSENT_STORE_PROJECTION).unwrap();
+    projections.rebuild(CONSENT_STORE_PROJECTION).unwrap();
+    assert_eq!(
+        projections.digest(CONSENT_STORE_PROJECTION).unwrap(),
+        before
+    );
+    assert_eq!(store.live_challenge_count().unwrap(), 3);
+}
+
+#[test]
+fn at_capacity_only_expiry_or_settlement_makes_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store
+        .create_challenge(&challenge("consent-1"), t(NOW))
+        .unwrap();
+    // Pretend the other live slots are taken: consent-1 (expiring at 11:00) is the last one.
+    store
+        .journal()
+        .maintain(|tx| {
+            tx.insert(
+                CONSENT_COUNTS_TABLE,
+                COUNT_CHALLENGES_KEY,
+                &CONSENT_CHALLENGES_MAX.to_le_bytes(),
+            )
+            .map(|()| ((), true))
+            .map_err(HookError::from)
+        })
+        .unwrap();
+    let next = challenge_until("consent-2", "2026-12-01T13:00:00Z");
+    // Before consent-1 expires: refused early and inside the append.
+    let before = t("2026-12-01T10:59:59Z");
+    assert_eq!(store.create_challenge(&next, before).unwrap_err(), CAPACITY);
+    assert_eq!(
+        append_error(append_raw(&store, &next, "2026-12-01T10:59:59Z", None).unwrap_err()),
+        CAPACITY
+    );
+    // At its expiry it retires, and the new challenge takes its slot.
+    let at = t("2026-12-01T11:00:00Z");
+    let created = store.create_challenge(&next, at).unwrap();
+    assert_eq!(created.state(), ChallengeState::Pending);
+    assert_eq!(
+        store.live_challenge_count().unwrap(),
+        CONSENT_CHALLENGES_MAX
+    );
+    let third = challenge_until("consent-3", "2026-12-01T13:00:00Z");
+    assert_eq!(store.create_challenge(&third, at).unwrap_err(), CAPACITY);
 }
