@@ -2743,3 +2743,50 @@ fn a_claim_entry_copied_from_another_action_is_refused_on_read() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_version_2_effects_table_of_payload_copies_is_rebuilt_as_entries_on_attach() {
+    let mut f = fixture();
+    let install = f.pending_install();
+    f.authorize(&install).unwrap();
+    let [(key, entry)] = entries(&f.journal, INSTALL_CLAIMS_TABLE)
+        .try_into()
+        .unwrap();
+    // What version 2 stored: the claim record's payload itself, under a version-2 meta entry.
+    let claim = EffectEntry::decode(EffectEntryKind::Claim, &entry).unwrap();
+    let payload = f
+        .journal
+        .read_all(claim.position, 1)
+        .unwrap()
+        .pop()
+        .unwrap()
+        .payload;
+    put_entry(&f.journal, INSTALL_CLAIMS_TABLE, &key, &payload);
+    let meta = f
+        .journal
+        .projection_get(
+            crate::framework::META_TABLE,
+            ENGINE_EFFECTS_PROJECTION.as_bytes(),
+            |v| v.map(crate::framework::ProjectionMeta::decode),
+        )
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let old = crate::framework::ProjectionMeta {
+        version: 2,
+        checkpoint: meta.checkpoint,
+    };
+    put_entry(
+        &f.journal,
+        crate::framework::META_TABLE,
+        ENGINE_EFFECTS_PROJECTION.as_bytes(),
+        &old.encode(),
+    );
+    let f = reopen(f);
+    assert_eq!(
+        entries(&f.journal, INSTALL_CLAIMS_TABLE),
+        vec![(key, entry)]
+    );
+    assert!(f.engine.install_execution_status(&install).unwrap().claimed);
+    check_all(&f.engine);
+}
