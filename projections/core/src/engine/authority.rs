@@ -206,7 +206,7 @@ impl Engine {
                 kind,
                 stream: engine,
                 action_id: action_id.to_owned(),
-                source,
+                source: Box::new(source),
             };
         let decode = |kind: EffectEntryKind, v: Option<&[u8]>| {
             v.map(|v| EffectEntry::decode(kind, v))
@@ -1230,7 +1230,7 @@ impl Engine {
                 kind: EffectEntryKind::Claim,
                 stream: *stream,
                 action_id: action_id.into_owned(),
-                source,
+                source: Box::new(source),
             }
             .into());
         }

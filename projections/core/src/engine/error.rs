@@ -47,7 +47,8 @@ pub enum StoreError {
         kind: super::effect_entry::EffectEntryKind,
         stream: StreamId,
         action_id: String,
-        source: super::effect_entry::EffectEntryError,
+        /// Boxed: the digests it names would make every engine error this large.
+        source: Box<super::effect_entry::EffectEntryError>,
     },
 }
 

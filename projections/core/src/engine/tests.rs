@@ -2662,8 +2662,8 @@ fn a_tampered_effect_entry_is_reported_on_read_apply_and_check() {
             kind: EffectEntryKind::Outcome,
             stream: named,
             action_id,
-            source: EffectEntryError::Digest { .. },
-        })) => {
+            source,
+        })) if matches!(*source, EffectEntryError::Digest { .. }) => {
             assert_eq!(named, stream);
             assert_eq!(action_id, install.action_id);
         }
@@ -2695,10 +2695,8 @@ fn a_tampered_effect_entry_is_reported_on_read_apply_and_check() {
     put_entry(&f.journal, INSTALL_OUTCOMES_TABLE, &key, &moved.encode());
     assert!(matches!(
         f.engine.install_execution_status(&install),
-        Err(StatusError::Store(StoreError::EffectEntry {
-            source: EffectEntryError::Digest { .. },
-            ..
-        }))
+        Err(StatusError::Store(StoreError::EffectEntry { source, .. }))
+            if matches!(*source, EffectEntryError::Digest { .. })
     ));
     // The rebuild restores the entry, and the receipt then settles.
     f.engine
@@ -2734,9 +2732,9 @@ fn a_claim_entry_copied_from_another_action_is_refused_on_read() {
         StoreError::EffectEntry {
             stream,
             action_id: named,
-            source: EffectEntryError::OtherAction { .. },
+            source,
             ..
-        } => {
+        } if matches!(*source, EffectEntryError::OtherAction { .. }) => {
             assert_eq!(stream, engine_stream);
             assert_eq!(named, action_id);
         }
