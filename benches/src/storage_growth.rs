@@ -67,6 +67,9 @@ pub struct Report {
     pub allocated_bytes: u64,
     pub stored_bytes: u64,
     pub compacted_file_bytes: u64,
+    /// `proj.query.counts` (spec/projections.md §7.5): queries registered and retired, desired
+    /// sets reserved and committed; the capacities bound the differences.
+    pub query_counts: BTreeMap<String, u64>,
     pub tables: BTreeMap<String, TableBytes>,
     /// Each distinct `systemMessage` the prompts answered (digests elided) with its count.
     pub system_messages: BTreeMap<String, usize>,
@@ -144,6 +147,14 @@ impl Report {
             ms(median(&self.hook_after_kill)),
             ms(median(&self.hook_clean)),
         ));
+        let count = |name: &str| self.query_counts.get(name).copied().unwrap_or(0);
+        out.push_str(&format!(
+            "managed queries: {} registered, {} live; desired sets: {} reserved, {} pending\n",
+            count("queries"),
+            count("queries").saturating_sub(count("queries_retired")),
+            count("desired_sets"),
+            count("desired_sets").saturating_sub(count("desired_sets_committed")),
+        ));
         for (message, count) in &self.system_messages {
             out.push_str(&format!("  {count} x systemMessage: {message}\n"));
         }
@@ -165,6 +176,7 @@ impl Report {
                 "entries": t.entries, "stored": t.stored, "fragmented": t.fragmented,
             }))).collect::<serde_json::Map<_, _>>(),
             "system_messages": self.system_messages,
+            "query_counts": self.query_counts,
             "build_wall_ms": self.build_wall.as_millis() as u64,
             "audit_wall_ms": self.audit_wall.as_millis() as u64,
             "audit_exit": self.audit_exit,
@@ -249,6 +261,23 @@ fn table_bytes(file: &Path, report: &mut Report) -> BenchResult<()> {
                 fragmented: s.fragmented_bytes(),
             },
         );
+    }
+    let counts: redb::TableDefinition<&[u8], &[u8]> =
+        redb::TableDefinition::new("proj.query.counts");
+    if let Ok(table) = read.open_table(counts) {
+        for name in [
+            "queries",
+            "queries_retired",
+            "desired_sets",
+            "desired_sets_committed",
+        ] {
+            let value = table
+                .get(name.as_bytes())?
+                .and_then(|v| <[u8; 8]>::try_from(v.value()).ok().map(u64::from_le_bytes));
+            if let Some(value) = value {
+                report.query_counts.insert(name.to_owned(), value);
+            }
+        }
     }
     report.records = report
         .tables
