@@ -31,10 +31,16 @@ pub(crate) fn check_raw(data: &[u8]) {
     assert!(!record.event_id.is_empty() && record.event_id.len() <= EVENT_ID_MAX_BYTES);
     assert!(!record.kind.is_empty() && record.kind.len() <= KIND_MAX_BYTES);
     assert!(record.payload.len() <= PAYLOAD_MAX_BYTES);
-    assert!(
-        record.payload.len() < data.len(),
-        "the payload is part of the value"
-    );
+    // Version 2, codec 1 (spec/journal.md §4): the value holds a zstd frame shorter than the
+    // payload. Otherwise the payload is the end of the value.
+    if data[4..7] == [2, 0, 1] {
+        assert!(!record.payload.is_empty());
+    } else {
+        assert!(
+            data.ends_with(&record.payload) && record.payload.len() < data.len(),
+            "the payload is part of the value"
+        );
+    }
     // Decoding is a pure function of the bytes.
     assert_eq!(decode_record_value(data).ok().as_ref(), Some(&record));
 }
@@ -127,12 +133,11 @@ fn write_seed_journal(dir: &Path) {
             StreamAppend::new(
                 stream(b""),
                 ExpectedRevision::Any,
-                vec![NewRecord::new(
-                    "s4",
-                    "x",
-                    Timestamp(i64::MIN),
-                    b"{}".to_vec(),
-                )],
+                vec![
+                    NewRecord::new("s4", "x", Timestamp(i64::MIN), b"{}".to_vec()),
+                    // Stored compressed (record value version 2, zstd).
+                    NewRecord::new("s5", "ctx.engine.v1", Timestamp(1), json_payload()),
+                ],
             ),
         ],
     ];
@@ -141,6 +146,20 @@ fn write_seed_journal(dir: &Path) {
             panic!("seed append: {e}");
         }
     }
+}
+
+/// Canonical-JSON-like text of the kind the engine records: repeated keys, hex digests.
+fn json_payload() -> Vec<u8> {
+    let mut out = String::from("{\"actions\":[");
+    for i in 0..24u64 {
+        out.push_str(&format!(
+            "{{\"capability\":\"skill.{i}\",\"digest\":\"{:016x}{:016x}\",\"mode\":\"install\"}},",
+            i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            i.wrapping_mul(0xc2b2_ae3d_27d4_eb4f),
+        ));
+    }
+    out.push_str("{}]}");
+    out.into_bytes()
 }
 
 fn read_values(db_path: &PathBuf) -> Vec<Vec<u8>> {
@@ -167,7 +186,11 @@ mod tests {
 
     #[test]
     fn seeds_decode_and_edits_hold() {
-        assert_eq!(seeds().len(), 4);
+        assert_eq!(seeds().len(), 5);
+        // Version 2: the short payloads are stored as they are, the long ones compressed.
+        let codecs: Vec<u8> = seeds().iter().map(|(v, _)| v[6]).collect();
+        assert_eq!(codecs, [0, 0, 1, 0, 1]);
+        assert!(seeds().iter().all(|(v, _)| v[4..6] == [2, 0]));
         check(&[]);
         check(&[0]);
         check(&[1, 0, 20, 0xff]);
@@ -175,5 +198,26 @@ mod tests {
         for i in 0..=255u8 {
             check(&[i, 0, i, 1, 0, i / 2, 0x80]);
         }
+    }
+
+    /// The committed raw seeds (`corpus/decode_record/seed-*`): the same record as a version-1
+    /// value (written by the last version-1 build) and as a compressed version-2 value.
+    #[test]
+    fn committed_seeds_decode() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/decode_record");
+        let read = |name: &str| match std::fs::read(dir.join(name)) {
+            Ok(bytes) => bytes,
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let v1 = read("seed-v1-host-session");
+        let v2 = read("seed-v2-host-session");
+        assert_eq!(
+            (&v1[4..8], &v2[4..8]),
+            (&[1, 0, 0, 0][..], &[2, 0, 1, 0][..])
+        );
+        assert_eq!(decode_record_value(&v1).ok(), decode_record_value(&v2).ok());
+        assert!(decode_record_value(&v2).is_ok());
+        check(&v1);
+        check(&v2);
     }
 }

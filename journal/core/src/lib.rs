@@ -48,7 +48,7 @@ pub use backend::{
     Backend, CommitError, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord, ReadTxn,
     WriteTxn,
 };
-pub use codec::{RecordView, decode_record_value};
+pub use codec::{RecordView, StorePayloadsAsIs, decode_record_value};
 pub use error::{
     AppendError, ConflictKind, DecodeError, OpenError, ProjectionError, ReadError, StorageError,
     VerifyError,

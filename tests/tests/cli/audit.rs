@@ -106,7 +106,8 @@ fn tamper_record(journal_dir: &Path, position: u64) {
         let table = txn.open_table(RECORDS).unwrap();
         table.get(position).unwrap().map(|g| g.value().to_vec())
     };
-    let value = flip_last_byte(before);
+    // Payload stored as is, so its last byte is the value's last byte (not a zstd frame's).
+    let value = flip_last_byte(before.map(|v| crate::support::record_value_stored_as_is(&v)));
     let txn = db.begin_write().unwrap();
     txn.open_table(RECORDS)
         .unwrap()

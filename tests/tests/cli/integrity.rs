@@ -28,7 +28,8 @@ fn flip_record(journal_dir: &Path, position: u64) {
     let mut value = {
         let txn = db.begin_read().unwrap();
         let table = txn.open_table(RECORDS).unwrap();
-        table.get(position).unwrap().unwrap().value().to_vec()
+        // With its payload stored as is, the value's last byte is the payload's last byte.
+        crate::support::record_value_stored_as_is(table.get(position).unwrap().unwrap().value())
     };
     let last = value.len() - 1;
     value[last] ^= 0x01;

@@ -581,7 +581,8 @@ fn tamper(data_dir: &std::path::Path, position: u64, old: &str, new: &str) {
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         let sql = format!("SELECT record FROM {schema}.ctx_records WHERE position = $1");
         let row = client.query_one(&sql, &[&(position as i64)]).unwrap();
-        let mut value: Vec<u8> = row.get(0);
+        // Decompressed first, as such an attacker would (spec/journal.md §4, R7).
+        let mut value = crate::support::record_value_stored_as_is(row.get(0));
         let at = value
             .windows(old.len())
             .position(|w| w == old.as_bytes())
@@ -600,7 +601,7 @@ fn tamper(data_dir: &std::path::Path, position: u64, old: &str, new: &str) {
     let mut value = {
         let txn = db.begin_read().unwrap();
         let table = txn.open_table(RECORDS).unwrap();
-        table.get(position).unwrap().unwrap().value().to_vec()
+        crate::support::record_value_stored_as_is(table.get(position).unwrap().unwrap().value())
     };
     let hits: Vec<usize> = value
         .windows(old.len())

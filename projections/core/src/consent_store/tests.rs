@@ -689,6 +689,8 @@ fn tamper_file(dir: &Path, needle: &[u8], replacement: &[u8]) -> usize {
 
 #[test]
 fn a_record_altered_on_disk_is_refused() {
+    // Payloads stored as is, so the edit below finds its text (spec/journal.md §4, R7).
+    let _as_is = ctx_journal::StorePayloadsAsIs::new();
     let dir = tempfile::tempdir().unwrap();
     {
         let store = open(dir.path());
@@ -2182,6 +2184,8 @@ mod lifecycle {
 
     #[test]
     fn a_tampered_lifecycle_record_or_entry_is_refused() {
+        // Payloads stored as is, so the edit below finds its text (spec/journal.md §4, R7).
+        let _as_is = ctx_journal::StorePayloadsAsIs::new();
         let dir = tempfile::tempdir().unwrap();
         {
             let store = open(dir.path());

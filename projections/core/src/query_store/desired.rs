@@ -2260,6 +2260,8 @@ mod tests {
 
     #[test]
     fn a_desired_record_altered_on_disk_is_refused() {
+        // Payloads stored as is, so the edit below finds its text (spec/journal.md §4, R7).
+        let _as_is = ctx_journal::StorePayloadsAsIs::new();
         let dir = tempfile::tempdir().unwrap();
         let f = fixture("q1", "s1", "plan-1");
         {

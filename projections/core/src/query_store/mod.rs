@@ -2552,6 +2552,8 @@ mod tests {
 
     #[test]
     fn a_record_altered_on_disk_is_refused() {
+        // Payloads stored as is, so the edit below finds its text (spec/journal.md §4, R7).
+        let _as_is = ctx_journal::StorePayloadsAsIs::new();
         let dir = tempfile::tempdir().unwrap();
         let query_ref = {
             let store = open(dir.path(), 1);
