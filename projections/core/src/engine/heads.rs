@@ -526,6 +526,13 @@ impl Projection for EngineStateProjection {
             position: record.position,
             event_content_digest: event_digest,
         };
+        if matches!(head, StoredHead::Summary(_)) {
+            // A full head of up to tens of KB shrinks to a summary of 92 bytes. Replaced in place,
+            // the small value would keep the whole leaf page the large one needed (measured: 4.4
+            // KB of empty page per terminal stream); removed first, the leaf is merged with a
+            // neighbour and the summary packs with the others (spec/storage-growth.md §7).
+            tx.remove(HEADS_TABLE, record.stream.as_bytes())?;
+        }
         tx.insert(HEADS_TABLE, record.stream.as_bytes(), &head.encode()?)?;
         tx.insert(
             EVENTS_TABLE,
