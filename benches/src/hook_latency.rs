@@ -395,6 +395,11 @@ impl World {
         })
     }
 
+    /// Persists the world's directory instead of removing it on drop; returns its path.
+    pub(crate) fn keep(self) -> PathBuf {
+        self._dir.keep()
+    }
+
     /// `ctx --data-dir <data> <args>` with only PATH from this process's environment (and
     /// `CTX_JOURNAL_URL` when the world has one): the user's own CTX_DATA_DIR, XDG dirs or Claude
     /// settings must not leak into the measurement.

@@ -20,6 +20,7 @@ pub mod pg_append;
 pub mod seam_ab;
 pub mod storage_growth;
 pub mod workload;
+pub mod zstd_dictionary;
 
 /// The error type of the bench code: anything that can cross a thread boundary.
 pub type BenchError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -47,6 +47,8 @@ pub struct Config {
     pub prompts: usize,
     /// Where the data directory lives (a disk).
     pub dir: PathBuf,
+    /// Keep the world's directory after the run (for `ctx export` and a closer look).
+    pub keep: bool,
 }
 
 /// One table's share.
@@ -428,6 +430,9 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         .output()?;
     check_exit("ctx compact", &compacted)?;
     report.compacted_file_bytes = std::fs::metadata(&file)?.len();
+    if config.keep {
+        eprintln!("kept the run's directory {}", world.keep().display());
+    }
     Ok(report)
 }
 
@@ -460,6 +465,7 @@ mod tests {
             ctx,
             prompts: SMOKE_PROMPTS,
             dir: dir.path().to_path_buf(),
+            keep: false,
         })
         .unwrap();
         println!("{}", report.markdown());

@@ -31,9 +31,9 @@ pub(crate) fn check_raw(data: &[u8]) {
     assert!(!record.event_id.is_empty() && record.event_id.len() <= EVENT_ID_MAX_BYTES);
     assert!(!record.kind.is_empty() && record.kind.len() <= KIND_MAX_BYTES);
     assert!(record.payload.len() <= PAYLOAD_MAX_BYTES);
-    // Version 2, codec 1 (spec/journal.md §4): the value holds a zstd frame shorter than the
-    // payload. Otherwise the payload is the end of the value.
-    if data[4..7] == [2, 0, 1] {
+    // Version 2, codec 1 or 2 (spec/journal.md §4): the value holds a zstd frame shorter than
+    // the payload. Otherwise the payload is the end of the value.
+    if data[4..7] == [2, 0, 1] || data[4..7] == [2, 0, 2] {
         assert!(!record.payload.is_empty());
     } else {
         assert!(
@@ -189,7 +189,7 @@ mod tests {
         assert_eq!(seeds().len(), 5);
         // Version 2: the short payloads are stored as they are, the long ones compressed.
         let codecs: Vec<u8> = seeds().iter().map(|(v, _)| v[6]).collect();
-        assert_eq!(codecs, [0, 0, 1, 0, 1]);
+        assert_eq!(codecs, [0, 0, 2, 0, 2]);
         assert!(seeds().iter().all(|(v, _)| v[4..6] == [2, 0]));
         check(&[]);
         check(&[0]);
@@ -201,7 +201,8 @@ mod tests {
     }
 
     /// The committed raw seeds (`corpus/decode_record/seed-*`): the same record as a version-1
-    /// value (written by the last version-1 build) and as a compressed version-2 value.
+    /// value (written by the last version-1 build) and as version-2 values compressed without
+    /// (codec 1) and with the records dictionary (codec 2).
     #[test]
     fn committed_seeds_decode() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/decode_record");
@@ -211,13 +212,19 @@ mod tests {
         };
         let v1 = read("seed-v1-host-session");
         let v2 = read("seed-v2-host-session");
+        let v2_dict = read("seed-v2-dict-host-session");
         assert_eq!(
-            (&v1[4..8], &v2[4..8]),
-            (&[1, 0, 0, 0][..], &[2, 0, 1, 0][..])
+            (&v1[4..8], &v2[4..8], &v2_dict[4..8]),
+            (&[1, 0, 0, 0][..], &[2, 0, 1, 0][..], &[2, 0, 2, 0][..])
         );
         assert_eq!(decode_record_value(&v1).ok(), decode_record_value(&v2).ok());
+        assert_eq!(
+            decode_record_value(&v1).ok(),
+            decode_record_value(&v2_dict).ok()
+        );
         assert!(decode_record_value(&v2).is_ok());
         check(&v1);
         check(&v2);
+        check(&v2_dict);
     }
 }

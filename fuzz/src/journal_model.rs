@@ -133,10 +133,26 @@ pub struct RecordSpec {
     /// Modulo 32: "k.a" or "k.b"; 30 has a space, 31 is empty.
     pub kind: u8,
     pub at: u8,
-    /// Modulo 8: 7 makes the payload [`BIG_PAYLOAD`] bytes (the payload repeated, or zeros), so
-    /// that the database file grows; otherwise the payload is at most [`MAX_PAYLOAD`] bytes.
+    /// Modulo 8: 7 makes the payload [`BIG_PAYLOAD`] incompressible bytes seeded by the payload,
+    /// so that the database file grows; otherwise the payload is at most [`MAX_PAYLOAD`] bytes.
     pub size: u8,
     pub payload: Vec<u8>,
+}
+
+/// [`BIG_PAYLOAD`] bytes that zstd cannot shrink (xorshift64* seeded by `seed`), so that they
+/// grow the file even though the journal compresses payloads (spec/journal.md §4).
+fn big_payload(seed: &[u8]) -> Vec<u8> {
+    let mut x = seed.iter().fold(0x9e37_79b9_7f4a_7c15u64, |x, &b| {
+        (x ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    }) | 1;
+    (0..BIG_PAYLOAD)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+        })
+        .collect()
 }
 
 /// Runs one program against a fresh journal and panics on any disagreement with the model.
@@ -946,12 +962,7 @@ impl Harness {
                         let mut payload: Vec<u8> =
                             r.payload.iter().take(MAX_PAYLOAD).copied().collect();
                         if r.size % 8 == 7 {
-                            payload = match payload.is_empty() {
-                                true => vec![0; BIG_PAYLOAD],
-                                false => {
-                                    payload.iter().cycle().take(BIG_PAYLOAD).copied().collect()
-                                }
-                            };
+                            payload = big_payload(&payload);
                         }
                         NewRecord::new(event_id, kind, Timestamp(i64::from(r.at) - 128), payload)
                     })

@@ -128,12 +128,12 @@ pub fn payload_for(event_id: &str) -> Vec<u8> {
 }
 
 /// The same record value with its payload stored as is: a version-2 value whose payload is
-/// compressed (codec 1) becomes codec 0 with the decompressed payload after the header, which is
+/// compressed (codec 1, or codec 2 with the records dictionary) becomes codec 0 with the decompressed payload after the header, which is
 /// the same record under the same D and MAC (spec/journal.md §4, R7). Other values are returned
 /// unchanged. Tests that edit payload bytes in place, as an attacker with the file would after
 /// decompressing, call it first.
 pub fn record_value_stored_as_is(value: &[u8]) -> Vec<u8> {
-    if value.get(4..8) != Some(&[2, 0, 1, 0][..]) {
+    if !matches!(value.get(4..8), Some([2, 0, 1 | 2, 0])) {
         return value.to_vec();
     }
     let record = ctx_journal::decode_record_value(value).expect("an intact record value");

@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ctx_benches::compare::{self, Config};
-use ctx_benches::{BenchResult, hook_latency, pg_append, seam_ab, storage_growth, target_dir};
+use ctx_benches::{
+    BenchResult, hook_latency, pg_append, seam_ab, storage_growth, target_dir, zstd_dictionary,
+};
 
 const HELP: &str = "\
 ctx-bench: side-by-side throughput of the ctx journal and its peers, measured in one run; and
@@ -24,7 +26,10 @@ USAGE:
                       [--dir DIR] [--rounds N] [--budget-ms N] [--test] [--out FILE]
     ctx-bench pg-append [--url URL] [--clients 1,8] [--rounds N] [--budget-ms N] [--test]
                         [--out FILE]
-    ctx-bench storage-growth [--ctx PATH] [--prompts N] [--dir DIR] [--test] [--out FILE]
+    ctx-bench storage-growth [--ctx PATH] [--prompts N] [--dir DIR] [--keep] [--test]
+                             [--out FILE]
+    ctx-bench zstd-dictionary --train EXPORT... [--held-out EXPORT...] [--size BYTES]
+                              [--out FILE] [--against DICT]
     ctx-bench --help
 
 compare measures, each in a fresh temp dir under one base directory (so on one disk):
@@ -140,10 +145,25 @@ then reports the journal file, redb's allocated pages and every table's stored b
 next prompt hook after a prompt hook is killed with SIGKILL at 15-90 ms, and the file after
 `ctx compact`.
 
+zstd-dictionary trains a zstd dictionary on the record payloads of `ctx export` files (--train)
+and reports what each payload compressed alone (level 3, payloads under 128 bytes as is) takes
+without a dictionary, with the new one and with --against DICT (e.g. the committed
+journal/core/src/records-v1.zdict), on the training payloads and on --held-out exports. The
+committed dictionary is part of the record format and is never replaced in place
+(spec/journal.md §4).
+
+OPTIONS (zstd-dictionary):
+    --train FILE      a `ctx export` file to train on (repeatable, at least one)
+    --held-out FILE   a `ctx export` file to measure on, not trained on (repeatable)
+    --size BYTES      the dictionary's size (default 32768)
+    --against FILE    a dictionary to compare with
+    --out FILE        where to write the new dictionary (default: not written)
+
 OPTIONS (storage-growth):
     --ctx PATH        the ctx binary (default: build the release binary)
     --prompts N       prompts (default 2000)
     --dir DIR         where the data directory lives (default: the system temp dir)
+    --keep            keep the run's home, project and data directory (printed) for inspection
     --test            smoke mode: 12 prompts; the figures are printed, not written
     --out FILE        default <workspace>/target/ctx-bench/storage-growth.json";
 
@@ -151,6 +171,7 @@ struct StorageArgs {
     ctx: Option<PathBuf>,
     prompts: Option<usize>,
     dir: Option<PathBuf>,
+    keep: bool,
     smoke: bool,
     out: Option<PathBuf>,
 }
@@ -201,6 +222,15 @@ enum Args {
     SeamAb(SeamArgs),
     PgAppend(PgArgs),
     StorageGrowth(StorageArgs),
+    ZstdDictionary(DictionaryArgs),
+}
+
+struct DictionaryArgs {
+    train: Vec<PathBuf>,
+    held_out: Vec<PathBuf>,
+    size: usize,
+    against: Option<PathBuf>,
+    out: Option<PathBuf>,
 }
 
 fn positive(arg: &str, text: &str) -> Result<usize, String> {
@@ -252,7 +282,15 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             ctx: None,
             prompts: None,
             dir: None,
+            keep: false,
             smoke: false,
+            out: None,
+        }),
+        Some("zstd-dictionary") => Args::ZstdDictionary(DictionaryArgs {
+            train: Vec::new(),
+            held_out: Vec::new(),
+            size: zstd_dictionary::DEFAULT_DICTIONARY_BYTES,
+            against: None,
             out: None,
         }),
         Some("-h" | "--help" | "help") | None => return Ok(None),
@@ -317,11 +355,25 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--ctx" => g.ctx = Some(text()?.into()),
                 "--prompts" => g.prompts = Some(positive(a, &text()?)?),
                 "--dir" => g.dir = Some(text()?.into()),
+                "--keep" => g.keep = true,
                 "--test" | "--smoke" => g.smoke = true,
                 "--out" => g.out = Some(text()?.into()),
                 _ => return Err(format!("unknown argument {arg:?}")),
             },
+            Args::ZstdDictionary(d) => match a {
+                "--train" => d.train.push(text()?.into()),
+                "--held-out" => d.held_out.push(text()?.into()),
+                "--size" => d.size = positive(a, &text()?)?,
+                "--against" => d.against = Some(text()?.into()),
+                "--out" => d.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
         }
+    }
+    if let Args::ZstdDictionary(d) = &parsed
+        && d.train.is_empty()
+    {
+        return Err("zstd-dictionary needs at least one --train export".to_owned());
     }
     if let Args::HookLatency(h) = &parsed
         && h.postgres
@@ -502,7 +554,12 @@ fn run_storage_growth(args: StorageArgs) -> BenchResult<()> {
         Some(dir) => std::path::absolute(dir)?,
         None => std::env::temp_dir(),
     };
-    let report = storage_growth::run(&storage_growth::Config { ctx, prompts, dir })?;
+    let report = storage_growth::run(&storage_growth::Config {
+        ctx,
+        prompts,
+        dir,
+        keep: args.keep,
+    })?;
     println!("{}", report.markdown());
     if !args.smoke {
         let out = args
@@ -520,7 +577,49 @@ fn run(args: Args) -> BenchResult<()> {
         Args::SeamAb(args) => run_seam_ab(args),
         Args::PgAppend(args) => run_pg_append(args),
         Args::StorageGrowth(args) => run_storage_growth(args),
+        Args::ZstdDictionary(args) => run_zstd_dictionary(args),
     }
+}
+
+fn run_zstd_dictionary(args: DictionaryArgs) -> BenchResult<()> {
+    let load = |files: &[PathBuf]| -> BenchResult<Vec<Vec<u8>>> {
+        let mut all = Vec::new();
+        for file in files {
+            all.extend(zstd_dictionary::export_payloads(file)?);
+        }
+        Ok(all)
+    };
+    let train = load(&args.train)?;
+    let held_out = load(&args.held_out)?;
+    let dictionary = zstd_dictionary::train(&train, args.size)?;
+    let against = args.against.as_ref().map(std::fs::read).transpose()?;
+    println!(
+        "| payloads | records | raw bytes | no dictionary | new ({} B) | --against |",
+        dictionary.len()
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (name, set) in [("training", &train), ("held out", &held_out)] {
+        if set.is_empty() {
+            continue;
+        }
+        let raw: u64 = set.iter().map(|p| p.len() as u64).sum();
+        let min = zstd_dictionary::COMPRESS_MIN_BYTES;
+        let none = zstd_dictionary::compressed_bytes(set, None, min)?;
+        let new = zstd_dictionary::compressed_bytes(set, Some(&dictionary), min)?;
+        let old = match &against {
+            Some(d) => zstd_dictionary::compressed_bytes(set, Some(d), min)?.to_string(),
+            None => "-".to_owned(),
+        };
+        println!(
+            "| {name} | {} | {raw} | {none} | {new} | {old} |",
+            set.len()
+        );
+    }
+    if let Some(out) = args.out {
+        std::fs::write(&out, &dictionary)?;
+        println!("wrote {} ({} bytes)", out.display(), dictionary.len());
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

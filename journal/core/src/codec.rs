@@ -1,6 +1,7 @@
 //! Byte layouts of everything the journal stores (spec/journal.md, "Tables and layouts").
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -29,8 +30,18 @@ pub(crate) const RECORD_PREFIX_BYTES: usize = 12;
 /// Payload codec of a version-2 value (prefix byte 6): the payload bytes as they are.
 pub(crate) const CODEC_STORED: u8 = 0;
 /// Payload codec of a version-2 value (prefix byte 6): one zstd frame that declares its content
-/// size, no dictionary.
+/// size, no dictionary. Written by builds before the records dictionary; still read.
 pub(crate) const CODEC_ZSTD: u8 = 1;
+/// Payload codec of a version-2 value (prefix byte 6): one zstd frame that declares its content
+/// size, made with [`RECORDS_DICTIONARY`] and naming its id. What this build writes.
+pub(crate) const CODEC_ZSTD_DICT: u8 = 2;
+/// The journal's payload dictionary 1 (spec/journal.md §4 R9): 32 KiB trained by
+/// `ctx-bench zstd-dictionary` on the payloads of hook-built journals. Part of the record format:
+/// frames written with it must decode forever, so these bytes never change; a better dictionary
+/// would be another codec id beside this one.
+pub(crate) const RECORDS_DICTIONARY: &[u8] = include_bytes!("records-v1.zdict");
+/// The id [`RECORDS_DICTIONARY`] declares, which every codec-2 frame names.
+pub(crate) const RECORDS_DICTIONARY_ID: u32 = 870_048_847;
 /// zstd's default level: on the hook path's real payloads 2.83x smaller at ~12 us per record.
 /// Level 1 writes 1.6 % more bytes for 30 % less CPU; levels 6 and 19 gain 2-4 % for 2x and 35x
 /// the time (spec/journal.md §4). Changing it changes no format: any level's frames decode.
@@ -162,7 +173,7 @@ pub(crate) fn encode_record(
     out.extend_from_slice(&archived);
     let start = out.len();
     if compress_after(&record.payload, out, start) {
-        out[6] = CODEC_ZSTD;
+        out[6] = CODEC_ZSTD_DICT;
     } else {
         out.truncate(start);
         out.extend_from_slice(&record.payload);
@@ -204,14 +215,52 @@ fn archive_header(
     archived
 }
 
+/// [`RECORDS_DICTIONARY`] digested for compression at [`ZSTD_LEVEL`], once per process: a hook
+/// process writes a few dozen records, and preparing the dictionary costs about as much as
+/// compressing ten of them.
+/// `None` only if zstd could not allocate it; the writer then stores payloads as they are.
+fn encoder_dictionary() -> Option<&'static zstd::dict::EncoderDictionary<'static>> {
+    static PREPARED: OnceLock<Option<zstd::dict::EncoderDictionary<'static>>> = OnceLock::new();
+    PREPARED
+        .get_or_init(|| {
+            zstd::dict::EncoderDictionary::try_copy(RECORDS_DICTIONARY, ZSTD_LEVEL).ok()
+        })
+        .as_ref()
+}
+
+/// [`RECORDS_DICTIONARY`] digested for decompression, once per process; `None` only if zstd
+/// could not allocate it, and a codec-2 read then fails as "no context could be made".
+fn decoder_dictionary() -> Option<&'static zstd::dict::DecoderDictionary<'static>> {
+    static PREPARED: OnceLock<Option<zstd::dict::DecoderDictionary<'static>>> = OnceLock::new();
+    PREPARED
+        .get_or_init(|| zstd::dict::DecoderDictionary::try_copy(RECORDS_DICTIONARY).ok())
+        .as_ref()
+}
+
 thread_local! {
     /// One zstd compression context per writing thread: a context costs an allocation of its
     /// tables, and records are compressed one by one inside the write transaction.
     static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
         const { RefCell::new(None) };
-    /// One zstd decompression context per reading thread.
+    /// One zstd decompression context per reading thread and codec: a context that references
+    /// the dictionary would start a plain frame from the dictionary's repeat offsets and decode
+    /// it wrongly, so codec 1 and codec 2 never share one.
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
         const { RefCell::new(None) };
+    static DICT_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+fn new_compressor() -> Option<zstd::bulk::Compressor<'static>> {
+    zstd::bulk::Compressor::with_prepared_dictionary(encoder_dictionary()?).ok()
+}
+
+fn new_decompressor(dictionary: bool) -> Option<zstd::bulk::Decompressor<'static>> {
+    if dictionary {
+        zstd::bulk::Decompressor::with_prepared_dictionary(decoder_dictionary()?).ok()
+    } else {
+        zstd::bulk::Decompressor::new().ok()
+    }
 }
 
 /// How many [`StorePayloadsAsIs`] guards live in this process.
@@ -245,8 +294,8 @@ impl Drop for StorePayloadsAsIs {
     }
 }
 
-/// Compresses `payload` into `out[start..]` when the frame is shorter than the payload, and
-/// returns whether it did; `out` then ends with the frame. On `false` (too short, incompressible,
+/// Compresses `payload` with [`RECORDS_DICTIONARY`] into `out[start..]` when the frame is shorter
+/// than the payload, and returns whether it did; `out` then ends with the frame. On `false` (too short, incompressible,
 /// or no context could be made) the caller stores the payload as it is; its `out` beyond `start`
 /// is garbage then.
 fn compress_after(payload: &[u8], out: &mut Vec<u8>, start: usize) -> bool {
@@ -265,7 +314,7 @@ fn compress_after(payload: &[u8], out: &mut Vec<u8>, start: usize) -> bool {
         .try_with(|cell| match cell.try_borrow_mut() {
             Ok(mut slot) => {
                 if slot.is_none() {
-                    *slot = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+                    *slot = new_compressor();
                 }
                 slot.as_mut().map(&mut compress)
             }
@@ -274,11 +323,7 @@ fn compress_after(payload: &[u8], out: &mut Vec<u8>, start: usize) -> bool {
         .ok()
         .flatten()
         // No thread-local context (the thread is exiting): a context of its own.
-        .or_else(|| {
-            zstd::bulk::Compressor::new(ZSTD_LEVEL)
-                .ok()
-                .map(|mut c| compress(&mut c))
-        });
+        .or_else(|| new_compressor().map(|mut c| compress(&mut c)));
     match written {
         Some(Ok(n)) if n > 0 && n < payload.len() => {
             out.truncate(start + n);
@@ -289,11 +334,18 @@ fn compress_after(payload: &[u8], out: &mut Vec<u8>, start: usize) -> bool {
 }
 
 /// The uncompressed length a stored zstd payload declares, checked before anything is
-/// decompressed: exactly one frame spanning all of `stored`, declaring a content size that is at
-/// most [`PAYLOAD_MAX_BYTES`] and longer than `stored`.
-fn zstd_payload_len(stored: &[u8]) -> Result<usize, &'static str> {
+/// decompressed: exactly one frame spanning all of `stored`, naming [`RECORDS_DICTIONARY_ID`]
+/// when `dictionary` and no dictionary otherwise, declaring a content size that is at most
+/// [`PAYLOAD_MAX_BYTES`] and longer than `stored`.
+fn zstd_payload_len(stored: &[u8], dictionary: bool) -> Result<usize, &'static str> {
     if zstd::zstd_safe::find_frame_compressed_size(stored) != Ok(stored.len()) {
         return Err("compressed payload is not exactly one zstd frame");
+    }
+    let named = zstd::zstd_safe::get_dict_id_from_frame(stored).map(|id| id.get());
+    match (dictionary, named) {
+        (true, Some(RECORDS_DICTIONARY_ID)) | (false, None) => {}
+        (true, _) => return Err("compressed payload does not name the records dictionary"),
+        (false, Some(_)) => return Err("compressed payload names a dictionary its codec has not"),
     }
     let declared = match zstd::zstd_safe::get_frame_content_size(stored) {
         Ok(Some(n)) => n,
@@ -311,14 +363,19 @@ fn zstd_payload_len(stored: &[u8]) -> Result<usize, &'static str> {
 
 /// Decompresses one zstd frame into exactly `dest` (its declared length): more output than
 /// `dest` holds is refused by zstd itself, less by the count.
-fn decompress_into(stored: &[u8], dest: &mut [u8]) -> Result<(), &'static str> {
+fn decompress_into(stored: &[u8], dest: &mut [u8], dictionary: bool) -> Result<(), &'static str> {
     let mut run =
         |d: &mut zstd::bulk::Decompressor<'static>| d.decompress_to_buffer(stored, &mut *dest);
-    let result = DECOMPRESSOR
+    let local = if dictionary {
+        &DICT_DECOMPRESSOR
+    } else {
+        &DECOMPRESSOR
+    };
+    let result = local
         .try_with(|cell| match cell.try_borrow_mut() {
             Ok(mut slot) => {
                 if slot.is_none() {
-                    *slot = zstd::bulk::Decompressor::new().ok();
+                    *slot = new_decompressor(dictionary);
                 }
                 slot.as_mut().map(&mut run)
             }
@@ -326,11 +383,7 @@ fn decompress_into(stored: &[u8], dest: &mut [u8]) -> Result<(), &'static str> {
         })
         .ok()
         .flatten()
-        .or_else(|| {
-            zstd::bulk::Decompressor::new()
-                .ok()
-                .map(|mut d| run(&mut d))
-        });
+        .or_else(|| new_decompressor(dictionary).map(|mut d| run(&mut d)));
     match result {
         Some(Ok(n)) if n == dest.len() => Ok(()),
         Some(_) => Err("compressed payload does not decompress to its length"),
@@ -356,9 +409,11 @@ pub(crate) fn decode_record<'a>(
         return Err("record magic is wrong");
     }
     let version = u16::from_le_bytes([value[4], value[5]]);
+    // None: stored as is; Some(d): a zstd frame, with the records dictionary when d.
     let compressed = match (version, value[6], value[7]) {
-        (RECORD_FORMAT_VERSION_1, 0, 0) | (RECORD_FORMAT_VERSION, CODEC_STORED, 0) => false,
-        (RECORD_FORMAT_VERSION, CODEC_ZSTD, 0) => true,
+        (RECORD_FORMAT_VERSION_1, 0, 0) | (RECORD_FORMAT_VERSION, CODEC_STORED, 0) => None,
+        (RECORD_FORMAT_VERSION, CODEC_ZSTD, 0) => Some(false),
+        (RECORD_FORMAT_VERSION, CODEC_ZSTD_DICT, 0) => Some(true),
         (RECORD_FORMAT_VERSION_1 | RECORD_FORMAT_VERSION, _, _) => {
             return Err("record payload codec or reserved byte is unknown");
         }
@@ -370,31 +425,32 @@ pub(crate) fn decode_record<'a>(
     }
     let (header_bytes, stored) = value[RECORD_PREFIX_BYTES..].split_at(header_len);
     scratch.clear();
-    let (header, payload): (&'a ArchivedRecordHeader, &'a [u8]) = if compressed {
-        let payload_len = zstd_payload_len(stored)?;
-        scratch.resize(header_len + payload_len, 0);
-        let (header_buf, payload_buf) = scratch.as_mut_slice().split_at_mut(header_len);
-        header_buf.copy_from_slice(header_bytes);
-        let header_buf: &'a [u8] = header_buf;
-        let header = rkyv::access::<ArchivedRecordHeader, rancor::Failure>(header_buf)
-            .map_err(|_| "record header does not validate")?;
-        // The header's length bounds the output before a byte is decompressed.
-        if header.payload_len.to_native() as usize != payload_len {
-            return Err("payload length disagrees with the header");
-        }
-        decompress_into(stored, payload_buf)?;
-        let payload: &'a [u8] = payload_buf;
-        (header, payload)
-    } else {
-        scratch.extend_from_slice(header_bytes);
-        let header_buf: &'a [u8] = scratch.as_slice();
-        let header = rkyv::access::<ArchivedRecordHeader, rancor::Failure>(header_buf)
-            .map_err(|_| "record header does not validate")?;
-        if header.payload_len.to_native() as usize != stored.len() {
-            return Err("payload length disagrees with the header");
-        }
-        (header, stored)
-    };
+    let (header, payload): (&'a ArchivedRecordHeader, &'a [u8]) =
+        if let Some(dictionary) = compressed {
+            let payload_len = zstd_payload_len(stored, dictionary)?;
+            scratch.resize(header_len + payload_len, 0);
+            let (header_buf, payload_buf) = scratch.as_mut_slice().split_at_mut(header_len);
+            header_buf.copy_from_slice(header_bytes);
+            let header_buf: &'a [u8] = header_buf;
+            let header = rkyv::access::<ArchivedRecordHeader, rancor::Failure>(header_buf)
+                .map_err(|_| "record header does not validate")?;
+            // The header's length bounds the output before a byte is decompressed.
+            if header.payload_len.to_native() as usize != payload_len {
+                return Err("payload length disagrees with the header");
+            }
+            decompress_into(stored, payload_buf, dictionary)?;
+            let payload: &'a [u8] = payload_buf;
+            (header, payload)
+        } else {
+            scratch.extend_from_slice(header_bytes);
+            let header_buf: &'a [u8] = scratch.as_slice();
+            let header = rkyv::access::<ArchivedRecordHeader, rancor::Failure>(header_buf)
+                .map_err(|_| "record header does not validate")?;
+            if header.payload_len.to_native() as usize != stored.len() {
+                return Err("payload length disagrees with the header");
+            }
+            (header, stored)
+        };
     let event_id = header.event_id.as_str();
     let kind = header.kind.as_str();
     if event_id.is_empty() || event_id.len() > EVENT_ID_MAX_BYTES {

@@ -56,6 +56,21 @@ const V2_HOST_SESSION: &str = concat!(
     "26aa88a2e614b81414",
 );
 
+// The same record as this build writes it (record value version 2, codec 2: zstd 1.6.0 level 3
+// with the records dictionary): a value once written must keep decoding whatever zstd version
+// later builds link.
+const V2_DICT_HOST_SESSION: &str = concat!(
+    "435458520200020008010000686f6f6b2d63646434666339323839653039616136303737313161373962333366373437",
+    "3233323738356430336132356134363661383035633464613730303730636163376374782e686f73742d73657373696f",
+    "6e2e76316aef2b82c1303e540c20ea1b84de8e80f2a2b94849483caecaf9bc6b11241e50010000000000000001000000",
+    "00000000e3374388eb610600590100000000000000000000000000000000000000000000000000000000000000000000",
+    "73eb53a9a2591e75132a3a8dca5473c043be94ae0ff16bf5d4db16fe73a6abac991c05c8384e2007b843c745fe2d4c7f",
+    "6014addda13c246f53459b3d4c6a07ae850100000cffffff9300000049ffffff0000000028b52ffd634fe4db3359002d",
+    "0400f3481577f438234e1493f855952fea25ed8dcc73cb287ed52233fd19d5b517525df4ccf5263d7a0f2e84a1871d3d",
+    "689f901b3d5e3c996c9e3c53c6666e5fae91b0910e559a3539da2fb6060f77ed8e882982171c0c5f38430efc5361802a",
+    "865eedaa6889e729c66aa40e0058411e272e98153a01f9ff58ee58824ee69ad94a949c5c0e8515",
+);
+
 fn unhex(text: &str) -> Vec<u8> {
     (0..text.len())
         .step_by(2)
@@ -167,8 +182,17 @@ fn raw_value(version: u16, codec: u8, payload_len: usize, body: &[u8]) -> Vec<u8
     out
 }
 
+/// A codec-1 frame: no dictionary.
 fn zstd_frame(payload: &[u8]) -> Vec<u8> {
     zstd::bulk::compress(payload, ZSTD_LEVEL).unwrap()
+}
+
+/// A codec-2 frame: made with the records dictionary, naming its id.
+fn dict_frame(payload: &[u8]) -> Vec<u8> {
+    zstd::bulk::Compressor::with_dictionary(ZSTD_LEVEL, RECORDS_DICTIONARY)
+        .unwrap()
+        .compress(payload)
+        .unwrap()
 }
 
 /// Where the stored payload of a value starts.
@@ -257,10 +281,10 @@ fn a_value_of_this_build_is_version_2_and_decodes_to_the_same_record() {
         view.mac,
         &mut value,
     );
-    assert_eq!(&value[4..8], &[2, 0, CODEC_ZSTD, 0]);
+    assert_eq!(&value[4..8], &[2, 0, CODEC_ZSTD_DICT, 0]);
     assert!(value.len() < v1.len());
     assert_eq!(decode_record_value(&value).unwrap(), old);
-    // A version-2 value of an earlier build decodes to the same record.
+    // A version-2 value of an earlier build (codec 1, no dictionary) decodes to the same record.
     let committed = unhex(V2_HOST_SESSION);
     assert_eq!(&committed[4..8], &[2, 0, CODEC_ZSTD, 0]);
     assert_eq!(decode_record_value(&committed).unwrap(), old);
@@ -269,6 +293,10 @@ fn a_value_of_this_build_is_version_2_and_decodes_to_the_same_record() {
         view.mac,
         decode_record(&v1, &mut AlignedVec::new()).unwrap().mac
     );
+    // And a codec-2 value as this build first wrote it.
+    let committed = unhex(V2_DICT_HOST_SESSION);
+    assert_eq!(&committed[4..8], &[2, 0, CODEC_ZSTD_DICT, 0]);
+    assert_eq!(decode_record_value(&committed).unwrap(), old);
 }
 
 #[test]
@@ -279,9 +307,9 @@ fn version_2_round_trips_compressible_incompressible_and_short_payloads() {
         (b"{}".to_vec(), CODEC_STORED),
         // Compressible, but shorter than the threshold.
         (vec![b'a'; PAYLOAD_COMPRESS_MIN_BYTES - 1], CODEC_STORED),
-        (vec![b'a'; PAYLOAD_COMPRESS_MIN_BYTES], CODEC_ZSTD),
-        (json_payload(5_000), CODEC_ZSTD),
-        (json_payload(PAYLOAD_MAX_BYTES), CODEC_ZSTD),
+        (vec![b'a'; PAYLOAD_COMPRESS_MIN_BYTES], CODEC_ZSTD_DICT),
+        (json_payload(5_000), CODEC_ZSTD_DICT),
+        (json_payload(PAYLOAD_MAX_BYTES), CODEC_ZSTD_DICT),
         // Incompressible: a frame would be longer than the payload.
         (noise(200, 1), CODEC_STORED),
         (noise(64 * 1024, 2), CODEC_STORED),
@@ -294,7 +322,7 @@ fn version_2_round_trips_compressible_incompressible_and_short_payloads() {
         assert_eq!(value[6], codec, "codec of a {}-byte payload", payload.len());
         assert_eq!(value[7], 0);
         let stored = value.len() - body_offset(&value);
-        if codec == CODEC_ZSTD {
+        if codec == CODEC_ZSTD_DICT {
             assert!(stored < payload.len());
         } else {
             assert_eq!(stored, payload.len());
@@ -313,9 +341,9 @@ fn version_2_round_trips_compressible_incompressible_and_short_payloads() {
 #[test]
 fn the_prefix_codec_and_reserved_bytes_are_checked() {
     let (value, _) = encode(&NewRecord::new("e", "k", Timestamp(0), json_payload(1000)));
-    assert_eq!(value[6], CODEC_ZSTD);
+    assert_eq!(value[6], CODEC_ZSTD_DICT);
     for (at, byte, reason) in [
-        (6, 2, "record payload codec or reserved byte is unknown"),
+        (6, 3, "record payload codec or reserved byte is unknown"),
         (6, 0xff, "record payload codec or reserved byte is unknown"),
         (7, 1, "record payload codec or reserved byte is unknown"),
         (4, 3, "record format version is unknown"),
@@ -335,6 +363,13 @@ fn the_prefix_codec_and_reserved_bytes_are_checked() {
             "record payload codec or reserved byte is unknown"
         );
     }
+    // A frame made with the dictionary marked as codec 1 names a dictionary codec 1 has not.
+    let mut bad = value.clone();
+    bad[6] = CODEC_ZSTD;
+    assert_eq!(
+        decode_error(&bad),
+        "compressed payload names a dictionary its codec has not"
+    );
     // A compressed payload marked as stored is a length mismatch.
     let mut bad = value.clone();
     bad[6] = CODEC_STORED;
@@ -350,7 +385,7 @@ fn a_damaged_compressed_payload_is_refused_or_fails_its_digest_never_panics() {
     let payload = json_payload(3_000);
     let (value, _) = encode(&NewRecord::new("e", "k", Timestamp(0), payload.clone()));
     let body = body_offset(&value);
-    assert_eq!(value[6], CODEC_ZSTD);
+    assert_eq!(value[6], CODEC_ZSTD_DICT);
     let mut scratch = AlignedVec::new();
     let (mut refused, mut digest_failures, mut same) = (0, 0, 0);
     // Every byte of the frame, each bit in turn.
@@ -410,7 +445,7 @@ fn a_different_payload_under_an_intact_frame_fails_the_digest() {
     let (value, _) = encode(&NewRecord::new("e", "k", Timestamp(0), payload.clone()));
     let mut other = payload.clone();
     other[1_500] ^= 0x01;
-    let forged = [&value[..body_offset(&value)], &zstd_frame(&other)].concat();
+    let forged = [&value[..body_offset(&value)], &dict_frame(&other)].concat();
     let mut scratch = AlignedVec::new();
     let view = decode_record(&forged, &mut scratch).unwrap();
     assert_eq!(view.payload, other.as_slice());
@@ -489,6 +524,66 @@ fn declared_lengths_past_the_payload_limit_or_not_past_the_frame_are_refused() {
     );
 }
 
+#[test]
+fn the_records_dictionary_is_the_one_the_format_names() {
+    // spec/journal.md §4 R9 pins these bytes: frames written with them must decode forever.
+    assert_eq!(RECORDS_DICTIONARY.len(), 32_768);
+    assert_eq!(
+        Sha256::digest(RECORDS_DICTIONARY)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        "5beae8d38e7f166eca49fd71e4626121751eabaef3ad4822f65e71efd4a3c4f2"
+    );
+    assert_eq!(
+        zstd::zstd_safe::get_dict_id_from_dict(RECORDS_DICTIONARY).map(|id| id.get()),
+        Some(RECORDS_DICTIONARY_ID)
+    );
+}
+
+#[test]
+fn codec_2_needs_a_frame_that_names_the_records_dictionary_and_codec_1_one_that_names_none() {
+    let payload = json_payload(2_000);
+    let mut scratch = AlignedVec::new();
+    // The honest pairs decode to the payload.
+    for (codec, frame) in [
+        (CODEC_ZSTD, zstd_frame(&payload)),
+        (CODEC_ZSTD_DICT, dict_frame(&payload)),
+    ] {
+        let value = raw_value(2, codec, 2_000, &frame);
+        assert_eq!(
+            decode_record(&value, &mut scratch).unwrap().payload,
+            payload.as_slice()
+        );
+    }
+    // A plain frame under codec 2.
+    assert_eq!(
+        decode_error(&raw_value(2, CODEC_ZSTD_DICT, 2_000, &zstd_frame(&payload))),
+        "compressed payload does not name the records dictionary"
+    );
+    // A frame that names another dictionary under codec 2: its 4-byte dictionary id field
+    // (RFC 8878 §3.1.1.1.1: descriptor bits 0-1 = 3) rewritten.
+    let mut frame = dict_frame(&payload);
+    assert_eq!(frame[4] & 0x03, 3);
+    let at = 5 + usize::from(frame[4] & 0x20 == 0);
+    assert_eq!(frame[at..at + 4], RECORDS_DICTIONARY_ID.to_le_bytes());
+    frame[at..at + 4].copy_from_slice(&(RECORDS_DICTIONARY_ID + 1).to_le_bytes());
+    assert_eq!(
+        decode_error(&raw_value(2, CODEC_ZSTD_DICT, 2_000, &frame)),
+        "compressed payload does not name the records dictionary"
+    );
+    // The dictionary's frame under codec 1.
+    assert_eq!(
+        decode_error(&raw_value(2, CODEC_ZSTD, 2_000, &dict_frame(&payload))),
+        "compressed payload names a dictionary its codec has not"
+    );
+    // Version 1 knows neither codec.
+    assert_eq!(
+        decode_error(&raw_value(1, CODEC_ZSTD_DICT, 2_000, &dict_frame(&payload))),
+        "record payload codec or reserved byte is unknown"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -508,7 +603,7 @@ proptest! {
         let record = NewRecord::new(event_id.clone(), kind.clone(), Timestamp(at), payload.clone());
         let (value, digest) = encode(&record);
         prop_assert!(value.len() - body_offset(&value) <= payload.len());
-        prop_assert_eq!(value[6] == CODEC_ZSTD, value.len() - body_offset(&value) < payload.len());
+        prop_assert_eq!(value[6] == CODEC_ZSTD_DICT, value.len() - body_offset(&value) < payload.len());
         let mut scratch = AlignedVec::new();
         let view = decode_record(&value, &mut scratch).unwrap();
         prop_assert_eq!(view.payload, payload.as_slice());

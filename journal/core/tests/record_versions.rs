@@ -17,9 +17,10 @@ const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("journal.recor
 /// Prefix bytes 4..8: version u16 LE, then (version 2) codec and reserved byte.
 const V1: [u8; 4] = [1, 0, 0, 0];
 const V2_STORED: [u8; 4] = [2, 0, 0, 0];
-const V2_ZSTD: [u8; 4] = [2, 0, 1, 0];
+/// Codec 2: zstd with the records dictionary, what this build writes (spec/journal.md §4).
+const V2_ZSTD: [u8; 4] = [2, 0, 2, 0];
 /// Payloads shorter than this are never compressed (`PAYLOAD_COMPRESS_MIN_BYTES`).
-const COMPRESS_MIN_BYTES: usize = 256;
+const COMPRESS_MIN_BYTES: usize = 64;
 
 fn options() -> OpenOptions {
     OpenOptions::new().key_source(|| Ok([7; 32]))
