@@ -15,9 +15,17 @@ use crate::limits::{
 };
 use crate::types::{Digest, NewRecord, Record, StreamId, Timestamp, record_digest};
 
-/// Format version of the meta table and of stream heads. Record values carry their own version
-/// ([`RECORD_FORMAT_VERSION`]), since old values stay as they were written (spec/journal.md §11).
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Format version of the journal, kept in the meta table (spec/journal.md §11): 2 since record
+/// values may be version 2 (compressed payloads), so that a build that reads only version-1
+/// values refuses the journal at open instead of reporting every newer record as corrupt.
+/// Record values carry their own version ([`RECORD_FORMAT_VERSION`]), since old values stay as
+/// they were written.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The format version of journals written before compressed record values; this build upgrades
+/// it to [`FORMAT_VERSION`] at its first writing open (spec/journal.md §11).
+pub(crate) const FORMAT_VERSION_1: u32 = 1;
+/// Version of a stream head value (`journal.streams`, spec/journal.md §4); unchanged since 1.
+pub(crate) const HEAD_FORMAT_VERSION: u8 = 1;
 pub(crate) const RECORD_MAGIC: [u8; 4] = *b"CTXR";
 /// Version of the record values this build writes: 2, the payload stored as is or compressed.
 /// Version 1 values (payload always as is) are still read.
@@ -525,7 +533,7 @@ impl HeadState {
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
-        out.push(FORMAT_VERSION as u8);
+        out.push(HEAD_FORMAT_VERSION);
         out.extend_from_slice(&[0; 3]);
         out.extend_from_slice(&(self.tail.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.revision.to_le_bytes());
@@ -537,7 +545,7 @@ impl HeadState {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<HeadState, &'static str> {
-        if bytes.len() < HEAD_FIXED_BYTES || u32::from(bytes[0]) != FORMAT_VERSION {
+        if bytes.len() < HEAD_FIXED_BYTES || bytes[0] != HEAD_FORMAT_VERSION {
             return Err("stream head has a wrong length or version");
         }
         let count = u32::from_le_bytes(array(&bytes[4..8])) as usize;

@@ -14,6 +14,7 @@ use ctx_journal::{
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("journal.records");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("journal.meta");
 /// Prefix bytes 4..8: version u16 LE, then (version 2) codec and reserved byte.
 const V1: [u8; 4] = [1, 0, 0, 0];
 const V2_STORED: [u8; 4] = [2, 0, 0, 0];
@@ -120,6 +121,27 @@ fn rewrite_values(dir: &Path, values: &[(u64, Vec<u8>)]) {
     txn.commit().unwrap();
 }
 
+/// The journal format version in `journal.meta` of a closed journal.
+fn meta_format(dir: &Path) -> u32 {
+    let db = redb::Database::open(dir.join(files::DATABASE_FILE)).unwrap();
+    let txn = db.begin_read().unwrap();
+    let table = txn.open_table(META).unwrap();
+    let value = table.get("format_version").unwrap().unwrap();
+    u32::from_le_bytes(value.value().try_into().unwrap())
+}
+
+fn set_meta_format(dir: &Path, version: u32) {
+    let db = redb::Database::open(dir.join(files::DATABASE_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(META).unwrap();
+        table
+            .insert("format_version", version.to_le_bytes().as_slice())
+            .unwrap();
+    }
+    txn.commit().unwrap();
+}
+
 /// Where a value's stored payload starts: after the 12-byte prefix and the header.
 fn body_offset(value: &[u8]) -> usize {
     12 + u32::from_le_bytes(value[8..12].try_into().unwrap()) as usize
@@ -153,8 +175,15 @@ fn a_version_1_journal_reads_verifies_and_imports_as_version_2_with_the_same_dig
     let v1: Vec<(u64, Vec<u8>)> = v2.iter().map(|(p, v)| (*p, as_version_1(v))).collect();
     rewrite_values(dir.path(), &v1);
     assert!(stored_values(dir.path()).iter().all(|(_, v)| v[4..8] == V1));
+    // A version-1 build's journal says format version 1 in its meta.
+    assert_eq!(meta_format(dir.path()), 2);
+    set_meta_format(dir.path(), 1);
 
-    // It opens (authenticating its tail with the MACs), reads and verifies.
+    // It opens (authenticating its tail with the MACs), reads and verifies; the open upgrades
+    // the meta to format version 2 (spec/journal.md §11) and leaves every value as it was.
+    drop(Journal::open(dir.path(), &options()).unwrap());
+    assert_eq!(meta_format(dir.path()), 2);
+    assert!(stored_values(dir.path()).iter().all(|(_, v)| v[4..8] == V1));
     let journal = Journal::open(dir.path(), &options()).unwrap();
     assert_eq!(journal.write_refusal(), None);
     assert_eq!(journal.read_all(1, usize::MAX).unwrap(), records);
@@ -262,4 +291,23 @@ fn a_damaged_compressed_record_in_a_journal_is_reported_corrupt_not_a_panic() {
     let failure = report.first(FailureKind::Structure).unwrap();
     assert_eq!(failure.position, Some(position));
     assert_eq!(failure.count, 1);
+}
+
+#[test]
+fn a_journal_of_a_newer_format_version_is_refused_at_open_with_the_versions_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), &options()).unwrap();
+    populate(&journal);
+    drop(journal);
+    set_meta_format(dir.path(), 3);
+    let error = Journal::open(dir.path(), &options()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "journal {:?} has format version 3; this build reads version 2",
+            dir.path().join(files::DATABASE_FILE)
+        )
+    );
+    // Nothing was changed by the refusal.
+    assert_eq!(meta_format(dir.path()), 3);
 }

@@ -6,11 +6,11 @@ use postgres::{Client, IsolationLevel};
 use crate::error::PgError;
 
 /// The version of the newest schema this build knows: the last entry of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The journal format version (spec/journal.md §11) this build reads and writes, kept in
-/// `ctx_meta.format_version`.
-pub(crate) const FORMAT_VERSION: i32 = 1;
+/// `ctx_meta.format_version`: 2 since record values may be compressed (migration 2).
+pub(crate) const FORMAT_VERSION: i32 = 2;
 
 /// The key of the transaction-level advisory lock every migration runs under ("ctx_jnl1"), so
 /// that concurrent first connections to one database apply each migration once.
@@ -24,10 +24,11 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in version order. Released entries are never edited: a change is a new entry.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "records, stream heads, projection tables and the serialized position",
-    sql: r#"
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "records, stream heads, projection tables and the serialized position",
+        sql: r#"
 CREATE TABLE {schema}.ctx_meta (
     id int PRIMARY KEY CHECK (id = 1),
     format_version int NOT NULL,
@@ -56,7 +57,16 @@ CREATE TABLE {schema}.ctx_projection (
     PRIMARY KEY (tbl, key)
 );
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "journal format version 2: record values may hold compressed payloads",
+        // The same bytes as the redb journal's record values (spec/journal.md §4); the format version
+        // tells a build that reads only version-1 values to refuse the journal instead of reporting
+        // the newer values as corrupt (spec/journal.md §11).
+        sql: "UPDATE {schema}.ctx_meta SET format_version = 2 WHERE id = 1 AND format_version = 1;",
+    },
+];
 
 /// Most rows one page of a scan asks for.
 pub(crate) const PAGE_ROWS: i64 = 1000;

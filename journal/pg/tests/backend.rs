@@ -697,12 +697,12 @@ fn a_newer_schema_or_format_is_refused() {
         )
         .unwrap();
     client
-        .execute("UPDATE ctx_meta SET format_version = 2", &[])
+        .execute("UPDATE ctx_meta SET format_version = 3", &[])
         .unwrap();
     match PgBackend::connect(&url) {
         Err(PgError::FormatVersion {
-            found: 2,
-            supported: 1,
+            found: 3,
+            supported: 2,
             ..
         }) => {}
         other => panic!("expected FormatVersion, got {other:?}"),

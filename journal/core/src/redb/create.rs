@@ -11,7 +11,7 @@ use rkyv::util::AlignedVec;
 
 use super::tables::{META, META_EVENT_INDEX_UPTO, META_FORMAT, RECORDS, Tables};
 use super::{RedbBackend, Wrapper, Writer};
-use crate::codec::{FORMAT_VERSION, MacKey, authenticate, decode_record};
+use crate::codec::{FORMAT_VERSION, FORMAT_VERSION_1, MacKey, authenticate, decode_record};
 use crate::error::{OpenError, StorageError};
 use crate::limits::POSITION_MAX;
 
@@ -133,14 +133,36 @@ fn initialize(
         }
         txn.commit().map_err(StorageError::from)?;
     }
+    let format = |meta: &redb::ReadOnlyTable<&str, &[u8]>| -> Result<u32, OpenError> {
+        meta.get(META_FORMAT)
+            .map_err(StorageError::from)?
+            .map(|g| <[u8; 4]>::try_from(g.value()).map(u32::from_le_bytes))
+            .ok_or_else(|| corrupt("the format version is missing"))?
+            .map_err(|_| corrupt("the format version is not 4 bytes"))
+    };
+    let found = format(
+        &db.begin_read()
+            .map_err(StorageError::from)?
+            .open_table(META)
+            .map_err(StorageError::from)?,
+    )?;
+    if found == FORMAT_VERSION_1 {
+        // Every version-1 value still reads (spec/journal.md §11); the meta says 2 from now on so
+        // that a build that reads only version-1 values refuses this journal at open instead of
+        // reporting the version-2 values this build appends as corrupt. Once per journal.
+        let txn = db.begin_write().map_err(StorageError::from)?;
+        {
+            let mut tables = Tables::open(&txn)?;
+            tables
+                .meta
+                .insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())
+                .map_err(StorageError::from)?;
+        }
+        txn.commit().map_err(StorageError::from)?;
+    }
     let read = db.begin_read().map_err(StorageError::from)?;
     let meta = read.open_table(META).map_err(StorageError::from)?;
-    let found = meta
-        .get(META_FORMAT)
-        .map_err(StorageError::from)?
-        .map(|g| <[u8; 4]>::try_from(g.value()).map(u32::from_le_bytes))
-        .ok_or_else(|| corrupt("the format version is missing"))?
-        .map_err(|_| corrupt("the format version is not 4 bytes"))?;
+    let found = format(&meta)?;
     if found != FORMAT_VERSION {
         return Err(OpenError::FormatVersion {
             path: path.into(),
