@@ -317,7 +317,7 @@ fn is_tmpfs(fs_type: &str) -> bool {
 
 /// `message` with every run of 64 hex digits replaced by `<digest>`, so that messages differing
 /// only in a challenge digest count as one.
-fn without_digests(message: &str) -> String {
+pub(crate) fn without_digests(message: &str) -> String {
     let mut out = String::new();
     let mut run = String::new();
     for c in message.chars().chain(std::iter::once(' ')) {
@@ -424,7 +424,7 @@ impl World {
 
     /// Claude Code's UserPromptSubmit input for a session and prompt; the transcript file exists,
     /// as it does under the host.
-    fn hook_input(&self, session: &str, prompt: &str) -> BenchResult<Vec<u8>> {
+    pub(crate) fn hook_input(&self, session: &str, prompt: &str) -> BenchResult<Vec<u8>> {
         let transcript = self.home.join(format!("{session}.jsonl"));
         if !transcript.exists() {
             std::fs::write(&transcript, "")?;

@@ -25,7 +25,7 @@ use redb::{ReadableDatabase, ReadableTableMetadata};
 use serde_json::{Value, json};
 
 use crate::BenchResult;
-use crate::hook_latency::{PROMPTS, World, check_exit, hook_run, timed};
+use crate::hook_latency::{PROMPTS, World, check_exit, hook_run, timed, without_digests};
 
 /// Prompts when neither `--prompts` nor [`PROMPTS_ENV`] says otherwise (the issue's size).
 pub const DEFAULT_PROMPTS: usize = 2_000;
@@ -49,7 +49,16 @@ pub struct Config {
     pub dir: PathBuf,
     /// Keep the world's directory after the run (for `ctx export` and a closer look).
     pub keep: bool,
+    /// After the prompts, append incompressible padding records through the journal API until
+    /// the file is this large, so that the audit, the kills and the reopen meet a journal of that
+    /// size (the per-prompt figures are taken before padding).
+    pub pad_to_bytes: Option<u64>,
 }
+
+/// One padding record's payload: incompressible, so every record adds its size to the file.
+const PAD_PAYLOAD_BYTES: usize = 16 * 1024;
+/// Padding records per append (one stream each, within the journal's batch limits).
+const PAD_BATCH_RECORDS: usize = 64;
 
 /// One table's share.
 #[derive(Debug, Clone, Default)]
@@ -84,6 +93,13 @@ pub struct Report {
     /// The next prompt hook's wall time after each kill, and a prompt's on the clean journal.
     pub hook_after_kill: Vec<Duration>,
     pub hook_clean: Vec<Duration>,
+    /// Padding records appended and the file size after them (0 without `--pad-to-mb`).
+    pub padded_records: u64,
+    pub padded_file_bytes: u64,
+    /// Records past the event-id index checkpoint when the padding reached its size, and after
+    /// the small records that force a merge.
+    pub unmerged_before_merge: u64,
+    pub unmerged_after_merge: u64,
 }
 
 fn per_prompt(bytes: u64, prompts: usize) -> f64 {
@@ -136,6 +152,16 @@ impl Report {
                 per_prompt(t.fragmented, self.prompts),
             ));
         }
+        if self.padded_records > 0 {
+            out.push_str(&format!(
+                "\npadded with {} records to a {:.1} MB file before the audit and the kills \
+                 (unmerged event ids: {} at the size, {} after the forced merge)\n",
+                self.padded_records,
+                mb(self.padded_file_bytes),
+                self.unmerged_before_merge,
+                self.unmerged_after_merge,
+            ));
+        }
         out.push_str(&format!(
             "\n`ctx audit`: exit {}, {:.2} s, peak RSS {:.1} MiB\n\
              reopen after kill -9 (in-process open, {} kills): median {} ms, max {} ms\n\
@@ -174,6 +200,10 @@ impl Report {
             "allocated_bytes": self.allocated_bytes,
             "stored_bytes": self.stored_bytes,
             "compacted_file_bytes": self.compacted_file_bytes,
+            "padded_records": self.padded_records,
+            "padded_file_bytes": self.padded_file_bytes,
+            "unmerged_before_merge": self.unmerged_before_merge,
+            "unmerged_after_merge": self.unmerged_after_merge,
             "tables": self.tables.iter().map(|(name, t)| (name.clone(), json!({
                 "entries": t.entries, "stored": t.stored, "fragmented": t.fragmented,
             }))).collect::<serde_json::Map<_, _>>(),
@@ -215,21 +245,83 @@ fn event(ctx: &Path, world: &World, session: &str, event: &str, fields: Value) -
     check_exit(&format!("ctx hook claude {event}"), &output)
 }
 
-/// `message` with every run of 64 hex digits replaced by `<digest>`.
-fn without_digests(message: &str) -> String {
-    let mut out = String::new();
-    let mut run = String::new();
-    for c in message.chars().chain(std::iter::once(' ')) {
-        if c.is_ascii_hexdigit() {
-            run.push(c);
-            continue;
-        }
-        out.push_str(if run.len() == 64 { "<digest>" } else { &run });
-        run.clear();
-        out.push(c);
+/// Appends incompressible records (kind `ctx.bench-padding.v1`, which no projection reads) until
+/// `file` is at least `target` bytes, then small ones until the journal has just merged its
+/// event-id index (spec/journal.md §4), so that the reopen after a kill measures redb's repair
+/// and not the open's authentication of up to `EVENT_INDEX_MERGE_RECORDS` unmerged records
+/// (reported separately as `unmerged_before_merge`). Returns (padding records, unmerged records
+/// before the forced merge, unmerged records after it).
+fn pad(journal_dir: &Path, file: &Path, target: u64) -> BenchResult<(u64, u64, u64)> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = |len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+            })
+            .collect()
+    };
+    let mut appended = 0u64;
+    let mut batch = 0u64;
+    let mut append = |journal: &ctx_journal::Journal,
+                      count: usize,
+                      len: usize,
+                      noise: &mut dyn FnMut(usize) -> Vec<u8>|
+     -> BenchResult<()> {
+        let records = (0..count)
+            .map(|i| {
+                ctx_journal::NewRecord::new(
+                    format!("pad-{batch}-{i}"),
+                    "ctx.bench-padding.v1",
+                    ctx_journal::Timestamp(0),
+                    noise(len),
+                )
+            })
+            .collect();
+        let stream = ctx_journal::StreamId::derive("ctx.bench-padding", &batch.to_le_bytes())?;
+        journal.append_batch(vec![ctx_journal::StreamAppend::new(
+            stream,
+            ctx_journal::ExpectedRevision::NoStream,
+            records,
+        )])?;
+        appended += count as u64;
+        batch += 1;
+        Ok(())
+    };
+    let options = ctx_journal::OpenOptions::new();
+    let journal = ctx_journal::Journal::open(journal_dir, &options)?;
+    while std::fs::metadata(file)?.len() < target {
+        append(&journal, PAD_BATCH_RECORDS, PAD_PAYLOAD_BYTES, &mut noise)?;
     }
-    out.pop();
-    out
+    let head = journal.head_position()?;
+    drop(journal);
+    let unmerged_before = head + 1 - event_index_upto(file)?;
+    let journal = ctx_journal::Journal::open(journal_dir, &options)?;
+    let mut missing = ctx_journal::EVENT_INDEX_MERGE_RECORDS.saturating_sub(unmerged_before);
+    while missing > 0 {
+        let count = missing.min(1000) as usize;
+        append(&journal, count, 64, &mut noise)?;
+        missing -= count as u64;
+    }
+    let head = journal.head_position()?;
+    drop(journal);
+    let unmerged_after = head + 1 - event_index_upto(file)?;
+    Ok((appended, unmerged_before, unmerged_after))
+}
+
+/// `event_index_upto` of a closed journal's meta (spec/journal.md §4): every record below it is
+/// in the event-id index, the others are authenticated by every open.
+fn event_index_upto(file: &Path) -> BenchResult<u64> {
+    const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("journal.meta");
+    let db = redb::Database::open(file)?;
+    let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    let value = meta
+        .get("event_index_upto")?
+        .ok_or("the journal has no event_index_upto")?;
+    Ok(u64::from_le_bytes(value.value().try_into()?))
 }
 
 /// The peak resident memory of a process's life so far (`VmHWM`), in bytes.
@@ -354,6 +446,14 @@ pub fn run(config: &Config) -> BenchResult<Report> {
     let file = journal_dir.join(ctx_journal::DATABASE_FILE);
     report.file_bytes = std::fs::metadata(&file)?.len();
     table_bytes(&file, &mut report)?;
+    if let Some(target) = config.pad_to_bytes {
+        (
+            report.padded_records,
+            report.unmerged_before_merge,
+            report.unmerged_after_merge,
+        ) = pad(&journal_dir, &file, target)?;
+        report.padded_file_bytes = std::fs::metadata(&file)?.len();
+    }
 
     // The audit, its memory sampled while it runs.
     let started = Instant::now();
@@ -380,14 +480,7 @@ pub fn run(config: &Config) -> BenchResult<Report> {
     for (k, after) in KILL_AFTER_MS.iter().enumerate() {
         let (clean, _) = hook_run(&ctx, &world, session, &format!("{} clean {k}", PROMPTS[1]))?;
         report.hook_clean.push(clean);
-        let input = serde_json::to_vec(&json!({
-            "session_id": session,
-            "transcript_path": world.home.join("killed.jsonl").display().to_string(),
-            "cwd": world.project.display().to_string(),
-            "permission_mode": "default",
-            "hook_event_name": "UserPromptSubmit",
-            "prompt": format!("{} killed {k}", PROMPTS[0]),
-        }))?;
+        let input = world.hook_input(session, &format!("{} killed {k}", PROMPTS[0]))?;
         let mut child = world
             .ctx(&ctx, &["hook", "claude", "user-prompt-submit"])
             .stdin(Stdio::piped())
@@ -466,6 +559,7 @@ mod tests {
             prompts: SMOKE_PROMPTS,
             dir: dir.path().to_path_buf(),
             keep: false,
+            pad_to_bytes: Some(8 * 1000 * 1000),
         })
         .unwrap();
         println!("{}", report.markdown());
@@ -476,5 +570,9 @@ mod tests {
         assert!(report.stored_bytes <= report.allocated_bytes);
         assert!(report.allocated_bytes <= report.file_bytes);
         assert!(report.audit_peak_rss_bytes > 0);
+        // The padding reached its size and the audit (exit 0 above) accepted its records.
+        assert!(report.padded_records > 0);
+        assert!(report.padded_file_bytes >= 8 * 1000 * 1000);
+        assert!(report.file_bytes < report.padded_file_bytes);
     }
 }

@@ -26,8 +26,8 @@ USAGE:
                       [--dir DIR] [--rounds N] [--budget-ms N] [--test] [--out FILE]
     ctx-bench pg-append [--url URL] [--clients 1,8] [--rounds N] [--budget-ms N] [--test]
                         [--out FILE]
-    ctx-bench storage-growth [--ctx PATH] [--prompts N] [--dir DIR] [--keep] [--test]
-                             [--out FILE]
+    ctx-bench storage-growth [--ctx PATH] [--prompts N] [--dir DIR] [--pad-to-mb N] [--keep]
+                             [--test] [--out FILE]
     ctx-bench zstd-dictionary --train EXPORT... [--held-out EXPORT...] [--size BYTES]
                               [--out FILE] [--against DICT]
     ctx-bench --help
@@ -163,6 +163,10 @@ OPTIONS (storage-growth):
     --ctx PATH        the ctx binary (default: build the release binary)
     --prompts N       prompts (default 2000)
     --dir DIR         where the data directory lives (default: the system temp dir)
+    --pad-to-mb N     after the prompts, append incompressible records (a kind no projection
+                      reads) until the journal file is N MB, so that the audit's memory and the
+                      reopen after kill -9 are measured at that size (per-prompt figures are
+                      taken before)
     --keep            keep the run's home, project and data directory (printed) for inspection
     --test            smoke mode: 12 prompts; the figures are printed, not written
     --out FILE        default <workspace>/target/ctx-bench/storage-growth.json";
@@ -172,6 +176,7 @@ struct StorageArgs {
     prompts: Option<usize>,
     dir: Option<PathBuf>,
     keep: bool,
+    pad_to_mb: Option<u64>,
     smoke: bool,
     out: Option<PathBuf>,
 }
@@ -283,6 +288,7 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             prompts: None,
             dir: None,
             keep: false,
+            pad_to_mb: None,
             smoke: false,
             out: None,
         }),
@@ -356,6 +362,7 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--prompts" => g.prompts = Some(positive(a, &text()?)?),
                 "--dir" => g.dir = Some(text()?.into()),
                 "--keep" => g.keep = true,
+                "--pad-to-mb" => g.pad_to_mb = Some(positive(a, &text()?)? as u64),
                 "--test" | "--smoke" => g.smoke = true,
                 "--out" => g.out = Some(text()?.into()),
                 _ => return Err(format!("unknown argument {arg:?}")),
@@ -559,6 +566,7 @@ fn run_storage_growth(args: StorageArgs) -> BenchResult<()> {
         prompts,
         dir,
         keep: args.keep,
+        pad_to_bytes: args.pad_to_mb.map(|mb| mb * 1000 * 1000),
     })?;
     println!("{}", report.markdown());
     if !args.smoke {
