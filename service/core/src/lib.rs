@@ -36,6 +36,18 @@ pub use catalog::{
     CatalogFileError, CatalogFileKind, LoadedCatalog, WorkObservation, is_body_path,
     load_catalog_dir, sample_catalog_dir,
 };
+// Real capability material (spec/capability-formats.md, spec/skill-tree.md): frontmatter, the
+// hosts' name rules, and a skill's whole file tree with its digest.
+pub use catalog::{
+    AgentCheck, BUNDLED_SKILL_NAMES, DESCRIPTION_MAX_CHARS, DISCOURAGED_NAME_WORDS,
+    FRONTMATTER_MAX_BYTES, FRONTMATTER_MAX_KEYS, FRONTMATTER_MAX_NESTING_LEVELS, FmValue,
+    Frontmatter, FrontmatterError, FrontmatterWarning, NAME_MAX_CHARS, NameFinding,
+    OPEN_SPEC_SKILL_KEYS, RESERVED_SKILL_DIRECTORY_NAMES, SKILL_FILE_MAX_BYTES, SKILL_MD_MAX_BYTES,
+    SKILL_PATH_MAX_BYTES, SKILL_TREE_MAX_BYTES, SKILL_TREE_MAX_DEPTH, SKILL_TREE_MAX_ENTRIES,
+    SKILL_TREE_MAX_FILES, Severity, SkillCheck, SkillFile, SkillTree, SkillTreeDifference,
+    SkillTreeError, check_agent, check_skill, parse_frontmatter, read_skill_tree,
+    read_skill_tree_at, verify_skill_tree,
+};
 pub use data_dir::Layout;
 pub use decision::{
     DecisionError, Ed25519Signer, Ed25519Verifier, HmacSha256Verifier, HumanDecisionVerifier,

@@ -12,24 +12,41 @@ mod error;
 #[cfg(test)]
 mod flag_tests;
 mod format;
+mod frontmatter;
 mod load;
+mod names;
 mod observation;
 mod open;
 mod retrieval;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod tree;
 mod work;
 
 pub use error::{CatalogError, ObservationError, RetrievalError};
 pub use format::{BODY_MAX_BYTES, CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is_body_path};
+pub use frontmatter::{
+    FRONTMATTER_MAX_BYTES, FRONTMATTER_MAX_KEYS, FRONTMATTER_MAX_NESTING_LEVELS, FmValue,
+    Frontmatter, FrontmatterError, FrontmatterWarning, parse_frontmatter,
+};
 pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir};
+pub use names::{
+    AgentCheck, BUNDLED_SKILL_NAMES, DESCRIPTION_MAX_CHARS, DISCOURAGED_NAME_WORDS, NAME_MAX_CHARS,
+    NameFinding, OPEN_SPEC_SKILL_KEYS, RESERVED_SKILL_DIRECTORY_NAMES, Severity, SkillCheck,
+    check_agent, check_skill,
+};
 /// Most signals of a work observation; the runtime keeps no more (spec/catalog.md §5.1).
 pub(crate) use observation::SIGNALS_MAX_TOKENS;
 pub use observation::{PublicWork, WorkObservation, normalize_public_work};
 pub use open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};
 pub use snapshot::Catalog;
+pub use tree::{
+    SKILL_FILE_MAX_BYTES, SKILL_MD_MAX_BYTES, SKILL_PATH_MAX_BYTES, SKILL_TREE_MAX_BYTES,
+    SKILL_TREE_MAX_DEPTH, SKILL_TREE_MAX_ENTRIES, SKILL_TREE_MAX_FILES, SkillFile, SkillTree,
+    SkillTreeDifference, SkillTreeError, read_skill_tree, read_skill_tree_at, verify_skill_tree,
+};
 pub(crate) use work::{Spellings, TokenRule, language, tokenize, truncate};
 // Used by this module's unit tests only.
 #[cfg(test)]
