@@ -354,6 +354,16 @@ fn parse_entry(cx: &EntryCx, item: &Json) -> Result<CatalogEntry, CatalogError> 
         .map(|(_, n)| n.to_owned())
         .filter(|n| is_capability_name(n))
         .unwrap_or_default();
+    // What a host refuses never ingests (spec/catalog.md §1.2): a skill's name becomes its
+    // directory under the host's skills directory, an agent's its frontmatter name.
+    if matches!(kind, CapabilityKind::Skill | CapabilityKind::Agent)
+        && let Some(why) = super::names::host_name_refusal(&name, kind == CapabilityKind::Agent)
+    {
+        return Err(cx.err(
+            "id",
+            format!("has the value {id:?}, whose name {name:?} a host refuses: {why}"),
+        ));
+    }
     let label = match m.get("label").and_then(Json::as_str) {
         Some(l)
             if !l.is_empty()

@@ -452,6 +452,30 @@ fn normalize_name(raw: &str, kind: Kind) -> String {
     out.trim_matches('-').to_owned()
 }
 
+/// Why an agent host would refuse a catalog entry's skill or agent `name` as it is (a clause:
+/// "names are 1 to 64 characters …"), or `None` when both hosts accept it (spec/catalog.md §1.2, spec/capability-formats.md
+/// §6): a catalog is checked exactly, with no normalization, because activation writes the name
+/// as the host's directory or agent name.
+pub(crate) fn host_name_refusal(name: &str, agent: bool) -> Option<String> {
+    let kind = if agent { Kind::Agent } else { Kind::Skill };
+    let normalized = normalize_name(name, kind);
+    if let Err(why) = validity(&normalized) {
+        return Some(why.to_string());
+    }
+    if normalized != name {
+        return Some(format!(
+            "names are 1 to {NAME_MAX_CHARS} characters of a-z, 0-9 and single \
+             hyphens, not at either end (it could be \"{normalized}\")"
+        ));
+    }
+    if !agent
+        && (RESERVED_SKILL_DIRECTORY_NAMES.contains(&name) || BUNDLED_SKILL_NAMES.contains(&name))
+    {
+        return Some("Claude Code reserves it or bundles a skill of that name".to_owned());
+    }
+    None
+}
+
 /// Why a normalized name is not valid: the rest of a sentence ("it is empty once normalized").
 #[derive(Debug)]
 struct InvalidName(String);

@@ -415,6 +415,68 @@ impl<F: FnOnce(&mut ctx_model::JsonMap) + 'static> ChainKind for F {
 }
 
 #[test]
+fn names_a_host_refuses_never_ingest_and_the_sentence_says_why() {
+    // spec/catalog.md §1.2: the id rule alone would take all of these; Claude Code or Codex would
+    // then refuse the skill or agent at activation.
+    let refused = |i: usize, id: &str| {
+        let text = edit(i, set("id", Json::str(id)));
+        let text = if i == 0 {
+            text.replace("\"skill:demo\"]", &format!("{id:?}]"))
+        } else {
+            text.replace("\"agent:helper\"]", &format!("{id:?}]"))
+        };
+        Catalog::parse(&text).expect_err(id).to_string()
+    };
+    assert_eq!(
+        refused(0, "skill:stripe_integration"),
+        "catalog entry 0 (\"skill:stripe_integration\") field \"id\" has the value \
+         \"skill:stripe_integration\", whose name \"stripe_integration\" a host refuses: names \
+         are 1 to 64 characters of a-z, 0-9 and single hyphens, not at either end (it could be \
+         \"stripe-integration\")"
+    );
+    assert_eq!(
+        refused(0, "skill:pdf.tools"),
+        "catalog entry 0 (\"skill:pdf.tools\") field \"id\" has the value \"skill:pdf.tools\", \
+         whose name \"pdf.tools\" a host refuses: it keeps characters other than a-z, 0-9 and \
+         `-` once normalized"
+    );
+    assert_eq!(
+        refused(0, "skill:claude-api"),
+        "catalog entry 0 (\"skill:claude-api\") field \"id\" has the value \"skill:claude-api\", \
+         whose name \"claude-api\" a host refuses: Claude Code reserves it or bundles a skill of \
+         that name"
+    );
+    for id in [
+        "skill:a--b",
+        "skill:trail-",
+        "skill:synced",
+        "agent:code_reviewer",
+        "agent:x@y",
+    ] {
+        let i = usize::from(id.starts_with("agent:"));
+        let message = refused(i, id);
+        assert!(message.contains("a host refuses: "), "{id}: {message}");
+    }
+    let long = format!("skill:{}", "a".repeat(65));
+    assert!(refused(0, &long).contains("more than 64"));
+    // Names both hosts take, and kinds whose names no host directory carries.
+    for (i, id) in [
+        (0, "skill:rust-2024"),
+        (0, format!("skill:{}", "a".repeat(64)).as_str()),
+        (1, "agent:python-pro"),
+        (2, "harness:loop_v2.1"),
+    ] {
+        let text = edit(i, set("id", Json::str(id)));
+        let text = match i {
+            0 => text.replace("\"skill:demo\"]", &format!("{id:?}]")),
+            1 => text.replace("\"agent:helper\"]", &format!("{id:?}]")),
+            _ => text,
+        };
+        assert!(Catalog::parse(&text).is_ok(), "{id}");
+    }
+}
+
+#[test]
 fn malformed_documents_name_the_top_level_field() {
     let with_top = |key: &str, value: Json| {
         let mut doc = base();
