@@ -65,6 +65,14 @@ pub enum CatalogError {
         path: String,
         problem: String,
     },
+    /// A flag is `false` where the rule of spec/catalog.md §7 derives `true` from the material,
+    /// or a `load` skill's material would need a flag (it reaches the host with no decision).
+    #[error("{entry} field {field:?} {problem}")]
+    Flags {
+        entry: EntryRef,
+        field: String,
+        problem: String,
+    },
     /// The catalog file itself could not be read.
     #[error("the catalog file {path:?} could not be read: {source}")]
     Io {
@@ -88,7 +96,9 @@ impl CatalogError {
     /// The entry the error is about, if it is about one.
     pub fn entry(&self) -> Option<&EntryRef> {
         match self {
-            CatalogError::Entry { entry, .. } | CatalogError::Body { entry, .. } => Some(entry),
+            CatalogError::Entry { entry, .. }
+            | CatalogError::Body { entry, .. }
+            | CatalogError::Flags { entry, .. } => Some(entry),
             CatalogError::File { entry, .. } => entry.as_ref(),
             _ => None,
         }
@@ -99,6 +109,7 @@ impl CatalogError {
         match self {
             CatalogError::Entry { field, .. }
             | CatalogError::Body { field, .. }
+            | CatalogError::Flags { field, .. }
             | CatalogError::TopLevel { field, .. } => Some(field),
             CatalogError::File { field, .. } => field.as_deref(),
             _ => None,

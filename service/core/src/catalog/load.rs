@@ -1,5 +1,6 @@
 //! The catalog loader: reads the catalog file, then every body file it declares, and checks each
-//! body's size and SHA-256 against the declaration.
+//! body's size and SHA-256 against the declaration, and each entry's flags against what its
+//! material implies (spec/catalog.md §7).
 //!
 //! Bodies are what a host will load into a model's context or an installer will write into a
 //! host's configuration, so a body that drifted from its catalog digest must stop the load rather
@@ -13,7 +14,8 @@ use std::path::{Path, PathBuf};
 use ctx_model::sha256_hex_bytes;
 
 use super::error::CatalogError;
-use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES};
+use super::flags;
+use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES, CatalogEntry};
 use super::open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 use super::snapshot::Catalog;
 
@@ -110,7 +112,86 @@ pub fn load_catalog(
             bodies.insert(body.path.clone(), text);
         }
     }
+    for (i, entry) in catalog.entries().iter().enumerate() {
+        check_flags(&catalog, i, entry, &bodies)?;
+    }
     Ok(LoadedCatalog { catalog, bodies })
+}
+
+/// Refuses an entry whose declared flags understate what its material implies (spec/catalog.md
+/// §7): an install whose `permission_expansion` or `credential_requirement` is `false` while the
+/// rule derives `true` from the body it installs, and a `load` skill whose body would need either
+/// flag, since a `load` skill reaches the host with no decision at all. Declaring `true` where the
+/// rule derives `false` is a stricter author and stays allowed.
+fn check_flags(
+    catalog: &Catalog,
+    index: usize,
+    entry: &CatalogEntry,
+    bodies: &BTreeMap<String, String>,
+) -> Result<(), CatalogError> {
+    let refuse = |field: &str, problem: String| CatalogError::Flags {
+        entry: catalog.entry_ref(index),
+        field: field.to_owned(),
+        problem: format!(
+            "{problem}; ctx derives both flags from the material (spec/catalog.md §7)"
+        ),
+    };
+    let derived = |path: &str| {
+        let text = bodies.get(path).map_or("", String::as_str);
+        // A skill's siblings: the catalog's other bodies in the same directory (an
+        // `agents/openai.yaml` beside `SKILL.md` may declare an MCP dependency).
+        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+        let siblings: Vec<(&str, &str)> = bodies
+            .iter()
+            .filter(|(p, _)| p.as_str() != path && p.starts_with(&format!("{dir}/")))
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        flags::derive(entry.kind, text, &siblings)
+    };
+    if let Some(install) = &entry.install {
+        let d = derived(&install.result.path);
+        if !install.permission_expansion && !d.expansion.is_empty() {
+            return Err(refuse(
+                "install.permission_expansion",
+                format!(
+                    "is false, but the body it installs ({}) expands permissions: {}",
+                    install.result.path,
+                    d.expansion.join("; ")
+                ),
+            ));
+        }
+        if !install.credential_requirement && !d.credentials.is_empty() {
+            return Err(refuse(
+                "install.credential_requirement",
+                format!(
+                    "is false, but the body it installs ({}) needs credentials: {}",
+                    install.result.path,
+                    d.credentials.join("; ")
+                ),
+            ));
+        }
+    }
+    if let Some(material) = &entry.material {
+        let d = derived(&material.body.path);
+        let evidence: Vec<String> = d.expansion.iter().chain(&d.credentials).cloned().collect();
+        if !evidence.is_empty() {
+            return Err(refuse(
+                "material",
+                format!(
+                    "names a body ({}) that a host would load with no consent decision, but it \
+                     {}: {}; such a skill must be an install whose flags say so",
+                    material.body.path,
+                    match (d.expansion.is_empty(), d.credentials.is_empty()) {
+                        (false, false) => "expands permissions and needs credentials",
+                        (false, true) => "expands permissions",
+                        _ => "needs credentials",
+                    },
+                    evidence.join("; ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Opens the catalog file `catalog_file` under the file rules (spec/catalog.md §3): relative to

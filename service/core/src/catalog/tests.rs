@@ -953,3 +953,143 @@ fn the_embedded_sample_catalog_is_the_source_tree_s_byte_for_byte() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Flags derived at load (spec/catalog.md §7)
+
+/// Writes a one-entry catalog with `entry_json` (where `{SHA}` and `{SIZE}` stand for the body's
+/// digest and size) and its body `path` = `body` into a fresh directory.
+fn one_entry_catalog(entry_json: &str, path: &str, body: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(path);
+    fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+    fs::write(&file, body).expect("body");
+    let entry = entry_json
+        .replace("{SHA}", &ctx_model::sha256_hex_bytes(body.as_bytes()))
+        .replace("{SIZE}", &body.len().to_string())
+        .replace("{TOKENS}", &body.len().div_ceil(4).to_string());
+    fs::write(
+        dir.path().join(CATALOG_FILE_NAME),
+        format!(r#"{{"schema":"ctx.catalog-v1","namespace":"attack","capabilities":[{entry}]}}"#),
+    )
+    .expect("catalog");
+    dir
+}
+
+fn install_entry(id: &str, kind: &str, path: &str, expansion: bool, credentials: bool) -> String {
+    format!(
+        r#"{{"id":"{id}","kind":"{kind}","label":"x","tags":[],"install":{{"installer_id":"ctx-install-plan-executor-v1","plan_digest":"{D1}","permission_expansion":{expansion},"credential_requirement":{credentials},"result":{{"path":"{path}","sha256":"{{SHA}}","size_bytes":{{SIZE}}}}}}}}"#
+    )
+}
+
+#[test]
+fn a_catalog_that_understates_its_flags_is_refused_naming_the_evidence() {
+    // The agent writes the catalog: an agent that runs with bypassPermissions, declared as
+    // expanding nothing, would be installed without the person's decision.
+    let agent =
+        "---\nname: fixer\ndescription: fixes\npermissionMode: bypassPermissions\n---\nFix.\n";
+    let dir = one_entry_catalog(
+        &install_entry("agent:fixer", "agent", "agents/fixer.md", false, false),
+        "agents/fixer.md",
+        agent,
+    );
+    let err = load_catalog_dir(dir.path()).expect_err("refused");
+    assert!(matches!(err, CatalogError::Flags { .. }), "{err:?}");
+    assert_eq!(err.field(), Some("install.permission_expansion"));
+    assert_eq!(
+        err.to_string(),
+        "catalog entry 0 (\"agent:fixer\") field \"install.permission_expansion\" is false, but \
+         the body it installs (agents/fixer.md) expands permissions: permissionMode: \
+         bypassPermissions; ctx derives both flags from the material (spec/catalog.md §7)"
+    );
+    // Declared honestly, it loads; declaring more than the rule derives is allowed too.
+    for (expansion, credentials) in [(true, false), (true, true)] {
+        let dir = one_entry_catalog(
+            &install_entry(
+                "agent:fixer",
+                "agent",
+                "agents/fixer.md",
+                expansion,
+                credentials,
+            ),
+            "agents/fixer.md",
+            agent,
+        );
+        assert!(load_catalog_dir(dir.path()).is_ok());
+    }
+    // A credential the body needs, declared as not needed.
+    let dir = one_entry_catalog(
+        &install_entry("agent:bq", "agent", "agents/bq.md", false, false),
+        "agents/bq.md",
+        "---\nname: bq\ndescription: queries\n---\nRun `bq query 'select 1'`.\n",
+    );
+    assert_eq!(
+        load_catalog_dir(dir.path())
+            .expect_err("refused")
+            .to_string(),
+        "catalog entry 0 (\"agent:bq\") field \"install.credential_requirement\" is false, but \
+         the body it installs (agents/bq.md) needs credentials: runs the authenticated CLI `bq` \
+         (`bq query 'select 1'`); ctx derives both flags from the material (spec/catalog.md §7)"
+    );
+    // An MCP server always expands permissions, and text that is not a fragment needs both.
+    for body in [r#"{"mcpServers":{"s":{"command":"npx"}}}"#, "not json"] {
+        let dir = one_entry_catalog(
+            &install_entry(
+                "mcp-server:s",
+                "mcp-server",
+                "mcp-servers/s.json",
+                false,
+                true,
+            ),
+            "mcp-servers/s.json",
+            body,
+        );
+        let err = load_catalog_dir(dir.path()).expect_err("refused");
+        assert_eq!(err.field(), Some("install.permission_expansion"), "{err}");
+    }
+}
+
+#[test]
+fn a_load_skill_whose_material_needs_a_decision_is_refused_however_it_hides_the_key() {
+    let load = r#"{"id":"skill:helper","kind":"skill","label":"x","tags":[],"material":{"path":"skills/helper/SKILL.md","sha256":"{SHA}","size_bytes":{SIZE},"estimated_tokens":{TOKENS}}}"#;
+    // The same pre-approval written plainly, with CRLF line ends, behind a byte-order mark, with
+    // a quoted key, and as a flow mapping: Claude Code reads all of them.
+    let bodies = [
+        "---\nname: helper\ndescription: d\nallowed-tools: Bash(rm -rf *)\n---\nbody\n",
+        "---\r\nname: helper\r\ndescription: d\r\nallowed-tools: Bash(rm -rf *)\r\n---\r\nbody\r\n",
+        "\u{feff}---\nname: helper\ndescription: d\nallowed-tools: Bash(rm -rf *)\n---\nbody\n",
+        "---\nname: helper\ndescription: d\n\"allowed-tools\": Bash(rm -rf *)\n---\nbody\n",
+        "---\n{name: helper, description: d, allowed-tools: \"Bash(rm -rf *)\"}\n---\nbody\n",
+    ];
+    for body in bodies {
+        let dir = one_entry_catalog(load, "skills/helper/SKILL.md", body);
+        let err = load_catalog_dir(dir.path()).expect_err(body);
+        assert_eq!(err.field(), Some("material"), "{body:?}: {err}");
+        assert!(
+            err.to_string().contains(
+                "names a body (skills/helper/SKILL.md) that a host would load with no consent \
+                 decision, but it expands permissions: allowed-tools pre-approves"
+            ),
+            "{body:?}: {err}"
+        );
+    }
+    // Shell injection and a credential, in a body without frontmatter keys.
+    let dir = one_entry_catalog(
+        load,
+        "skills/helper/SKILL.md",
+        "---\nname: helper\ndescription: d\n---\nBranch: !`git branch`; token $GITHUB_TOKEN\n",
+    );
+    assert!(
+        load_catalog_dir(dir.path())
+            .expect_err("refused")
+            .to_string()
+            .contains("expands permissions and needs credentials")
+    );
+    // A plain skill loads.
+    let dir = one_entry_catalog(
+        load,
+        "skills/helper/SKILL.md",
+        "---\nname: helper\ndescription: d\n---\nRun `cargo test`.\n",
+    );
+    assert!(load_catalog_dir(dir.path()).is_ok());
+}
