@@ -11,6 +11,7 @@
 mod error;
 #[cfg(test)]
 mod flag_tests;
+mod flags;
 mod format;
 mod frontmatter;
 mod load;
