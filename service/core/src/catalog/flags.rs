@@ -14,6 +14,8 @@
 
 use ctx_model::{CapabilityKind, Json};
 
+use super::frontmatter::FmValue;
+
 /// What the rule concludes about one material, with the evidence for each `true`.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Derived {
@@ -103,15 +105,37 @@ fn normalized(text: &str) -> String {
         .replace("\r\n", "\n")
 }
 
-/// The top-level keys a YAML parser finds in `text`'s frontmatter (spec/capability-formats.md),
-/// besides what the line scan of [`frontmatter_keys`] finds: a key written as a flow mapping or
-/// spelled in a way the line scan misses is still seen. Empty when the YAML does not parse
-/// (Claude Code then loads the body with empty metadata, so no key takes effect).
-fn parsed_keys(text: &str) -> Vec<String> {
-    match super::frontmatter::parse_frontmatter(text) {
-        Ok(fm) => fm.keys().map(str::to_owned).collect(),
-        Err(_) => Vec::new(),
+/// The top-level `(key, value)` pairs of `text`'s frontmatter: the line scan of
+/// [`frontmatter_keys`], plus every key a YAML parser (spec/capability-formats.md) finds that the
+/// scan missed (a quoted key, a flow mapping), with its text (a list's items joined by spaces;
+/// `unknown` for any other value, which no rule reads as harmless). A frontmatter that does not
+/// parse adds nothing: Claude Code then loads the body with empty metadata.
+fn frontmatter_pairs(text: &str, frontmatter: &str) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = frontmatter_keys(frontmatter)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    if let Ok(fm) = super::frontmatter::parse_frontmatter(text) {
+        for (key, value) in &fm.fields {
+            if pairs.iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            let value = match value {
+                FmValue::Str(s) => s.clone(),
+                FmValue::List(items) => items
+                    .iter()
+                    .filter_map(|item| match item {
+                        FmValue::Str(s) => Some(s.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => "unknown".to_owned(),
+            };
+            pairs.push((key.clone(), value));
+        }
     }
+    pairs
 }
 
 /// Claude Code's render-time shell injection: `` !`cmd` `` anywhere, or a ```` ```! ```` block.
@@ -227,15 +251,9 @@ pub(crate) fn derive_skill(text: &str, siblings: &[(&str, &str)]) -> Derived {
     let mut d = Derived::default();
     let text = &normalized(text);
     let (frontmatter, body) = split_frontmatter(text);
-    let mut keys = frontmatter_keys(frontmatter);
-    let parsed = parsed_keys(text);
-    for key in &parsed {
-        if !keys.iter().any(|(k, _)| k == key) {
-            keys.push((key.as_str(), ""));
-        }
-    }
+    let keys = frontmatter_pairs(text, frontmatter);
     for (key, value) in &keys {
-        match *key {
+        match key.as_str() {
             "allowed-tools" => d
                 .expansion
                 .push(format!("allowed-tools pre-approves {value}")),
@@ -263,8 +281,8 @@ pub(crate) fn derive_skill(text: &str, siblings: &[(&str, &str)]) -> Derived {
     // around `gh`.
     let allowed = keys
         .iter()
-        .filter(|(k, _)| *k == "allowed-tools")
-        .map(|(_, v)| *v)
+        .filter(|(k, _)| k == "allowed-tools")
+        .map(|(_, v)| v.as_str())
         .collect::<Vec<_>>()
         .join(" ");
     d.credentials = credential_markers(&format!("{allowed}\n{body}"));
@@ -276,24 +294,11 @@ pub(crate) fn derive_agent(text: &str) -> Derived {
     let mut d = Derived::default();
     let text = &normalized(text);
     let (frontmatter, body) = split_frontmatter(text);
-    let mut keys = frontmatter_keys(frontmatter);
-    let parsed = parsed_keys(text);
-    for key in &parsed {
-        if !keys.iter().any(|(k, _)| k == key) {
-            // The value is not known to the line scan; an escalating mode cannot be told from a
-            // harmless one, so a `permissionMode` found only by the parser counts as escalating.
-            keys.push((
-                key.as_str(),
-                if key == "permissionMode" {
-                    "unknown"
-                } else {
-                    ""
-                },
-            ));
-        }
-    }
-    for (key, value) in keys {
-        match key {
+    let keys = frontmatter_pairs(text, frontmatter);
+    for (key, value) in &keys {
+        let value = value.as_str();
+        match key.as_str() {
+            // A mode ctx cannot read (not text) cannot be told from a harmless one.
             "permissionMode"
                 if ESCALATING_PERMISSION_MODES.contains(&value) || value == "unknown" =>
             {

@@ -1073,6 +1073,19 @@ fn a_load_skill_whose_material_needs_a_decision_is_refused_however_it_hides_the_
             "{body:?}: {err}"
         );
     }
+    // The parser's value counts as the line scan's would: a pre-approved authenticated CLI in a
+    // flow mapping needs credentials too.
+    let dir = one_entry_catalog(
+        load,
+        "skills/helper/SKILL.md",
+        "---\n{name: helper, description: d, allowed-tools: [\"Bash(gh pr view *)\"]}\n---\nb\n",
+    );
+    assert!(
+        load_catalog_dir(dir.path())
+            .expect_err("refused")
+            .to_string()
+            .contains("expands permissions and needs credentials: allowed-tools pre-approves Bash(gh pr view *); runs the authenticated CLI `gh`")
+    );
     // Shell injection and a credential, in a body without frontmatter keys.
     let dir = one_entry_catalog(
         load,
