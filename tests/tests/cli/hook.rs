@@ -384,12 +384,16 @@ fn a_repeated_delivery_is_recorded_once_and_other_tools_not_at_all() {
 
 #[test]
 fn concurrent_hook_processes_share_one_data_directory() {
+    const SESSIONS: usize = 4;
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     let project = dir.path().join("p");
     std::fs::create_dir_all(&project).unwrap();
-    // The first prompt ingests the catalog; then eight sessions at once, each a prompt, a tool
-    // outcome and a session end.
+    // The first prompt ingests the catalog; then four sessions at once, each a prompt, a tool
+    // outcome and a session end. Four, not more: every hook holds the data directory's lock for
+    // its whole run and gives up after its share of the host's timeout (spec/cli.md §7.4), so with
+    // eight sessions of debug-build hooks on a loaded 2-core machine the last prompt waited past
+    // 6 s and answered "busy", which is the product's behaviour, not a sharing failure.
     assert!(
         reply(&hook(
             &data,
@@ -399,7 +403,7 @@ fn concurrent_hook_processes_share_one_data_directory() {
         ))
         .is_some()
     );
-    let handles: Vec<_> = (0..8)
+    let handles: Vec<_> = (0..SESSIONS)
         .map(|i| {
             let data = data.clone();
             let project = project.clone();
@@ -440,7 +444,7 @@ fn concurrent_hook_processes_share_one_data_directory() {
             }
         }
     }
-    assert_eq!(session_records(&data).len(), 1 + 8 * 3);
+    assert_eq!(session_records(&data).len(), 1 + SESSIONS * 3);
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
 }
