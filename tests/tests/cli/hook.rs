@@ -384,16 +384,17 @@ fn a_repeated_delivery_is_recorded_once_and_other_tools_not_at_all() {
 
 #[test]
 fn concurrent_hook_processes_share_one_data_directory() {
-    const SESSIONS: usize = 4;
+    const SESSIONS: usize = 8;
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     let project = dir.path().join("p");
     std::fs::create_dir_all(&project).unwrap();
-    // The first prompt ingests the catalog; then four sessions at once, each a prompt, a tool
-    // outcome and a session end. Four, not more: every hook holds the data directory's lock for
-    // its whole run and gives up after its share of the host's timeout (spec/cli.md §7.4), so with
-    // eight sessions of debug-build hooks on a loaded 2-core machine the last prompt waited past
-    // 6 s and answered "busy", which is the product's behaviour, not a sharing failure.
+    // The first prompt ingests the catalog; then eight sessions at once, each a prompt, a tool
+    // outcome and a session end. Every hook holds the data directory's lock for its whole run and
+    // gives up after its share of the host's timeout (spec/cli.md §7.4) with the sentence below,
+    // having done nothing; on a loaded machine some do. What must hold whatever the timing: each
+    // hook either did its whole work or said it did nothing, every hook that worked left exactly
+    // its record, and the journal audits clean.
     assert!(
         reply(&hook(
             &data,
@@ -430,9 +431,20 @@ fn concurrent_hook_processes_share_one_data_directory() {
             })
         })
         .collect();
+    let mut worked = 0;
     for handle in handles {
         for (event, run) in handle.join().unwrap() {
             let reply = reply(&run);
+            if let Some(message) = reply.as_ref().and_then(|r| r.get_str("systemMessage"))
+                && message.starts_with(
+                    "ctx: another ctx process kept the data directory busy for longer than this \
+                     hook may wait",
+                )
+            {
+                assert!(message.contains("so ctx did nothing for this"), "{message}");
+                continue;
+            }
+            worked += 1;
             if event == "UserPromptSubmit" {
                 let reply = reply.expect("a reply");
                 context(&reply, event);
@@ -444,7 +456,8 @@ fn concurrent_hook_processes_share_one_data_directory() {
             }
         }
     }
-    assert_eq!(session_records(&data).len(), 1 + SESSIONS * 3);
+    assert!(worked > 0, "no hook got the data directory");
+    assert_eq!(session_records(&data).len(), 1 + worked);
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");
 }
