@@ -106,6 +106,9 @@ pub enum CliError {
     /// A passkey ceremony did not complete (spec/webauthn.md §4).
     #[error(transparent)]
     Browser(#[from] crate::browser::BrowserError),
+    /// `ctx catalog build` could not write its catalog (spec/catalog-build.md).
+    #[error(transparent)]
+    Build(#[from] ctx_service::BuildError),
     #[error("{step}: {source}")]
     Person {
         step: &'static str,
@@ -124,6 +127,8 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => EXIT_USAGE,
+            CliError::Build(e) if e.is_bad_input() => EXIT_USAGE,
+            CliError::Build(_) => EXIT_INTERNAL,
             CliError::NoTerminal(_) => EXIT_OUTCOME,
             CliError::Browser(crate::browser::BrowserError::Listen(_)) => EXIT_INTERNAL,
             CliError::Browser(_) => EXIT_OUTCOME,

@@ -4,6 +4,7 @@
 
 mod audit;
 mod browser;
+mod build;
 mod commands;
 mod data_dir;
 mod demo;
@@ -46,6 +47,10 @@ Commands:
   import [--input FILE]     an export into an empty data directory (stdin by default)
   compact                   give the journal file's free pages back to the file system
                             (embedded journal; waits for other ctx processes)
+  catalog build SOURCE... --out DIR [--namespace NS]
+                            a ctx.catalog-v1 directory from skill directories, subagent
+                            files, plugins, marketplaces and MCP files, with a table of
+                            every problem (namespace `local` by default)
 
 Host commands (JSON on stdin and stdout, see spec/cli.md):
   catalog ingest [--catalog-dir DIR]    the sample catalog when no directory is given
@@ -120,6 +125,12 @@ pub enum Command {
     },
     /// `ctx compact`: offline compaction of the embedded journal's file.
     Compact,
+    /// `ctx catalog build SOURCE... --out DIR [--namespace NS]` (spec/catalog-build.md).
+    CatalogBuild {
+        sources: Vec<PathBuf>,
+        out: PathBuf,
+        namespace: String,
+    },
     Host(HostCommand),
     /// `ctx key init [--key FILE]`: the person's device key.
     KeyInit {
@@ -227,7 +238,8 @@ impl DecisionScope {
 }
 
 /// Options that take a value.
-const VALUE_OPTIONS: [&str; 10] = [
+const VALUE_OPTIONS: [&str; 11] = [
+    "--namespace",
     "--approver",
     "--scope",
     "--data-dir",
@@ -328,6 +340,30 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             input: take("--input"),
         },
         ["compact"] => Command::Compact,
+        ["catalog", "build", sources @ ..] => {
+            if sources.is_empty() {
+                return Err(CliError::Usage(
+                    "`ctx catalog build` needs at least one SOURCE path".to_owned(),
+                ));
+            }
+            let out = take("--out")
+                .ok_or_else(|| CliError::Usage("`ctx catalog build` needs --out DIR".into()))?;
+            let namespace = take("--namespace").map_or_else(
+                || build::DEFAULT_NAMESPACE.to_owned(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            if !ctx_model::is_safe_token(&namespace) {
+                return Err(CliError::Usage(format!(
+                    "--namespace {namespace:?} is not a safe token: 1 to 128 characters of a-z, \
+                     0-9 and ._:@-, starting with a letter or digit"
+                )));
+            }
+            Command::CatalogBuild {
+                sources: sources.iter().map(PathBuf::from).collect(),
+                out,
+                namespace,
+            }
+        }
         ["catalog", "ingest"] => Command::Host(HostCommand::CatalogIngest {
             catalog_dir: take("--catalog-dir"),
         }),
@@ -604,6 +640,11 @@ fn execute(
         Command::Export { output } => export::export(&layout()?, output.as_deref(), out)?,
         Command::Import { input: file } => export::import(&layout()?, file.as_deref(), input, out)?,
         Command::Compact => audit::compact(&layout()?, out)?,
+        Command::CatalogBuild {
+            sources,
+            out: dir,
+            namespace,
+        } => build::catalog_build(sources, dir, namespace, out)?,
         Command::Host(HostCommand::PolicySet { key: None }) => {
             // The person's default device key approves a policy that grants installs by itself.
             let key = person::default_device_key(&env).ok();

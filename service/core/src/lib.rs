@@ -36,6 +36,14 @@ pub use catalog::{
     CatalogFileError, CatalogFileKind, LoadedCatalog, WorkObservation, is_body_path,
     load_catalog_dir, sample_catalog_dir,
 };
+// `ctx catalog build` (spec/catalog-build.md): importers of published capability formats and the
+// catalog writer.
+pub use catalog::{
+    BUILD_MARKER_FILE, BuildError, CATALOG_BUILD_INSTALLER_ID, CATALOG_BUILD_PLAN_SCHEMA, Finding,
+    FindingSeverity, Import, ImportedEntry, MANIFEST_MAX_BYTES, Provenance,
+    SOURCES_MAX_DEPTH_LEVELS, SOURCES_MAX_DIRECTORIES, SOURCES_MAX_LISTED_ENTRIES, WriteReport,
+    import_sources, merge, write_catalog,
+};
 // Real capability material (spec/capability-formats.md, spec/skill-tree.md): frontmatter, the
 // hosts' name rules, and a skill's whole file tree with its digest.
 pub use catalog::{

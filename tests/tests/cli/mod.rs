@@ -4,6 +4,7 @@ mod adversary;
 mod asked_once;
 mod audit;
 mod browser;
+mod catalog_build;
 mod catalog_links;
 mod compact;
 mod demo;

@@ -14,6 +14,7 @@ mod flag_tests;
 mod flags;
 mod format;
 mod frontmatter;
+mod import;
 mod load;
 mod names;
 mod observation;
@@ -30,6 +31,12 @@ pub use format::{BODY_MAX_BYTES, CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is
 pub use frontmatter::{
     FRONTMATTER_MAX_BYTES, FRONTMATTER_MAX_KEYS, FRONTMATTER_MAX_NESTING_LEVELS, FmValue,
     Frontmatter, FrontmatterError, FrontmatterWarning, parse_frontmatter,
+};
+pub use import::{
+    BUILD_MARKER_FILE, BuildError, CATALOG_BUILD_INSTALLER_ID, CATALOG_BUILD_PLAN_SCHEMA, Finding,
+    FindingSeverity, Import, ImportedEntry, MANIFEST_MAX_BYTES, Provenance,
+    SOURCES_MAX_DEPTH_LEVELS, SOURCES_MAX_DIRECTORIES, SOURCES_MAX_LISTED_ENTRIES, WriteReport,
+    import_sources, merge, write_catalog,
 };
 pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir};
 pub use names::{
