@@ -152,6 +152,8 @@ enum Problem {
     SecretHeader { name: String },
     #[error("the url holds a password")]
     UrlPassword,
+    #[error("argument {index}{how} holds a literal secret")]
+    SecretArgument { index: usize, how: String },
     #[error("package {index} is not an object with an \"identifier\" and a \"registryType\"")]
     PackageMalformed { index: usize },
     #[error(
@@ -476,6 +478,9 @@ fn scrub(name: &str, entry: &mut JsonMap, notes: &mut Notes) {
             }
         }
     }
+    if let Some(Json::Arr(args)) = entry.get_mut("args") {
+        scrub_arguments(name, args, notes);
+    }
     if let Some(Json::Str(url)) = entry.get_mut("url")
         && let Some(safe) = without_password(url, name)
     {
@@ -487,6 +492,61 @@ fn scrub(name: &str, entry: &mut JsonMap, notes: &mut Notes) {
             ),
         ));
         *url = safe;
+    }
+}
+
+/// Replaces literal secrets among a stdio server's arguments (spec/mcp-import.md §4): the value
+/// after a flag with a secret's name (`--api-key VALUE`), the value of `--flag=VALUE`, and any
+/// argument in a well-known credential format. The reference is `${<SERVER>_<FLAG>}`, or
+/// `${<SERVER>_TOKEN}` for an argument without a flag. Arguments are numbered from 1.
+fn scrub_arguments(server: &str, args: &mut [Json], notes: &mut Notes) {
+    let mut after: Option<String> = None;
+    for (i, arg) in args.iter_mut().enumerate() {
+        let flag = after.take();
+        let Json::Str(text) = arg else {
+            continue;
+        };
+        let reference = |flag: &str| format!("${{{}_{}}}", upper_snake(server), upper_snake(flag));
+        let known = |value: &str| {
+            let literal = literal_part(value);
+            !literal.is_empty() && SECRET_VALUE_PREFIXES.iter().any(|p| literal.starts_with(p))
+        };
+        let replacement = if let Some(flag) = flag
+            && !text.starts_with('-')
+            && !literal_part(text).is_empty()
+        {
+            Some((reference(&flag), format!(" (after --{flag})")))
+        } else if let Some(body) = text.strip_prefix("--")
+            && let Some((flag, value)) = body.split_once('=')
+            && (secret_name(flag) || known(value))
+            && !literal_part(value).is_empty()
+        {
+            Some((
+                format!("--{flag}={}", reference(flag)),
+                format!(" (--{flag}=…)"),
+            ))
+        } else if !text.starts_with('-') && known(text) {
+            Some((reference("token"), String::new()))
+        } else {
+            if let Some(flag) = text.strip_prefix("--")
+                && !flag.contains('=')
+                && secret_name(flag)
+            {
+                after = Some(flag.to_owned());
+            }
+            None
+        };
+        if let Some((safe, how)) = replacement {
+            let shown = safe
+                .rsplit_once('=')
+                .map_or(safe.as_str(), |(_, reference)| reference)
+                .to_owned();
+            notes.push((
+                Problem::SecretArgument { index: i + 1, how },
+                format!("replaced by \"{shown}\""),
+            ));
+            *text = safe;
+        }
     }
 }
 
@@ -1817,5 +1877,41 @@ env = { DB_PASSWORD = "pa55word", MODE = "fast" }
             .join("-");
         assert_eq!(tags(&name, Some("npm")).len(), TAGS_MAX_PER_ENTRY);
         assert!(tags(&name, Some("npm")).contains(&"mcp".to_owned()));
+    }
+
+    #[test]
+    fn literal_secrets_in_arguments_are_replaced_and_never_echoed() {
+        let text = r#"{"mcpServers":{"search":{"command":"npx","args":["-y","search-mcp","--api-key","sk-live-abc123","--token=ghp_secretsecret","--region","eu","xoxb-111-222","--verbose"]}}}"#;
+        let (entries, findings) = import_mcp_json(".mcp.json", text);
+        for secret in ["sk-live-abc123", "ghp_secretsecret", "xoxb-111-222"] {
+            assert_absent(secret, &entries, &findings);
+        }
+        assert_eq!(
+            body(find(&entries, "search")),
+            r#"{"mcpServers":{"search":{"args":["-y","search-mcp","--api-key","${SEARCH_API_KEY}","--token=${SEARCH_TOKEN}","--region","eu","${SEARCH_TOKEN}","--verbose"],"command":"npx"}}}"#
+        );
+        let rows: Vec<(&str, &str)> = findings
+            .iter()
+            .map(|f| (f.problem.as_str(), f.action.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    "argument 4 (after --api-key) holds a literal secret",
+                    "replaced by \"${SEARCH_API_KEY}\""
+                ),
+                (
+                    "argument 5 (--token=…) holds a literal secret",
+                    "replaced by \"${SEARCH_TOKEN}\""
+                ),
+                (
+                    "argument 8 holds a literal secret",
+                    "replaced by \"${SEARCH_TOKEN}\""
+                ),
+            ]
+        );
+        // The body now needs credentials, which the derived flags say.
+        assert_flags(&entries, &[("search", true)]);
     }
 }
