@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::LocalKey;
 
 use hmac::{Hmac, KeyInit, Mac};
 use rkyv::rancor;
@@ -302,10 +303,33 @@ impl Drop for StorePayloadsAsIs {
     }
 }
 
+/// Runs `f` on this thread's zstd context in `local`, made by `make` on first use, or on a context
+/// of its own when the thread-local is unavailable (the thread is exiting) or already borrowed.
+/// `None` when no context could be made.
+fn with_context<C, R>(
+    local: &'static LocalKey<RefCell<Option<C>>>,
+    make: impl Fn() -> Option<C>,
+    mut f: impl FnMut(&mut C) -> R,
+) -> Option<R> {
+    local
+        .try_with(|cell| match cell.try_borrow_mut() {
+            Ok(mut slot) => {
+                if slot.is_none() {
+                    *slot = make();
+                }
+                slot.as_mut().map(&mut f)
+            }
+            Err(_) => None,
+        })
+        .ok()
+        .flatten()
+        .or_else(|| make().map(|mut c| f(&mut c)))
+}
+
 /// Compresses `payload` with [`RECORDS_DICTIONARY`] into `out[start..]` when the frame is shorter
-/// than the payload, and returns whether it did; `out` then ends with the frame. On `false` (too short, incompressible,
-/// or no context could be made) the caller stores the payload as it is; its `out` beyond `start`
-/// is garbage then.
+/// than the payload, and returns whether it did; `out` then ends with the frame. On `false` (too
+/// short, incompressible, or no context could be made) the caller stores the payload as it is;
+/// its `out` beyond `start` is garbage then.
 fn compress_after(payload: &[u8], out: &mut Vec<u8>, start: usize) -> bool {
     if payload.len() < PAYLOAD_COMPRESS_MIN_BYTES
         || PAYLOADS_STORED_AS_IS.load(Ordering::SeqCst) > 0
@@ -316,22 +340,9 @@ fn compress_after(payload: &[u8], out: &mut Vec<u8>, start: usize) -> bool {
     // instead of writing a frame that saves nothing.
     out.resize(start + payload.len() - 1, 0);
     let dest = &mut out[start..];
-    let mut compress =
-        |c: &mut zstd::bulk::Compressor<'static>| c.compress_to_buffer(payload, dest);
-    let written = COMPRESSOR
-        .try_with(|cell| match cell.try_borrow_mut() {
-            Ok(mut slot) => {
-                if slot.is_none() {
-                    *slot = new_compressor();
-                }
-                slot.as_mut().map(&mut compress)
-            }
-            Err(_) => None,
-        })
-        .ok()
-        .flatten()
-        // No thread-local context (the thread is exiting): a context of its own.
-        .or_else(|| new_compressor().map(|mut c| compress(&mut c)));
+    let written = with_context(&COMPRESSOR, new_compressor, |c| {
+        c.compress_to_buffer(payload, &mut *dest)
+    });
     match written {
         Some(Ok(n)) if n > 0 && n < payload.len() => {
             out.truncate(start + n);
@@ -372,26 +383,16 @@ fn zstd_payload_len(stored: &[u8], dictionary: bool) -> Result<usize, &'static s
 /// Decompresses one zstd frame into exactly `dest` (its declared length): more output than
 /// `dest` holds is refused by zstd itself, less by the count.
 fn decompress_into(stored: &[u8], dest: &mut [u8], dictionary: bool) -> Result<(), &'static str> {
-    let mut run =
-        |d: &mut zstd::bulk::Decompressor<'static>| d.decompress_to_buffer(stored, &mut *dest);
     let local = if dictionary {
         &DICT_DECOMPRESSOR
     } else {
         &DECOMPRESSOR
     };
-    let result = local
-        .try_with(|cell| match cell.try_borrow_mut() {
-            Ok(mut slot) => {
-                if slot.is_none() {
-                    *slot = new_decompressor(dictionary);
-                }
-                slot.as_mut().map(&mut run)
-            }
-            Err(_) => None,
-        })
-        .ok()
-        .flatten()
-        .or_else(|| new_decompressor(dictionary).map(|mut d| run(&mut d)));
+    let result = with_context(
+        local,
+        || new_decompressor(dictionary),
+        |d| d.decompress_to_buffer(stored, &mut *dest),
+    );
     match result {
         Some(Ok(n)) if n == dest.len() => Ok(()),
         Some(_) => Err("compressed payload does not decompress to its length"),
