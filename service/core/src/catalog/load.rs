@@ -18,6 +18,7 @@ use super::flags;
 use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES, CatalogEntry};
 use super::open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 use super::snapshot::Catalog;
+use super::tree::SkillTree;
 
 /// File name of the catalog inside a catalog directory.
 pub const CATALOG_FILE_NAME: &str = "catalog.json";
@@ -26,8 +27,10 @@ pub const CATALOG_FILE_NAME: &str = "catalog.json";
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadedCatalog {
     catalog: Catalog,
-    /// Body text by declared relative path.
+    /// Body text by declared relative path; for a skill tree, its pack (spec/skill-tree.md §7).
     bodies: BTreeMap<String, String>,
+    /// Skill trees by declared directory path (spec/catalog.md §1.4).
+    trees: BTreeMap<String, SkillTree>,
 }
 
 impl LoadedCatalog {
@@ -38,6 +41,23 @@ impl LoadedCatalog {
     /// The verified text of a body file, by its declared path.
     pub fn body_at(&self, path: &str) -> Option<&str> {
         self.bodies.get(path).map(String::as_str)
+    }
+
+    /// The verified skill tree declared at `path` (a `tree` body), if that body is a tree.
+    pub fn tree_at(&self, path: &str) -> Option<&SkillTree> {
+        self.trees.get(path)
+    }
+
+    /// The skill tree of a capability's `material`, if its material is a tree.
+    pub fn material_tree(&self, capability_id: &str) -> Option<&SkillTree> {
+        let entry = self.catalog.entry(capability_id)?;
+        self.tree_at(&entry.material.as_ref()?.body.path)
+    }
+
+    /// The skill tree an install of a capability leaves behind, if its result is a tree.
+    pub fn install_result_tree(&self, capability_id: &str) -> Option<&SkillTree> {
+        let entry = self.catalog.entry(capability_id)?;
+        self.tree_at(&entry.install.as_ref()?.result.path)
     }
 
     /// The loadable material of a capability (its `material` body), if it has one.
@@ -94,6 +114,7 @@ pub fn load_catalog(
     })?;
     let catalog = Catalog::parse(&text)?;
     let mut bodies = BTreeMap::new();
+    let trees = BTreeMap::new();
     for (i, entry) in catalog.entries().iter().enumerate() {
         for (field, body) in entry.bodies() {
             let text = read_body(bodies_root, body).map_err(|failure| match failure {
@@ -115,7 +136,11 @@ pub fn load_catalog(
     for (i, entry) in catalog.entries().iter().enumerate() {
         check_flags(&catalog, i, entry, &bodies)?;
     }
-    Ok(LoadedCatalog { catalog, bodies })
+    Ok(LoadedCatalog {
+        catalog,
+        bodies,
+        trees,
+    })
 }
 
 /// Refuses an entry whose declared flags understate what its material implies (spec/catalog.md
