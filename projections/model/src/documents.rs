@@ -25,10 +25,12 @@ pub const INSTALL_DESCRIPTOR_SCHEMA_V2: &str = "ctx.install-plan-descriptor-v2";
 pub const EXECUTION_BINDING_SCHEMA: &str = "ctx.install-execution-binding-v1";
 pub const INSTALL_AUTHORIZATION_SCHEMA: &str = "ctx.install-action-authorization-v1";
 pub const ACTIVATION_AUTHORIZATION_SCHEMA: &str = "ctx.activation-action-authorization-v1";
-/// Largest prepared material, in UTF-8 bytes.
-pub const MAX_CONTENT_BYTES: i64 = 6_000;
-/// Largest estimated token count of prepared material.
-pub const MAX_CONTENT_TOKENS: i64 = 1_500;
+/// Largest material a consent can name, in bytes: the largest skill pack, a whole skill tree in one
+/// text (spec/skill-tree.md §7). The reference bounds prepared prompt content at 6,000 bytes; ctx
+/// places material in the host's directories instead of a prompt, so the bound is the store's.
+pub const MAX_CONTENT_BYTES: i64 = 100 * 1024 * 1024;
+/// Largest estimated token count of material: a `SKILL.md` of 256 KiB at four bytes a token.
+pub const MAX_CONTENT_TOKENS: i64 = 65_536;
 /// The only install target scope.
 pub const TARGET_SCOPE_USER: &str = "user";
 /// The only install rollback strategy.
@@ -1139,7 +1141,7 @@ pub(crate) mod tests {
             msg(validate_material_identity(&with(
                 &m,
                 "content_bytes",
-                Json::Int(6001)
+                Json::Int(MAX_CONTENT_BYTES + 1)
             ))),
             "content_bytes is outside its bounded range"
         );

@@ -6,19 +6,21 @@
 use std::path::{Path, PathBuf};
 
 use crate::catalog::{
-    BODY_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, CatalogError, CatalogFileError,
+    BODY_V2_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, CatalogError, CatalogFileError,
     CatalogFileKind, LoadedCatalog, load_catalog_dir, open_catalog_file, sample_catalog_files,
 };
 use crate::data_dir::Layout;
 use ctx_fs::{create_private_dir_all, read_bounded_file};
 
-use crate::runtime::{CatalogLock, RuntimeError, read_error_source, write_atomically};
+use crate::runtime::{CatalogLock, RuntimeError, read_error_source};
+use ctx_fs::FILE_MODE_PRIVATE;
 
 /// Most bytes of `catalog.json` the ingest copies: the catalog's own text limit
 /// ([`CATALOG_TEXT_MAX_BYTES`]), since the file was loaded under it a moment before.
 pub const CATALOG_FILE_COPY_MAX_BYTES: u64 = CATALOG_TEXT_MAX_BYTES as u64;
-/// Most bytes of one body file the ingest copies: the catalog's body limit ([`BODY_MAX_BYTES`]).
-pub const BODY_FILE_COPY_MAX_BYTES: u64 = BODY_MAX_BYTES.unsigned_abs();
+/// Most bytes of one body file the ingest copies: the largest body any catalog version allows
+/// ([`BODY_V2_MAX_BYTES`]); the file was loaded under its own version's limit a moment before.
+pub const BODY_FILE_COPY_MAX_BYTES: u64 = BODY_V2_MAX_BYTES.unsigned_abs();
 
 /// What an ingest did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,19 +217,37 @@ fn write_catalog(
     }
     create_private_dir_all(&staging).map_err(RuntimeError::from)?;
     let mut files = vec![CATALOG_FILE_NAME.to_owned()];
+    let mut trees = Vec::new();
     for entry in loaded.catalog().entries() {
         for (_, body) in entry.bodies() {
-            files.push(body.path.clone());
+            match loaded.tree_at(&body.path) {
+                Some(tree) => trees.push((body.path.as_str(), tree)),
+                None => files.push(body.path.clone()),
+            }
         }
     }
+    // Every file is written plainly into the fresh private staging directory and the whole
+    // filesystem is synced once before the swap: a catalog of 100,000 entries would otherwise
+    // cost 100,000 fsyncs and renames, and nothing reads the staging directory before the swap.
     for relative in files {
-        let to = staging.join(&relative);
-        if let Some(parent) = to.parent() {
-            create_private_dir_all(parent).map_err(RuntimeError::from)?;
-        }
         let bytes = read_source_file(source, &relative, copy_limit_bytes(&relative))?;
-        write_atomically(&to, &bytes)?;
+        write_new_file(&staging, &relative, &bytes, FILE_MODE_PRIVATE)?;
     }
+    // A skill tree is written from the tree the loader verified (spec/skill-tree.md §2), file by
+    // file, keeping the executable bit its digest pins.
+    for (relative, tree) in trees {
+        for file in tree.files() {
+            let mode = if file.executable() {
+                EXECUTABLE_MODE_PRIVATE
+            } else {
+                FILE_MODE_PRIVATE
+            };
+            let path = format!("{relative}/{}", file.path());
+            write_new_file(&staging, &path, file.bytes(), mode)?;
+        }
+    }
+    let staged = std::fs::File::open(&staging).map_err(io(&staging))?;
+    rustix::fs::syncfs(&staged).map_err(|e| io(&staging)(e.into()))?;
     let target = layout.catalog();
     if target.exists() {
         std::fs::rename(&target, &retired).map_err(io(&target))?;
@@ -239,6 +259,30 @@ fn write_catalog(
     std::fs::File::open(layout.root())
         .and_then(|d| d.sync_all())
         .map_err(io(layout.root()))
+}
+
+/// Mode of a copied executable file of a skill tree: owner read, write and execute.
+const EXECUTABLE_MODE_PRIVATE: u32 = 0o700;
+
+/// Creates the new file `relative` under `root` (and its missing private parent directories) with
+/// `bytes` and `mode`; the caller syncs.
+fn write_new_file(root: &Path, relative: &str, bytes: &[u8], mode: u32) -> Result<(), IngestError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let to = root.join(relative);
+    if let Some(parent) = to.parent() {
+        create_private_dir_all(parent).map_err(RuntimeError::from)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&to)
+        .map_err(io(&to))?;
+    file.write_all(bytes).map_err(io(&to))?;
+    // The umask may have cleared bits of `mode`; the executable bit is content here.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .map_err(io(&to))
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub mod skill_cas;
 // The public surface: every name ctx-hosts, ctx-cli, the tests, benches and fuzz targets use, each
 // at one path (spec/service.md "Code").
 pub use catalog::{
+    BODY_V2_MAX_BYTES, CATALOG_SCHEMA_V2, CATALOG_V2_MAX_ENTRIES, TREE_PACK_MAX_BYTES,
+};
+pub use catalog::{
     CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, Catalog, CatalogError,
     CatalogFileError, CatalogFileKind, LoadedCatalog, WorkObservation, is_body_path,
     load_catalog_dir, sample_catalog_dir,

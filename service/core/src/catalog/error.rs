@@ -65,6 +65,15 @@ pub enum CatalogError {
         path: String,
         problem: String,
     },
+    /// A skill tree named by an entry (`ctx.catalog-v2`) cannot be read under the walk rules or
+    /// differs from its declaration (spec/catalog.md §1.4).
+    #[error("{entry} field {field:?} names the skill tree {path:?}, which {problem}")]
+    Tree {
+        entry: EntryRef,
+        field: String,
+        path: String,
+        problem: String,
+    },
     /// A flag is `false` where the rule of spec/catalog.md §7 derives `true` from the material,
     /// or a `load` skill's material would need a flag (it reaches the host with no decision).
     #[error("{entry} field {field:?} {problem}")]
@@ -98,6 +107,7 @@ impl CatalogError {
         match self {
             CatalogError::Entry { entry, .. }
             | CatalogError::Body { entry, .. }
+            | CatalogError::Tree { entry, .. }
             | CatalogError::Flags { entry, .. } => Some(entry),
             CatalogError::File { entry, .. } => entry.as_ref(),
             _ => None,
@@ -109,6 +119,7 @@ impl CatalogError {
         match self {
             CatalogError::Entry { field, .. }
             | CatalogError::Body { field, .. }
+            | CatalogError::Tree { field, .. }
             | CatalogError::Flags { field, .. }
             | CatalogError::TopLevel { field, .. } => Some(field),
             CatalogError::File { field, .. } => field.as_deref(),

@@ -15,32 +15,90 @@ use ctx_model::{
 
 use super::error::{CatalogError, EntryRef};
 
-/// The `schema` value of a catalog document.
+/// The `schema` value of a first-version catalog document: one body file per entry, small.
 pub const CATALOG_SCHEMA: &str = "ctx.catalog-v1";
-/// Largest catalog text accepted, in bytes: far above any real catalog, small enough that a
-/// hostile file cannot make the parser allocate without bound.
-pub const CATALOG_TEXT_MAX_BYTES: usize = 4 * 1024 * 1024;
-/// Most capabilities in one catalog, in entries (the reference material manifest's bound).
+/// The `schema` value of a second-version catalog document: skill trees, provenance and limits
+/// sized for real collections (spec/catalog.md §1.4).
+pub const CATALOG_SCHEMA_V2: &str = "ctx.catalog-v2";
+/// Largest catalog text accepted, in bytes: room for 100,000 entries of ~450 bytes, small enough
+/// that a hostile file cannot make the parser allocate without bound.
+pub const CATALOG_TEXT_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Most capabilities in one `ctx.catalog-v1` catalog, in entries (the reference material
+/// manifest's bound).
 pub const CATALOG_MAX_ENTRIES: usize = 512;
+/// Most capabilities in one `ctx.catalog-v2` catalog, in entries.
+pub const CATALOG_V2_MAX_ENTRIES: usize = 100_000;
 /// Most tags on one capability, in tags.
 pub const TAGS_MAX_PER_ENTRY: usize = 32;
 /// Most `related` links on one capability, in entries.
 pub const RELATED_MAX_PER_ENTRY: usize = 32;
 /// Longest label, in UTF-8 bytes.
 pub const LABEL_MAX_BYTES: usize = 200;
-/// Largest body file (skill, agent or server material), in bytes (spec/catalog.md §1.3).
+/// Largest body file of a `ctx.catalog-v1` catalog, in bytes (spec/catalog.md §1.3).
 pub const BODY_MAX_BYTES: i64 = 6_000;
-/// Largest estimated token count of a loadable body, in tokens (spec/catalog.md §1.3).
+/// Largest estimated token count of a `ctx.catalog-v1` loadable body, in tokens.
 pub const BODY_MAX_TOKENS: i64 = 1_500;
+/// Largest body file of a `ctx.catalog-v2` catalog, in bytes: the skill tree's `SKILL.md` limit
+/// (spec/skill-tree.md §3), for every kind.
+pub const BODY_V2_MAX_BYTES: i64 = 256 * 1024;
+/// Largest estimated token count of a `ctx.catalog-v2` loadable body, in tokens.
+pub const BODY_V2_MAX_TOKENS: i64 = BODY_V2_MAX_BYTES / 4;
+/// Largest skill pack a `ctx.catalog-v2` tree declares, in bytes (spec/skill-tree.md §7).
+pub const TREE_PACK_MAX_BYTES: i64 = 100 * 1024 * 1024;
 /// Longest body path, in bytes.
 pub const BODY_PATH_MAX_BYTES: usize = 256;
+/// Longest provenance origin, in bytes.
+pub const SOURCE_ORIGIN_MAX_BYTES: usize = 512;
+/// Longest provenance version, in bytes.
+pub const SOURCE_VERSION_MAX_BYTES: usize = 64;
+
+/// The catalog format a document declares; the limits and the fields it may use follow from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CatalogVersion {
+    V1,
+    V2,
+}
+
+impl CatalogVersion {
+    pub fn schema(self) -> &'static str {
+        match self {
+            CatalogVersion::V1 => CATALOG_SCHEMA,
+            CatalogVersion::V2 => CATALOG_SCHEMA_V2,
+        }
+    }
+
+    fn max_entries(self) -> usize {
+        match self {
+            CatalogVersion::V1 => CATALOG_MAX_ENTRIES,
+            CatalogVersion::V2 => CATALOG_V2_MAX_ENTRIES,
+        }
+    }
+
+    /// The largest body file, in bytes.
+    pub fn body_max_bytes(self) -> i64 {
+        match self {
+            CatalogVersion::V1 => BODY_MAX_BYTES,
+            CatalogVersion::V2 => BODY_V2_MAX_BYTES,
+        }
+    }
+
+    fn body_max_tokens(self) -> i64 {
+        match self {
+            CatalogVersion::V1 => BODY_MAX_TOKENS,
+            CatalogVersion::V2 => BODY_V2_MAX_TOKENS,
+        }
+    }
+}
 
 const TOP_KEYS: [&str; 3] = ["capabilities", "namespace", "schema"];
-const ENTRY_KEYS: [&str; 7] = [
-    "id", "install", "kind", "label", "material", "related", "tags",
+const ENTRY_KEYS: [&str; 8] = [
+    "id", "install", "kind", "label", "material", "related", "source", "tags",
 ];
 const ENTRY_REQUIRED: [&str; 4] = ["id", "kind", "label", "tags"];
 const MATERIAL_KEYS: [&str; 4] = ["estimated_tokens", "path", "sha256", "size_bytes"];
+const MATERIAL_TREE_KEYS: [&str; 4] = ["estimated_tokens", "sha256", "size_bytes", "tree"];
+const RESULT_TREE_KEYS: [&str; 3] = ["sha256", "size_bytes", "tree"];
+const SOURCE_KEYS: [&str; 2] = ["origin", "version"];
 const INSTALL_KEYS: [&str; 5] = [
     "credential_requirement",
     "installer_id",
@@ -50,13 +108,39 @@ const INSTALL_KEYS: [&str; 5] = [
 ];
 const RESULT_KEYS: [&str; 3] = ["path", "sha256", "size_bytes"];
 
-/// A body file declared by an entry: where it lives (relative to the catalog directory) and the
-/// exact bytes it must hold.
+/// A body declared by an entry: where it lives (relative to the catalog directory) and the exact
+/// bytes it must hold. A body is one file, or (`ctx.catalog-v2`, skills only) a skill tree: the
+/// directory `path`, whose pack (spec/skill-tree.md §7) has the SHA-256 `sha256` and the length
+/// `size_bytes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyRef {
     pub path: String,
     pub sha256: String,
     pub size_bytes: i64,
+    pub tree: bool,
+}
+
+impl BodyRef {
+    /// The body's JSON form: `path` for a file, `tree` for a skill tree.
+    fn fields(&self) -> [(&'static str, Json); 3] {
+        [
+            (
+                if self.tree { "tree" } else { "path" },
+                Json::str(&self.path),
+            ),
+            ("sha256", Json::str(&self.sha256)),
+            ("size_bytes", Json::Int(self.size_bytes)),
+        ]
+    }
+}
+
+/// Where an entry came from (`ctx.catalog-v2`): a source path, or a marketplace and plugin, as
+/// the builder saw it, and the version the source declared. Shown to people; never trusted for
+/// anything the digests decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpec {
+    pub origin: String,
+    pub version: Option<String>,
 }
 
 /// Material the host can load directly (actionability `load`; skills only).
@@ -94,6 +178,7 @@ pub struct CatalogEntry {
     pub related: Vec<String>,
     pub material: Option<MaterialSpec>,
     pub install: Option<InstallSpec>,
+    pub source: Option<SourceSpec>,
 }
 
 impl CatalogEntry {
@@ -105,6 +190,15 @@ impl CatalogEntry {
             .as_ref()
             .map(|i| ("install.result.path", &i.result));
         material.into_iter().chain(result)
+    }
+
+    /// The field that declares a body: `material.tree` / `install.result.tree` for a tree.
+    pub fn body_field(field: &'static str, body: &BodyRef) -> &'static str {
+        match (field, body.tree) {
+            ("material.path", true) => "material.tree",
+            ("install.result.path", true) => "install.result.tree",
+            (other, _) => other,
+        }
     }
 
     /// The canonical JSON form of the entry (sorted tags and links, absent options omitted).
@@ -120,12 +214,11 @@ impl CatalogEntry {
         if let Some(material) = &self.material {
             m.insert(
                 "material".to_owned(),
-                Json::object([
-                    ("estimated_tokens", Json::Int(material.estimated_tokens)),
-                    ("path", Json::str(&material.body.path)),
-                    ("sha256", Json::str(&material.body.sha256)),
-                    ("size_bytes", Json::Int(material.body.size_bytes)),
-                ]),
+                Json::object(
+                    [("estimated_tokens", Json::Int(material.estimated_tokens))]
+                        .into_iter()
+                        .chain(material.body.fields()),
+                ),
             );
         }
         if let Some(install) = &self.install {
@@ -142,16 +235,16 @@ impl CatalogEntry {
                         Json::Bool(install.permission_expansion),
                     ),
                     ("plan_digest", Json::str(&install.plan_digest)),
-                    (
-                        "result",
-                        Json::object([
-                            ("path", Json::str(&install.result.path)),
-                            ("sha256", Json::str(&install.result.sha256)),
-                            ("size_bytes", Json::Int(install.result.size_bytes)),
-                        ]),
-                    ),
+                    ("result", Json::object(install.result.fields())),
                 ]),
             );
+        }
+        if let Some(source) = &self.source {
+            let mut fields = vec![("origin", Json::str(&source.origin))];
+            if let Some(version) = &source.version {
+                fields.push(("version", Json::str(version)));
+            }
+            m.insert("source".to_owned(), Json::object(fields));
         }
         Json::Obj(m)
     }
@@ -164,6 +257,7 @@ pub(crate) fn strs(items: &[String]) -> Json {
 /// The parsed, validated document: namespace and entries sorted by capability id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ParsedCatalog {
+    pub version: CatalogVersion,
     pub namespace: String,
     /// Entries sorted by capability id, each with its position in the source document.
     pub entries: Vec<(usize, CatalogEntry)>,
@@ -197,18 +291,21 @@ pub(crate) fn parse_document(text: &str) -> Result<ParsedCatalog, CatalogError> 
             return Err(top(key, "is missing".to_owned()));
         }
     }
-    match map.get("schema").and_then(Json::as_str) {
-        Some(CATALOG_SCHEMA) => {}
+    let version = match map.get("schema").and_then(Json::as_str) {
+        Some(CATALOG_SCHEMA) => CatalogVersion::V1,
+        Some(CATALOG_SCHEMA_V2) => CatalogVersion::V2,
         _ => {
             return Err(top(
                 "schema",
                 format!(
-                    "has the value {}, but only {CATALOG_SCHEMA:?} is supported",
+                    "has the value {}, but only {CATALOG_SCHEMA:?} and {CATALOG_SCHEMA_V2:?} are \
+                     supported",
                     shown(map.get("schema"))
                 ),
             ));
         }
-    }
+    };
+    let max_entries = version.max_entries();
     let namespace = match map.get("namespace").and_then(Json::as_str) {
         Some(ns) if is_safe_token(ns) => ns.to_owned(),
         other => {
@@ -230,12 +327,14 @@ pub(crate) fn parse_document(text: &str) -> Result<ParsedCatalog, CatalogError> 
             ),
         ));
     };
-    if items.is_empty() || items.len() > CATALOG_MAX_ENTRIES {
+    if items.is_empty() || items.len() > max_entries {
         return Err(top(
             "capabilities",
             format!(
-                "holds {} entries, outside the range 1 through {CATALOG_MAX_ENTRIES} entries",
-                items.len()
+                "holds {} entries, outside the range 1 through {max_entries} entries of a {} \
+                 catalog",
+                items.len(),
+                version.schema()
             ),
         ));
     }
@@ -249,6 +348,7 @@ pub(crate) fn parse_document(text: &str) -> Result<ParsedCatalog, CatalogError> 
                 index,
                 id: item.get_str("id").map(str::to_owned),
             },
+            version,
         };
         let entry = parse_entry(&cx, item)?;
         if let Some(first) = seen_ids.insert(entry.id.clone(), index) {
@@ -258,6 +358,7 @@ pub(crate) fn parse_document(text: &str) -> Result<ParsedCatalog, CatalogError> 
             ));
         }
         for (field, body) in entry.bodies() {
+            let field = CatalogEntry::body_field(field, body);
             if let Some(first) = seen_paths.insert(body.path.clone(), index) {
                 return Err(cx.err(
                     field,
@@ -269,6 +370,34 @@ pub(crate) fn parse_document(text: &str) -> Result<ParsedCatalog, CatalogError> 
             }
         }
         entries.push((cx, entry));
+    }
+    // A tree owns its whole directory: no other body may lie inside it (its file would be pinned
+    // by two declarations), checked once every path is known, in entry order.
+    let trees: BTreeSet<&str> = entries
+        .iter()
+        .flat_map(|(_, e)| e.bodies())
+        .filter(|(_, b)| b.tree)
+        .map(|(_, b)| b.path.as_str())
+        .collect();
+    if !trees.is_empty() {
+        for (cx, entry) in &entries {
+            for (field, body) in entry.bodies() {
+                let mut prefix = body.path.as_str();
+                while let Some((parent, _)) = prefix.rsplit_once('/') {
+                    if trees.contains(parent) {
+                        return Err(cx.err(
+                            CatalogEntry::body_field(field, body),
+                            format!(
+                                "names {:?}, which lies inside the skill tree {parent:?} of \
+                                 another declaration; a tree owns its whole directory",
+                                body.path
+                            ),
+                        ));
+                    }
+                    prefix = parent;
+                }
+            }
+        }
     }
     // Links are checked once every id is known, in entry order.
     for (cx, entry) in &entries {
@@ -292,12 +421,17 @@ pub(crate) fn parse_document(text: &str) -> Result<ParsedCatalog, CatalogError> 
         .map(|(cx, e)| (cx.entry.index, e))
         .collect();
     entries.sort_by(|a, b| a.1.id.cmp(&b.1.id));
-    Ok(ParsedCatalog { namespace, entries })
+    Ok(ParsedCatalog {
+        version,
+        namespace,
+        entries,
+    })
 }
 
 /// Names one entry in every error it raises.
 pub(crate) struct EntryCx {
     pub entry: EntryRef,
+    pub version: CatalogVersion,
 }
 
 impl EntryCx {
@@ -426,6 +560,23 @@ fn parse_entry(cx: &EntryCx, item: &Json) -> Result<CatalogEntry, CatalogError> 
             Some(parse_install(cx, v)?)
         }
     };
+    for (field, body) in material
+        .as_ref()
+        .map(|m| ("material.tree", &m.body))
+        .into_iter()
+        .chain(install.as_ref().map(|i| ("install.result.tree", &i.result)))
+    {
+        if body.tree && kind != CapabilityKind::Skill {
+            return Err(cx.err(
+                field,
+                format!("is allowed only for skills, and this entry's kind is {kind}"),
+            ));
+        }
+    }
+    let source = match m.get("source") {
+        None => None,
+        Some(v) => Some(parse_source(cx, v)?),
+    };
     Ok(CatalogEntry {
         id,
         kind,
@@ -435,7 +586,52 @@ fn parse_entry(cx: &EntryCx, item: &Json) -> Result<CatalogEntry, CatalogError> 
         related,
         material,
         install,
+        source,
     })
+}
+
+/// An entry's provenance (`ctx.catalog-v2` only): `origin` trimmed text of 1 through 512 bytes,
+/// `version` (optional) trimmed text of 1 through 64 bytes, neither with control characters.
+fn parse_source(cx: &EntryCx, v: &Json) -> Result<SourceSpec, CatalogError> {
+    if cx.version == CatalogVersion::V1 {
+        return Err(cx.err(
+            "source",
+            format!("is a {CATALOG_SCHEMA_V2} field, and this catalog is {CATALOG_SCHEMA}"),
+        ));
+    }
+    let Some(m) = v.as_obj() else {
+        return Err(cx.err(
+            "source",
+            format!("must be an object but is a {}", json_type(v)),
+        ));
+    };
+    if let Some(unknown) = m.keys().find(|k| !SOURCE_KEYS.contains(&k.as_str())) {
+        return Err(cx.err(&format!("source.{unknown}"), "is not a known field".to_owned()));
+    }
+    let text = |key: &str, max: usize, required: bool| -> Result<Option<String>, CatalogError> {
+        match m.get(key) {
+            None if !required => Ok(None),
+            Some(Json::Str(t))
+                if !t.is_empty()
+                    && t.len() <= max
+                    && t.trim() == t
+                    && !t.chars().any(char::is_control) =>
+            {
+                Ok(Some(t.clone()))
+            }
+            other => Err(cx.err(
+                &format!("source.{key}"),
+                format!(
+                    "has the value {}, but it must be trimmed text of 1 through {max} bytes \
+                     without control characters",
+                    shown_short(other)
+                ),
+            )),
+        }
+    };
+    let origin = text("origin", SOURCE_ORIGIN_MAX_BYTES, true)?.unwrap_or_default();
+    let version = text("version", SOURCE_VERSION_MAX_BYTES, false)?;
+    Ok(SourceSpec { origin, version })
 }
 
 /// A list of unique tokens accepted by `valid`, returned sorted.
@@ -490,8 +686,31 @@ fn token_list(
 }
 
 fn parse_material(cx: &EntryCx, v: &Json) -> Result<MaterialSpec, CatalogError> {
-    let m = exact_object(cx, v, "material", &MATERIAL_KEYS)?;
+    let keys: &[&str] = if is_tree(cx, v, "material")? {
+        &MATERIAL_TREE_KEYS
+    } else {
+        &MATERIAL_KEYS
+    };
+    let m = exact_object(cx, v, "material", keys)?;
     let body = parse_body(cx, m, "material")?;
+    let max_tokens = cx.version.body_max_tokens();
+    if body.tree {
+        // A tree's estimate is its `SKILL.md`'s, the text a host loads first; the loader checks
+        // it against the file (spec/catalog.md §1.4).
+        return match m.get("estimated_tokens") {
+            Some(Json::Int(t)) if (1..=max_tokens).contains(t) => Ok(MaterialSpec {
+                body,
+                estimated_tokens: *t,
+            }),
+            other => Err(cx.err(
+                "material.estimated_tokens",
+                format!(
+                    "has the value {}, outside the range 1 through {max_tokens} tokens",
+                    shown(other)
+                ),
+            )),
+        };
+    }
     let expected = estimated_tokens(body.size_bytes);
     match m.get("estimated_tokens") {
         Some(Json::Int(t)) if *t == expected => {}
@@ -505,10 +724,10 @@ fn parse_material(cx: &EntryCx, v: &Json) -> Result<MaterialSpec, CatalogError> 
             ));
         }
     }
-    if expected > BODY_MAX_TOKENS {
+    if expected > max_tokens {
         return Err(cx.err(
             "material.estimated_tokens",
-            format!("is {expected}, more than the limit of {BODY_MAX_TOKENS} tokens"),
+            format!("is {expected}, more than the limit of {max_tokens} tokens"),
         ));
     }
     Ok(MaterialSpec {
@@ -547,7 +766,12 @@ fn parse_install(cx: &EntryCx, v: &Json) -> Result<InstallSpec, CatalogError> {
     let permission_expansion = flag("permission_expansion")?;
     let credential_requirement = flag("credential_requirement")?;
     let result_value = m.get("result").unwrap_or(&Json::Null);
-    let r = exact_object(cx, result_value, "install.result", &RESULT_KEYS)?;
+    let keys: &[&str] = if is_tree(cx, result_value, "install.result")? {
+        &RESULT_TREE_KEYS
+    } else {
+        &RESULT_KEYS
+    };
+    let r = exact_object(cx, result_value, "install.result", keys)?;
     let result = parse_body(cx, r, "install.result")?;
     Ok(InstallSpec {
         installer_id,
@@ -600,12 +824,26 @@ fn digest(
     }
 }
 
+/// Whether a body object declares a skill tree (a `tree` key), which only `ctx.catalog-v2` may.
+fn is_tree(cx: &EntryCx, v: &Json, field: &str) -> Result<bool, CatalogError> {
+    let tree = v.as_obj().is_some_and(|m| m.contains_key("tree"));
+    if tree && cx.version == CatalogVersion::V1 {
+        return Err(cx.err(
+            &format!("{field}.tree"),
+            format!("is a {CATALOG_SCHEMA_V2} field, and this catalog is {CATALOG_SCHEMA}"),
+        ));
+    }
+    Ok(tree)
+}
+
 fn parse_body(cx: &EntryCx, m: &ctx_model::JsonMap, prefix: &str) -> Result<BodyRef, CatalogError> {
-    let path = match m.get("path").and_then(Json::as_str) {
+    let tree = m.contains_key("tree");
+    let path_key = if tree { "tree" } else { "path" };
+    let path = match m.get(path_key).and_then(Json::as_str) {
         Some(p) if is_body_path(p) => p.to_owned(),
         other => {
             return Err(cx.err(
-                &format!("{prefix}.path"),
+                &format!("{prefix}.{path_key}"),
                 format!(
                     "has the value {}, which is not a relative POSIX path of at most \
                      {BODY_PATH_MAX_BYTES} bytes without empty, '.' or '..' segments",
@@ -615,13 +853,18 @@ fn parse_body(cx: &EntryCx, m: &ctx_model::JsonMap, prefix: &str) -> Result<Body
         }
     };
     let sha256 = digest(cx, m, prefix, "sha256")?;
+    let max = if tree {
+        TREE_PACK_MAX_BYTES
+    } else {
+        cx.version.body_max_bytes()
+    };
     let size_bytes = match m.get("size_bytes") {
-        Some(Json::Int(n)) if (1..=BODY_MAX_BYTES).contains(n) => *n,
+        Some(Json::Int(n)) if (1..=max).contains(n) => *n,
         other => {
             return Err(cx.err(
                 &format!("{prefix}.size_bytes"),
                 format!(
-                    "has the value {}, outside the range 1 through {BODY_MAX_BYTES} bytes",
+                    "has the value {}, outside the range 1 through {max} bytes",
                     shown(other)
                 ),
             ));
@@ -631,6 +874,7 @@ fn parse_body(cx: &EntryCx, m: &ctx_model::JsonMap, prefix: &str) -> Result<Body
         path,
         sha256,
         size_bytes,
+        tree,
     })
 }
 

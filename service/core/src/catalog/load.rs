@@ -15,10 +15,11 @@ use ctx_model::sha256_hex_bytes;
 
 use super::error::CatalogError;
 use super::flags;
-use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES, CatalogEntry};
+use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES, CatalogEntry, estimated_tokens};
+use super::pack::skill_pack;
 use super::open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 use super::snapshot::Catalog;
-use super::tree::SkillTree;
+use super::tree::{SkillTree, read_skill_tree};
 
 /// File name of the catalog inside a catalog directory.
 pub const CATALOG_FILE_NAME: &str = "catalog.json";
@@ -114,9 +115,23 @@ pub fn load_catalog(
     })?;
     let catalog = Catalog::parse(&text)?;
     let mut bodies = BTreeMap::new();
-    let trees = BTreeMap::new();
+    let mut trees = BTreeMap::new();
     for (i, entry) in catalog.entries().iter().enumerate() {
         for (field, body) in entry.bodies() {
+            if body.tree {
+                let field = CatalogEntry::body_field(field, body);
+                let tokens = entry.material.as_ref().map(|m| m.estimated_tokens);
+                let (tree, pack) =
+                    read_tree(bodies_root, body, tokens).map_err(|problem| CatalogError::Tree {
+                        entry: catalog.entry_ref(i),
+                        field: field.to_owned(),
+                        path: body.path.clone(),
+                        problem,
+                    })?;
+                bodies.insert(body.path.clone(), pack);
+                trees.insert(body.path.clone(), tree);
+                continue;
+            }
             let text = read_body(bodies_root, body).map_err(|failure| match failure {
                 BodyFailure::File(source) => CatalogError::File {
                     entry: Some(catalog.entry_ref(i)),
@@ -134,7 +149,7 @@ pub fn load_catalog(
         }
     }
     for (i, entry) in catalog.entries().iter().enumerate() {
-        check_flags(&catalog, i, entry, &bodies)?;
+        check_flags(&catalog, i, entry, &bodies, &trees)?;
     }
     Ok(LoadedCatalog {
         catalog,
@@ -153,6 +168,7 @@ fn check_flags(
     index: usize,
     entry: &CatalogEntry,
     bodies: &BTreeMap<String, String>,
+    trees: &BTreeMap<String, SkillTree>,
 ) -> Result<(), CatalogError> {
     let refuse = |field: &str, problem: String| CatalogError::Flags {
         entry: catalog.entry_ref(index),
@@ -162,13 +178,18 @@ fn check_flags(
         ),
     };
     let derived = |path: &str| {
+        if let Some(tree) = trees.get(path) {
+            return derive_tree(tree);
+        }
         let text = bodies.get(path).map_or("", String::as_str);
         // A skill's siblings: the catalog's other bodies in the same directory (an
-        // `agents/openai.yaml` beside `SKILL.md` may declare an MCP dependency).
-        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+        // `agents/openai.yaml` beside `SKILL.md` may declare an MCP dependency). A range of the
+        // sorted map, so a catalog of many entries costs no more than its own directory.
+        let dir = format!("{}/", path.rsplit_once('/').map_or("", |(d, _)| d));
         let siblings: Vec<(&str, &str)> = bodies
-            .iter()
-            .filter(|(p, _)| p.as_str() != path && p.starts_with(&format!("{dir}/")))
+            .range(dir.clone()..)
+            .take_while(|(p, _)| p.starts_with(&dir))
+            .filter(|(p, _)| p.as_str() != path)
             .map(|(p, t)| (p.as_str(), t.as_str()))
             .collect();
         flags::derive(entry.kind, text, &siblings)
@@ -217,6 +238,72 @@ fn check_flags(
         }
     }
     Ok(())
+}
+
+/// The flags of a skill tree (spec/catalog.md §7): those of its `SKILL.md`, with the tree's other
+/// text files as siblings, and every executable file expands permissions (a host may run it with
+/// the person's privileges once the skill is active).
+fn derive_tree(tree: &SkillTree) -> flags::Derived {
+    let skill_md = std::str::from_utf8(tree.skill_md()).unwrap_or_default();
+    let siblings: Vec<(&str, &str)> = tree
+        .files()
+        .iter()
+        .filter(|f| f.path() != "SKILL.md")
+        .filter_map(|f| Some((f.path(), std::str::from_utf8(f.bytes()).ok()?)))
+        .collect();
+    let mut derived = flags::derive_skill(skill_md, &siblings);
+    for file in tree.files().iter().filter(|f| f.executable()) {
+        derived
+            .expansion
+            .push(format!("ships the executable file {}", file.path()));
+    }
+    derived
+}
+
+/// Reads a declared skill tree under the walk rules (spec/skill-tree.md §2) and checks it against
+/// its declaration: the pack's SHA-256 and length, a UTF-8 `SKILL.md` without NUL, and for
+/// loadable material the token estimate of that `SKILL.md`. Returns the tree and its pack; the
+/// error is the problem sentence of [`CatalogError::Tree`].
+fn read_tree(
+    root: &Path,
+    body: &BodyRef,
+    estimated_tokens: Option<i64>,
+) -> Result<(SkillTree, String), String> {
+    let tree = read_skill_tree(root, &body.path).map_err(|e| format!("cannot be read: {e}"))?;
+    let skill_md = tree.skill_md();
+    if skill_md.contains(&0) || std::str::from_utf8(skill_md).is_err() {
+        return Err("has a SKILL.md that is not UTF-8 text without NUL bytes".to_owned());
+    }
+    let pack = skill_pack(&tree);
+    let actual = sha256_hex_bytes(pack.as_bytes());
+    if i64::try_from(pack.len()).ok() != Some(body.size_bytes) {
+        return Err(format!(
+            "has a pack of {} bytes (digest {actual}), but the catalog declares {} bytes",
+            pack.len(),
+            body.size_bytes
+        ));
+    }
+    if actual != body.sha256 {
+        return Err(format!(
+            "has a pack with SHA-256 {actual}, but the catalog declares {}",
+            body.sha256
+        ));
+    }
+    if let Some(declared) = estimated_tokens {
+        let expected = estimated_tokens_of(skill_md.len());
+        if declared != expected {
+            return Err(format!(
+                "has a SKILL.md of {} bytes, whose estimate is ceil(bytes / 4) = {expected} \
+                 tokens, but the catalog declares {declared} tokens",
+                skill_md.len()
+            ));
+        }
+    }
+    Ok((tree, pack))
+}
+
+fn estimated_tokens_of(len: usize) -> i64 {
+    estimated_tokens(i64::try_from(len).unwrap_or(i64::MAX))
 }
 
 /// Opens the catalog file `catalog_file` under the file rules (spec/catalog.md §3): relative to

@@ -28,7 +28,10 @@ mod tree;
 mod work;
 
 pub use error::{CatalogError, ObservationError, RetrievalError};
-pub use format::{BODY_MAX_BYTES, CATALOG_MAX_ENTRIES, CATALOG_TEXT_MAX_BYTES, is_body_path};
+pub use format::{
+    BODY_V2_MAX_BYTES, CATALOG_MAX_ENTRIES, CATALOG_SCHEMA_V2, CATALOG_TEXT_MAX_BYTES,
+    CATALOG_V2_MAX_ENTRIES, TREE_PACK_MAX_BYTES, is_body_path,
+};
 pub use frontmatter::{
     FRONTMATTER_MAX_BYTES, FRONTMATTER_MAX_KEYS, FRONTMATTER_MAX_NESTING_LEVELS, FmValue,
     Frontmatter, FrontmatterError, FrontmatterWarning, parse_frontmatter,

@@ -16,7 +16,7 @@ use ctx_model::{
 };
 
 use super::error::{CatalogError, EntryRef};
-use super::format::{CATALOG_SCHEMA, CatalogEntry, parse_document, strs};
+use super::format::{CatalogEntry, CatalogVersion, parse_document, strs};
 use ctx_model::CapabilityKind;
 
 /// Schema of the namespace document hashed into `catalog_namespace_digest`.
@@ -39,6 +39,7 @@ static PARSED: Mutex<Vec<([u8; 32], Catalog)>> = Mutex::new(Vec::new());
 
 #[derive(Debug, Clone)]
 pub struct Catalog {
+    version: CatalogVersion,
     namespace: String,
     entries: Vec<CatalogEntry>,
     /// Position of each entry in the source document, so later errors name it as written.
@@ -57,7 +58,9 @@ pub struct Catalog {
 /// derived from it, and source positions only serve error messages.
 impl PartialEq for Catalog {
     fn eq(&self, other: &Catalog) -> bool {
-        self.namespace == other.namespace && self.entries == other.entries
+        self.version == other.version
+            && self.namespace == other.namespace
+            && self.entries == other.entries
     }
 }
 
@@ -97,7 +100,7 @@ impl Catalog {
                 Json::Arr(entries.iter().map(|e| e.to_json()).collect()),
             ),
             ("namespace", Json::str(&parsed.namespace)),
-            ("schema", Json::str(CATALOG_SCHEMA)),
+            ("schema", Json::str(parsed.version.schema())),
         ]);
         let content_digest = cja_digest(&document);
         let retrieval_snapshot_digest = cja_digest(&Json::object([
@@ -151,6 +154,7 @@ impl Catalog {
             .map(|(i, e)| (e.id.clone(), i))
             .collect();
         Ok(Catalog {
+            version: parsed.version,
             namespace: parsed.namespace,
             entries,
             positions,
@@ -195,7 +199,7 @@ impl Catalog {
                 Json::Arr(self.entries.iter().map(CatalogEntry::to_json).collect()),
             ),
             ("namespace", Json::str(&self.namespace)),
-            ("schema", Json::str(CATALOG_SCHEMA)),
+            ("schema", Json::str(self.version.schema())),
         ])
     }
 

@@ -491,7 +491,7 @@ fn malformed_documents_name_the_top_level_field() {
     };
     let cases = [
         ("version", with_top("version", Json::Int(1))),
-        ("schema", with_top("schema", Json::str("ctx.catalog-v2"))),
+        ("schema", with_top("schema", Json::str("ctx.catalog-v3"))),
         ("schema", with_top("schema", Json::str("<remove>"))),
         ("namespace", with_top("namespace", Json::str("Not A Token"))),
         ("capabilities", with_top("capabilities", Json::Arr(vec![]))),
@@ -633,7 +633,7 @@ fn an_oversized_catalog_file_is_refused_naming_its_real_size() {
             err,
             CatalogError::FileTooLarge {
                 size_bytes: 104_857_600,
-                limit_bytes: 4_194_304,
+                limit_bytes: 67_108_864,
                 ..
             }
         ),
@@ -642,18 +642,18 @@ fn an_oversized_catalog_file_is_refused_naming_its_real_size() {
     assert_eq!(
         err.to_string(),
         format!(
-            "the catalog file {path:?} is 104857600 bytes, more than the limit of 4194304 bytes"
+            "the catalog file {path:?} is 104857600 bytes, more than the limit of 67108864 bytes"
         )
     );
     // One byte over the limit is named as exactly that.
     fs::File::create(&path)
-        .and_then(|f| f.set_len(4_194_305))
+        .and_then(|f| f.set_len(67_108_865))
         .expect("resize");
     assert!(
         load_catalog_dir(dir.path())
             .expect_err("refused")
             .to_string()
-            .contains(" is 4194305 bytes, more than the limit of 4194304 bytes"),
+            .contains(" is 67108865 bytes, more than the limit of 67108864 bytes"),
     );
 }
 

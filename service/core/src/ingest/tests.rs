@@ -11,7 +11,7 @@ fn the_copy_limits_are_the_catalogs_own() {
     );
     assert_eq!(
         copy_limit_bytes("skills/rust/SKILL.md"),
-        u64::try_from(BODY_MAX_BYTES).unwrap()
+        u64::try_from(BODY_V2_MAX_BYTES).unwrap()
     );
 }
 

@@ -20,7 +20,9 @@ use ctx_projections::engine::{
 
 use super::error::ServiceError;
 use crate::failpoint::FailPointFired;
-use crate::skill_cas::{InstallDriverObservation, ObservationState, SkillCasRuntimeConfig};
+use crate::skill_cas::{
+    CasGate, InstallDriverObservation, ObservationState, SkillCasRuntimeConfig,
+};
 
 /// How many times a receipt is retried when the stream moved between snapshot and commit.
 pub const RECEIPT_ATTEMPTS_MAX: usize = 3;
@@ -64,12 +66,18 @@ impl InstallActuators {
         self.skill.is_none() && self.material.is_none()
     }
 
-    /// The store that installs `kind`: the skill CAS for skills, the material store for agents and
-    /// MCP servers.
-    fn store_for(&self, kind: &str) -> Option<&Arc<SkillCasRuntimeConfig>> {
+    /// The store that installs what `descriptor` describes: the skill CAS for a skill it admits,
+    /// the material store for agents, MCP servers and skills whose flags need the person's
+    /// consent (spec/skill-cas.md §4). A missing flag counts as set, as at the gate.
+    fn store_for(&self, descriptor: &Json) -> Option<&Arc<SkillCasRuntimeConfig>> {
+        let kind = descriptor.get_str("kind").unwrap_or_default();
+        let pe = descriptor.get("permission_expansion") != Some(&Json::Bool(false));
+        let cr = descriptor.get("credential_requirement") != Some(&Json::Bool(false));
         match CapabilityKind::parse(kind)? {
-            CapabilityKind::Skill => self.skill.as_ref(),
-            CapabilityKind::Agent | CapabilityKind::McpServer => self.material.as_ref(),
+            CapabilityKind::Skill if CasGate::Skills.admits(kind, pe, cr) => self.skill.as_ref(),
+            CapabilityKind::Skill | CapabilityKind::Agent | CapabilityKind::McpServer => {
+                self.material.as_ref()
+            }
             CapabilityKind::Harness => None,
         }
     }
@@ -91,7 +99,7 @@ impl InstallActuators {
                 "install action and descriptor capability kinds differ".into(),
             ));
         }
-        let Some(skill) = self.store_for(kind) else {
+        let Some(skill) = self.store_for(descriptor) else {
             return Err(ServiceError::Execution(
                 "no trusted driver matches the install descriptor kind".into(),
             ));
@@ -121,8 +129,7 @@ impl InstallActuators {
     }
 
     fn store(&self, descriptor: &Json) -> Result<&SkillCasRuntimeConfig, ServiceError> {
-        self.store_for(descriptor.get_str("kind").unwrap_or_default())
-            .map(Arc::as_ref)
+        self.store_for(descriptor).map(Arc::as_ref)
             .ok_or(ServiceError::NoActuator)
     }
 }

@@ -18,7 +18,7 @@ use ctx_fs::{
     check_file, check_private_dir,
 };
 
-use super::DIRECTORY_ENTRIES_MAX;
+use super::{ARTIFACT_ENTRIES_MAX, DIRECTORY_ENTRIES_MAX};
 use super::error::RegistryError;
 
 /// Mode of every registry directory.
@@ -27,6 +27,8 @@ pub(crate) const DIR_MODE: u32 = DIR_MODE_PRIVATE;
 pub(crate) const FILE_MODE: u32 = FILE_MODE_READ_ONLY;
 /// Mode of a file while it is being written.
 const WRITING_MODE: u32 = 0o600;
+/// The mode of a published executable file of a skill tree: read and execute for the owner.
+pub(crate) const FILE_MODE_EXECUTABLE: u32 = 0o500;
 
 /// Maps a ctx-fs owner-private refusal of a registry directory to the registry's sentences.
 pub(crate) fn dir_error(e: PrivateError) -> RegistryError {
@@ -156,6 +158,16 @@ fn action_verb(action: &'static str) -> &'static str {
 /// Writes `bytes` to the new file `path` (refusing an existing name), fsyncs it and makes it
 /// read-only (0400) before the caller publishes it.
 pub(crate) fn write_read_only_file(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
+    write_published_file(path, bytes, FILE_MODE)
+}
+
+/// As [`write_read_only_file`], with the mode `mode`: [`FILE_MODE`], or [`FILE_MODE_EXECUTABLE`]
+/// for an executable file of a skill tree, whose executable bit its digest pins.
+pub(crate) fn write_published_file(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), RegistryError> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -164,7 +176,7 @@ pub(crate) fn write_read_only_file(path: &Path, bytes: &[u8]) -> Result<(), Regi
         .map_err(RegistryError::io("create the file", path))?;
     file.write_all(bytes)
         .map_err(RegistryError::io("write", path))?;
-    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+    file.set_permissions(fs::Permissions::from_mode(mode))
         .map_err(RegistryError::io("set the mode of", path))?;
     file.sync_all().map_err(RegistryError::io("fsync", path))
 }
@@ -172,7 +184,12 @@ pub(crate) fn write_read_only_file(path: &Path, bytes: &[u8]) -> Result<(), Regi
 /// Checks that `path` is a published file: regular, not a link, mode 0400, owned by this user
 /// (ctx-fs), and one link. Returns its metadata.
 pub(crate) fn check_read_only_file(path: &Path) -> Result<fs::Metadata, RegistryError> {
-    let meta = check_file(path, ModeRule::Exactly(FILE_MODE)).map_err(|e| match e {
+    // A skill tree's executable file is published 0500; every other file 0400.
+    let rule = match fs::symlink_metadata(path) {
+        Ok(m) if m.mode() & 0o7777 == FILE_MODE_EXECUTABLE => ModeRule::Exactly(FILE_MODE_EXECUTABLE),
+        _ => ModeRule::Exactly(FILE_MODE),
+    };
+    let meta = check_file(path, rule).map_err(|e| match e {
         PrivateError::Symlink { path } => RegistryError::corrupt(
             path,
             "it is a symbolic link, which the registry never writes",
@@ -182,7 +199,10 @@ pub(crate) fn check_read_only_file(path: &Path) -> Result<fs::Metadata, Registry
         }
         PrivateError::ModeNotExact { path, found, .. } => RegistryError::corrupt(
             path,
-            format!("it has mode {found:04o}, but published files are {FILE_MODE:04o}"),
+            format!(
+                "it has mode {found:04o}, but published files are {FILE_MODE:04o} \
+                 ({FILE_MODE_EXECUTABLE:04o} for a skill tree's executable file)"
+            ),
         ),
         other => common_private_error(other),
     })?;
@@ -201,13 +221,18 @@ pub(crate) fn check_read_only_file(path: &Path) -> Result<fs::Metadata, Registry
 /// The names in directory `path`, refusing more than [`DIRECTORY_ENTRIES_MAX`] entries so a
 /// flooded directory cannot make a scan unbounded.
 pub(crate) fn list_dir(path: &Path) -> Result<Vec<String>, RegistryError> {
+    list_dir_bounded(path, DIRECTORY_ENTRIES_MAX)
+}
+
+/// The names in directory `path`, refusing more than `max_entries`.
+fn list_dir_bounded(path: &Path, max_entries: usize) -> Result<Vec<String>, RegistryError> {
     let mut names = Vec::new();
     for entry in fs::read_dir(path).map_err(RegistryError::io("list", path))? {
         let entry = entry.map_err(RegistryError::io("list", path))?;
-        if names.len() >= DIRECTORY_ENTRIES_MAX {
+        if names.len() >= max_entries {
             return Err(RegistryError::unsafe_entry(
                 path,
-                format!("holds more than {DIRECTORY_ENTRIES_MAX} entries"),
+                format!("holds more than {max_entries} entries"),
             ));
         }
         match entry.file_name().into_string() {
@@ -240,12 +265,12 @@ pub(crate) fn walk_artifact(root: &Path) -> Result<BTreeMap<String, u64>, Regist
                 }
                 other => other,
             })?;
-        for name in list_dir(&dir)? {
+        for name in list_dir_bounded(&dir, ARTIFACT_ENTRIES_MAX)? {
             seen += 1;
-            if seen > DIRECTORY_ENTRIES_MAX {
+            if seen > ARTIFACT_ENTRIES_MAX {
                 return Err(RegistryError::corrupt(
                     root,
-                    format!("it holds more than {DIRECTORY_ENTRIES_MAX} entries"),
+                    format!("it holds more than {ARTIFACT_ENTRIES_MAX} entries"),
                 ));
             }
             let path = dir.join(&name);

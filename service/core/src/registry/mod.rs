@@ -32,5 +32,8 @@ pub const MANIFEST_MAX_BYTES: usize = 32 * 1024;
 pub const REGISTRY_LOCK_WAIT_MAX_MS: u64 = 30_000;
 /// Pause between two attempts at the publication lock.
 pub const REGISTRY_LOCK_POLL_MS: u64 = 10;
-/// Most entries one registry directory scan (or one artifact walk) visits.
+/// Most entries one registry directory scan visits.
 pub const DIRECTORY_ENTRIES_MAX: usize = 8_192;
+/// Most entries one artifact walk visits, in all of its directories: a `ctx.catalog-v2` catalog of
+/// 100,000 entries, each a body or a small skill tree, with room to spare (spec/registry.md).
+pub const ARTIFACT_ENTRIES_MAX: usize = 2_000_000;

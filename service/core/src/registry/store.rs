@@ -24,8 +24,8 @@ use crate::catalog::{CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, LoadedCatalog, l
 
 use super::error::RegistryError;
 use super::fsutil::{
-    DIR_MODE, check_read_only_file, dir_error, list_dir, remove_stage, walk_artifact,
-    write_read_only_file,
+    DIR_MODE, FILE_MODE, FILE_MODE_EXECUTABLE, check_read_only_file, dir_error, list_dir,
+    remove_stage, walk_artifact, write_published_file, write_read_only_file,
 };
 use super::handle::ArtifactHandle;
 use super::manifest::Manifest;
@@ -462,8 +462,16 @@ impl ArtifactRegistry {
             ));
         }
         let expected = body_paths(&loaded);
+        // A file is declared when it is a body, or lies inside a declared skill tree.
+        let declared = |relative: &str| {
+            expected.contains(relative)
+                || std::iter::successors(relative.rsplit_once('/').map(|(d, _)| d), |d| {
+                    d.rsplit_once('/').map(|(p, _)| p)
+                })
+                .any(|dir| loaded.tree_at(dir).is_some())
+        };
         for relative in files.keys() {
-            if relative != CATALOG_FILE_NAME && !expected.contains(relative.as_str()) {
+            if relative != CATALOG_FILE_NAME && !declared(relative) {
                 return Err(RegistryError::corrupt(
                     dir.join(relative),
                     "the file is not declared by the artifact's catalog",
@@ -642,13 +650,7 @@ fn write_artifact_tree(stage: &Path, loaded: &LoadedCatalog) -> Result<(), Regis
     }
     write_read_only_file(&stage.join(CATALOG_FILE_NAME), &catalog_bytes)?;
     let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([stage.to_path_buf()]);
-    for relative in body_paths(loaded) {
-        let text = loaded.body_at(relative).ok_or_else(|| {
-            RegistryError::corrupt(
-                stage.join(relative),
-                "the loaded catalog lacks this body's text",
-            )
-        })?;
+    let mut make_parents = |relative: &str| -> Result<(), RegistryError> {
         let mut dir = stage.to_path_buf();
         let segments: Vec<&str> = relative.split('/').collect();
         if let Some((_, parents)) = segments.split_last() {
@@ -664,6 +666,31 @@ fn write_artifact_tree(stage: &Path, loaded: &LoadedCatalog) -> Result<(), Regis
                 }
             }
         }
+        Ok(())
+    };
+    for relative in body_paths(loaded) {
+        // A skill tree is written file by file from the verified tree, keeping each file's
+        // executable bit (spec/registry.md).
+        if let Some(tree) = loaded.tree_at(relative) {
+            for file in tree.files() {
+                let path = format!("{relative}/{}", file.path());
+                make_parents(&path)?;
+                let mode = if file.executable() {
+                    FILE_MODE_EXECUTABLE
+                } else {
+                    FILE_MODE
+                };
+                write_published_file(&stage.join(&path), file.bytes(), mode)?;
+            }
+            continue;
+        }
+        let text = loaded.body_at(relative).ok_or_else(|| {
+            RegistryError::corrupt(
+                stage.join(relative),
+                "the loaded catalog lacks this body's text",
+            )
+        })?;
+        make_parents(relative)?;
         write_read_only_file(&stage.join(relative), text.as_bytes())?;
     }
     for dir in dirs.iter().rev() {

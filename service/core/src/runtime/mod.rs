@@ -788,7 +788,6 @@ impl ChallengeReader {
 /// challenge and claim the install, and the store's eligibility gate would then refuse it on every
 /// attempt, leaving the claim indeterminate and the session busy.
 pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
-    use ctx_model::CapabilityKind;
     let entry = loaded
         .catalog()
         .entries()
@@ -800,13 +799,9 @@ pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<Stri
     if CasGate::Skills.admits(kind, pe, cr) || CasGate::Materials.admits(kind, pe, cr) {
         return None;
     }
-    Some(if kind == CapabilityKind::Skill.as_str() {
-        "the skill store installs no skill that expands permissions or needs credentials".to_owned()
-    } else {
-        format!(
-            "no {kind} installer is configured (skills, agents and MCP servers are installed here)"
-        )
-    })
+    Some(format!(
+        "no {kind} installer is configured (skills, agents and MCP servers are installed here)"
+    ))
 }
 
 /// A logical id (a lowercase SHA-256 digest) for a host's label of a query or a choice.

@@ -64,7 +64,7 @@ pub enum CasGate {
     /// The reference's skill CAS: a `skill` without permission expansion or credentials.
     Skills,
     /// A material store (ctx's addition to the reference): an agent or an MCP server, whatever
-    /// their flags. Their install publishes the consented catalog bytes only; what they may do is
+    /// their flags, and a skill whose flags keep it out of the skill CAS. Their install publishes the consented catalog bytes only; what they may do is
     /// the person's consent to give, which the install policy demands for every flagged install,
     /// and what the host does with them is the activation's business.
     Materials,
@@ -80,10 +80,14 @@ impl CasGate {
     ) -> bool {
         match self {
             CasGate::Skills => installs(kind, permission_expansion, credential_requirement),
-            CasGate::Materials => matches!(
-                CapabilityKind::parse(kind),
-                Some(CapabilityKind::Agent | CapabilityKind::McpServer)
-            ),
+            CasGate::Materials => match CapabilityKind::parse(kind) {
+                Some(CapabilityKind::Agent | CapabilityKind::McpServer) => true,
+                // A skill the skill CAS may not install on its own (spec/skill-cas.md §4): one
+                // whose install expands permissions (an executable script, pre-approved tools)
+                // or needs credentials is installed here, after the person's consent.
+                Some(CapabilityKind::Skill) => permission_expansion || credential_requirement,
+                _ => false,
+            },
         }
     }
 }

@@ -197,6 +197,7 @@ fn build(import: &Import, namespace: &str) -> (String, Vec<(String, Vec<u8>)>) {
                 path: path.clone(),
                 sha256: sha256_hex_bytes(&imported.body),
                 size_bytes: i64::try_from(imported.body.len()).unwrap_or(i64::MAX),
+                tree: false,
             };
             // The flags are derived from the body, never taken from the source
             // (spec/catalog.md §7); a body that is not UTF-8 is refused by the parser below.
@@ -229,6 +230,7 @@ fn build(import: &Import, namespace: &str) -> (String, Vec<(String, Vec<u8>)>) {
             }
         };
         entries.push(CatalogEntry {
+            source: None,
             id,
             kind,
             name: name.clone(),
