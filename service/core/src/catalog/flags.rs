@@ -388,3 +388,23 @@ pub(crate) fn derive(kind: CapabilityKind, text: &str, siblings: &[(&str, &str)]
         CapabilityKind::Harness => Derived::default(),
     }
 }
+
+/// The flags of a skill tree (spec/catalog.md §7): those of its `SKILL.md`, with the tree's other
+/// text files as siblings, and every executable file expands permissions (a host may run it with
+/// the person's privileges once the skill is active).
+pub(crate) fn derive_skill_tree(tree: &super::tree::SkillTree) -> Derived {
+    let skill_md = std::str::from_utf8(tree.skill_md()).unwrap_or_default();
+    let siblings: Vec<(&str, &str)> = tree
+        .files()
+        .iter()
+        .filter(|f| f.path() != "SKILL.md")
+        .filter_map(|f| Some((f.path(), std::str::from_utf8(f.bytes()).ok()?)))
+        .collect();
+    let mut derived = derive_skill(skill_md, &siblings);
+    for file in tree.files().iter().filter(|f| f.executable()) {
+        derived
+            .expansion
+            .push(format!("ships the executable file {}", file.path()));
+    }
+    derived
+}

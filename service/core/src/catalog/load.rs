@@ -179,7 +179,7 @@ fn check_flags(
     };
     let derived = |path: &str| {
         if let Some(tree) = trees.get(path) {
-            return derive_tree(tree);
+            return flags::derive_skill_tree(tree);
         }
         let text = bodies.get(path).map_or("", String::as_str);
         // A skill's siblings: the catalog's other bodies in the same directory (an
@@ -238,26 +238,6 @@ fn check_flags(
         }
     }
     Ok(())
-}
-
-/// The flags of a skill tree (spec/catalog.md §7): those of its `SKILL.md`, with the tree's other
-/// text files as siblings, and every executable file expands permissions (a host may run it with
-/// the person's privileges once the skill is active).
-fn derive_tree(tree: &SkillTree) -> flags::Derived {
-    let skill_md = std::str::from_utf8(tree.skill_md()).unwrap_or_default();
-    let siblings: Vec<(&str, &str)> = tree
-        .files()
-        .iter()
-        .filter(|f| f.path() != "SKILL.md")
-        .filter_map(|f| Some((f.path(), std::str::from_utf8(f.bytes()).ok()?)))
-        .collect();
-    let mut derived = flags::derive_skill(skill_md, &siblings);
-    for file in tree.files().iter().filter(|f| f.executable()) {
-        derived
-            .expansion
-            .push(format!("ships the executable file {}", file.path()));
-    }
-    derived
 }
 
 /// Reads a declared skill tree under the walk rules (spec/skill-tree.md §2) and checks it against

@@ -25,6 +25,8 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 mod tree;
+#[cfg(test)]
+mod v2_tests;
 mod work;
 
 pub use error::{CatalogError, ObservationError, RetrievalError};

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 use ctx_model::{CapabilityKind, Json, is_safe_token};
 
-use super::super::format::{BODY_MAX_BYTES, LABEL_MAX_BYTES, TAGS_MAX_PER_ENTRY};
+use super::super::format::{BODY_V2_MAX_BYTES, LABEL_MAX_BYTES, TAGS_MAX_PER_ENTRY};
 use super::super::frontmatter::{Frontmatter, parse_frontmatter};
 use super::super::names::{NameFinding, Severity, check_agent, check_skill};
-use super::super::tree::read_skill_tree_at;
+use super::super::tree::{SkillTree, read_skill_tree_at};
 use super::{Finding, FindingSeverity, Import, ImportedEntry, Provenance, merge};
 
 /// Most directory levels scanned below a source directory (`skills/a/b/c/d/e/f` is 6 levels):
@@ -30,13 +30,13 @@ pub const SOURCES_MAX_LISTED_ENTRIES: usize = 100_000;
 /// (spec/catalog-build.md §6).
 pub const MANIFEST_MAX_BYTES: u64 = 1024 * 1024;
 
-/// The body limit of `ctx.catalog-v1` as an unsigned size (spec/catalog.md §1.3).
-const BODY_LIMIT_BYTES: u64 = BODY_MAX_BYTES.unsigned_abs();
+/// The body limit of `ctx.catalog-v2` as an unsigned size (spec/catalog.md §1.4).
+const BODY_LIMIT_BYTES: u64 = BODY_V2_MAX_BYTES.unsigned_abs();
 /// Directories skipped wherever they appear: version-control and package-manager state is not
 /// a capability a person wrote (spec/skill-tree.md §2 skips the same names).
 const SKIPPED_DIRECTORIES: [&str; 2] = [".git", "node_modules"];
-/// The sentence every skill tree refusal ends with (spec/catalog-build.md §2.1).
-const TREE_REFUSAL: &str = "ctx.catalog-v1 installs SKILL.md alone; skill trees (spec/skill-tree.md) are not in the catalog yet";
+/// The sentence a single-skill plugin's tree refusal ends with (spec/catalog-build.md §2.1).
+const TREE_REFUSAL: &str = "a skill tree is its whole directory, and this one is also the plugin's, so ctx cannot pin the skill without the plugin's files";
 /// The files of a single-skill plugin's directory that belong to the plugin, not the skill.
 const PLUGIN_FILES: [&str; 4] = [".claude-plugin/", "agents/", ".mcp.json", "README"];
 /// How many extra files a tree refusal names; the rest are counted.
@@ -344,14 +344,16 @@ impl Scan {
             }
         };
         let mut refused = false;
+        // A single-skill plugin's directory is also the plugin's: its plugin files are not the
+        // skill's, and a tree is a whole directory, so such a skill can only be its SKILL.md.
         let extra: Vec<&str> = tree
             .files()
             .iter()
             .map(|f| f.path())
-            .filter(|p| *p != "SKILL.md" && !p.starts_with("LICENSE"))
+            .filter(|p| *p != "SKILL.md")
             .filter(|p| !plugin_root || !PLUGIN_FILES.iter().any(|f| p.starts_with(f)))
             .collect();
-        if !extra.is_empty() {
+        if plugin_root && !extra.is_empty() {
             let mut named: Vec<String> = extra
                 .iter()
                 .take(TREE_FILES_NAMED_MAX)
@@ -373,20 +375,8 @@ impl Scan {
             );
             refused = true;
         }
+        let has_tree = !plugin_root && tree.files().len() > 1;
         let bytes = tree.skill_md();
-        let size = bytes.len();
-        if u64::try_from(size).unwrap_or(u64::MAX) > BODY_LIMIT_BYTES {
-            self.refuse(
-                &skill_md,
-                Some(label_id.clone()),
-                format!(
-                    "SKILL.md is {size} bytes, more than the limit of {BODY_LIMIT_BYTES} bytes \
-                     of a ctx.catalog-v1 body"
-                ),
-                "skill refused",
-            );
-            refused = true;
-        }
         let Some(fm) = self.frontmatter(&skill_md, &label_id, bytes, "skill refused") else {
             return;
         };
@@ -402,11 +392,13 @@ impl Scan {
         let (Some(name), Some(description)) = (check.name, check.description) else {
             return;
         };
+        let body = bytes.to_vec();
         self.entry(
             CapabilityKind::Skill,
             name,
             &description,
-            bytes.to_vec(),
+            body,
+            has_tree.then_some(tree),
             &skill_md,
             origin,
         );
@@ -427,7 +419,7 @@ impl Scan {
                     Some(label_id),
                     format!(
                         "the agent file is {size_bytes} bytes, more than the limit of \
-                         {BODY_LIMIT_BYTES} bytes of a ctx.catalog-v1 body"
+                         {BODY_LIMIT_BYTES} bytes of a ctx.catalog-v2 body"
                     ),
                     "agent refused",
                 );
@@ -458,6 +450,7 @@ impl Scan {
             name,
             &description,
             bytes,
+            None,
             path,
             origin,
         );
@@ -523,6 +516,7 @@ impl Scan {
         name: String,
         description: &str,
         body: Vec<u8>,
+        tree: Option<SkillTree>,
         path: &Path,
         origin: &Origin,
     ) {
@@ -567,6 +561,7 @@ impl Scan {
             label,
             tags,
             body,
+            tree,
             provenance: origin.provenance(path),
         });
     }

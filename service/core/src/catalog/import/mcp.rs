@@ -646,6 +646,7 @@ fn finish(
         label,
         tags: tags(name, extra.registry),
         body,
+        tree: None,
         provenance: Provenance {
             path: report.path.to_owned(),
             plugin: None,

@@ -25,6 +25,9 @@ pub struct ImportedEntry {
     /// The body the catalog pins, as the host will receive it: a `SKILL.md`, a subagent file,
     /// or an `.mcp.json` fragment `{"mcpServers": {name: entry}}`.
     pub body: Vec<u8>,
+    /// The skill's whole tree when it ships files besides `SKILL.md` (spec/skill-tree.md); the
+    /// catalog then pins the tree, and `body` is its `SKILL.md`.
+    pub tree: Option<SkillTree>,
     /// Where the entry came from.
     pub provenance: Provenance,
 }
@@ -82,7 +85,8 @@ use std::collections::BTreeMap;
 
 use ctx_model::{Json, is_capability_name};
 
-use super::format::{BODY_MAX_BYTES, CATALOG_MAX_ENTRIES};
+use super::format::{BODY_V2_MAX_BYTES, CATALOG_V2_MAX_ENTRIES};
+use super::tree::SkillTree;
 use super::names::host_name_refusal;
 
 /// What the importers produced from a build's sources: the entries and every finding.
@@ -154,14 +158,14 @@ pub fn merge(imports: Vec<Import>) -> Import {
                     }
                 }
             }
-            if out.entries.len() >= CATALOG_MAX_ENTRIES {
+            if out.entries.len() >= CATALOG_V2_MAX_ENTRIES {
                 out.findings.push(Finding {
                     severity: FindingSeverity::Refused,
                     path,
                     entry: Some(format!("{kind}:{}", entry.name)),
                     problem: format!(
-                        "the catalog already holds {CATALOG_MAX_ENTRIES} entries, the most \
-                         ctx.catalog-v1 allows"
+                        "the catalog already holds {CATALOG_V2_MAX_ENTRIES} entries, the most \
+                         ctx.catalog-v2 allows"
                     ),
                     action: "refused".to_owned(),
                 });
@@ -187,8 +191,12 @@ fn name_is_valid(kind: ctx_model::CapabilityKind, name: &str) -> bool {
 
 /// The body of `entry` renamed to `name`, where the body itself names the capability: the
 /// frontmatter `name:` line of a skill or agent (Claude Code identifies an agent by it), the
-/// server key of an MCP fragment. `None` when the body cannot be renamed or outgrows the limit.
+/// server key of an MCP fragment. `None` when the body cannot be renamed or outgrows the limit,
+/// and for a skill tree, whose files the catalog pins exactly as its author wrote them.
 fn renamed_body(entry: &ImportedEntry, name: &str) -> Option<Vec<u8>> {
+    if entry.tree.is_some() {
+        return None;
+    }
     let text = std::str::from_utf8(&entry.body).ok()?;
     let body = match entry.kind {
         ctx_model::CapabilityKind::McpServer => {
@@ -215,5 +223,5 @@ fn renamed_body(entry: &ImportedEntry, name: &str) -> Option<Vec<u8>> {
             format!("---\n{}{}", lines.join("\n"), &rest[end..]).into_bytes()
         }
     };
-    (i64::try_from(body.len()).ok()? <= BODY_MAX_BYTES).then_some(body)
+    (i64::try_from(body.len()).ok()? <= BODY_V2_MAX_BYTES).then_some(body)
 }

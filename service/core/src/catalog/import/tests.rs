@@ -37,8 +37,16 @@ fn skills_fixture(root: &Path) -> PathBuf {
     );
     s("tooling/SKILL.md", &skill_md("tooling", "Uses scripts", ""));
     s("tooling/scripts/run.sh", "#!/bin/sh\necho hi\n");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let run = skills.join("tooling/scripts/run.sh");
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o755)).unwrap();
+    }
     s("tooling/references/api.md", "# API\n");
     s("tooling/LICENSE.txt", "MIT\n");
+    s("notes/SKILL.md", &skill_md("notes", "Keeps notes", ""));
+    s("notes/references/style.md", "# Style\n");
+    // A body larger than ctx.catalog-v1 allowed (6,000 bytes) and below the SKILL.md limit.
     let padding = "x".repeat(7000 - skill_md("huge", "Too big", "").len());
     s(
         "huge/SKILL.md",
@@ -111,30 +119,31 @@ fn catalog_build_skills_are_imported_or_refused_with_sentences() {
         // Directories in byte order: `Stripe_Integration` sorts before the lowercase names.
         [
             "stripe-integration",
+            "huge",
             "mismatch",
+            "notes",
             "runner",
             "tiny",
+            "tooling",
             "versioned"
         ]
     );
+    // Skill trees and bodies past the old 6,000 bytes import without a finding.
+    assert_eq!(problems(&import, "skill:tooling"), []);
+    assert_eq!(problems(&import, "skill:huge"), []);
+    let tree_of = |name: &str| {
+        import
+            .entries
+            .iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.tree.as_ref())
+            .map(|t| t.files().iter().map(|f| f.path().to_owned()).collect::<Vec<_>>())
+    };
     assert_eq!(
-        problems(&import, "skill:tooling"),
-        [(
-            FindingSeverity::Refused,
-            "the skill directory has 2 files besides SKILL.md (references/api.md, \
-             scripts/run.sh); ctx.catalog-v1 installs SKILL.md alone; skill trees \
-             (spec/skill-tree.md) are not in the catalog yet"
-                .to_owned()
-        )]
+        tree_of("tooling").unwrap(),
+        ["LICENSE.txt", "SKILL.md", "references/api.md", "scripts/run.sh"]
     );
-    assert_eq!(
-        problems(&import, "skill:huge"),
-        [(
-            FindingSeverity::Refused,
-            "SKILL.md is 7000 bytes, more than the limit of 6000 bytes of a ctx.catalog-v1 body"
-                .to_owned()
-        )]
-    );
+    assert_eq!(tree_of("huge"), None, "a lone SKILL.md stays one body");
     let broken = problems(&import, "skill:broken");
     assert_eq!(broken.len(), 1, "{broken:?}");
     assert_eq!(broken[0].0, FindingSeverity::Refused);
@@ -386,7 +395,7 @@ fn catalog_build_writes_a_catalog_that_loads_with_derived_flags_and_rebuilds_unc
     let import = import_sources(&[skills, agents]);
     let out = dir.path().join("out");
     let report = write_catalog(&import, "local", &out).unwrap();
-    assert_eq!((report.entries, report.unchanged), (8, false));
+    assert_eq!((report.entries, report.unchanged), (11, false));
     let loaded = load_catalog_dir(&out).unwrap();
     let catalog = loaded.catalog();
     let tiny = catalog.entry("skill:tiny").unwrap();
@@ -425,6 +434,37 @@ fn catalog_build_writes_a_catalog_that_loads_with_derived_flags_and_rebuilds_unc
         .unwrap();
     assert!(!reviewer.permission_expansion);
     assert!(out.join(BUILD_MARKER_FILE).is_file());
+    // A tree with an executable script is an install that expands permissions, written file by
+    // file with the executable bit; a tree without one is loadable material.
+    let tooling = catalog.entry("skill:tooling").unwrap();
+    let install = tooling.install.as_ref().unwrap();
+    assert!(install.result.tree && install.permission_expansion);
+    assert_eq!(install.result.path, "skills/tooling");
+    let pinned = loaded.install_result_tree("skill:tooling").unwrap();
+    assert_eq!(
+        crate::catalog::skill_pack_identity(pinned).0,
+        install.result.sha256
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |rel: &str| fs::metadata(out.join(rel)).unwrap().permissions().mode() & 0o111;
+        assert_ne!(mode("skills/tooling/scripts/run.sh"), 0);
+        assert_eq!(mode("skills/tooling/references/api.md"), 0);
+    }
+    let notes = catalog.entry("skill:notes").unwrap();
+    let material = notes.material.as_ref().unwrap();
+    assert!(material.body.tree);
+    assert_eq!(
+        material.estimated_tokens,
+        (skill_md("notes", "Keeps notes", "").len() as i64 + 3) / 4
+    );
+    // Every entry says where it came from.
+    let source = tooling.source.as_ref().unwrap();
+    assert!(source.origin.ends_with("tooling/SKILL.md"), "{source:?}");
+    assert_eq!(
+        catalog.entry("skill:huge").unwrap().material.as_ref().unwrap().body.size_bytes,
+        7000
+    );
 
     let before = mtimes(&out);
     std::thread::sleep(std::time::Duration::from_millis(20));

@@ -15,9 +15,10 @@ use ctx_model::{CapabilityKind, Json, cja_digest, is_safe_token, sha256_hex_byte
 use super::super::error::CatalogError;
 use super::super::flags;
 use super::super::format::{
-    BODY_MAX_BYTES, BodyRef, CATALOG_SCHEMA, CatalogEntry, InstallSpec, MaterialSpec,
-    estimated_tokens,
+    BodyRef, CATALOG_SCHEMA_V2, CatalogEntry, InstallSpec, MaterialSpec, SOURCE_ORIGIN_MAX_BYTES,
+    SOURCE_VERSION_MAX_BYTES, SourceSpec, estimated_tokens,
 };
+use super::super::pack::skill_pack_identity;
 use super::super::load::{CATALOG_FILE_NAME, load_catalog_dir};
 use super::super::snapshot::Catalog;
 use super::Import;
@@ -37,8 +38,10 @@ const STAGE_PREFIX: &str = ".ctx-build-";
 const OLD_PREFIX: &str = ".ctx-old-";
 /// The body directories a build owns inside its output directory.
 const BODY_DIRECTORIES: [&str; 3] = ["skills", "agents", "mcp-servers"];
-/// Largest body as an unsigned size (spec/catalog.md §1.3).
-const BODY_LIMIT_BYTES: u64 = BODY_MAX_BYTES.unsigned_abs();
+
+/// One file a build writes: its path relative to the output directory, its bytes, and whether
+/// it is executable (a skill tree's file keeps the bit its digest pins).
+type BuiltFile = (String, Vec<u8>, bool);
 
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +118,7 @@ fn io_error(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> Buil
     }
 }
 
-/// Writes `import` as a `ctx.catalog-v1` directory at `out` (spec/catalog-build.md §5–§8).
+/// Writes `import` as a `ctx.catalog-v2` directory at `out` (spec/catalog-build.md §5–§8).
 ///
 /// # Errors
 /// [`BuildError`] when there is no entry, the namespace is not a safe token, `out` is not a
@@ -174,44 +177,70 @@ pub fn write_catalog(
     Ok(report(false))
 }
 
-/// The catalog text and the bodies by path.
-fn build(import: &Import, namespace: &str) -> (String, Vec<(String, Vec<u8>)>) {
+/// The catalog text and the files to write, sorted by path.
+fn build(import: &Import, namespace: &str) -> (String, Vec<BuiltFile>) {
     let mut entries = Vec::with_capacity(import.entries.len());
     let mut bodies = Vec::with_capacity(import.entries.len());
     for imported in &import.entries {
         let kind = imported.kind;
         let name = &imported.name;
         let id = format!("{}:{name}", kind.as_str());
-        let path = match kind {
-            CapabilityKind::Skill => format!("skills/{name}/SKILL.md"),
-            CapabilityKind::Agent => format!("agents/{name}.md"),
-            CapabilityKind::McpServer => format!("mcp-servers/{name}.json"),
+        let path = match (kind, &imported.tree) {
+            (CapabilityKind::Skill, Some(_)) => format!("skills/{name}"),
+            (CapabilityKind::Skill, None) => format!("skills/{name}/SKILL.md"),
+            (CapabilityKind::Agent, _) => format!("agents/{name}.md"),
+            (CapabilityKind::McpServer, _) => format!("mcp-servers/{name}.json"),
             // No importer produces a harness, and a harness carries no body
             // (spec/catalog.md §1.2): it would be a manual entry.
-            CapabilityKind::Harness => String::new(),
+            (CapabilityKind::Harness, _) => String::new(),
         };
         let (material, install) = if path.is_empty() {
             (None, None)
         } else {
-            let body = BodyRef {
-                path: path.clone(),
-                sha256: sha256_hex_bytes(&imported.body),
-                size_bytes: i64::try_from(imported.body.len()).unwrap_or(i64::MAX),
-                tree: false,
-            };
-            // The flags are derived from the body, never taken from the source
+            // The flags are derived from the material, never taken from the source
             // (spec/catalog.md §7); a body that is not UTF-8 is refused by the parser below.
-            let text = String::from_utf8_lossy(&imported.body);
-            let derived = flags::derive(kind, &text, &[]);
+            let (body, derived, tokens) = match &imported.tree {
+                Some(tree) => {
+                    let (sha256, size) = skill_pack_identity(tree);
+                    for file in tree.files() {
+                        bodies.push((
+                            format!("{path}/{}", file.path()),
+                            file.bytes().to_vec(),
+                            file.executable(),
+                        ));
+                    }
+                    let body = BodyRef {
+                        path: path.clone(),
+                        sha256,
+                        size_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+                        tree: true,
+                    };
+                    let tokens = estimated_tokens(
+                        i64::try_from(tree.skill_md().len()).unwrap_or(i64::MAX),
+                    );
+                    (body, flags::derive_skill_tree(tree), tokens)
+                }
+                None => {
+                    let body = BodyRef {
+                        path: path.clone(),
+                        sha256: sha256_hex_bytes(&imported.body),
+                        size_bytes: i64::try_from(imported.body.len()).unwrap_or(i64::MAX),
+                        tree: false,
+                    };
+                    let text = String::from_utf8_lossy(&imported.body);
+                    let derived = flags::derive(kind, &text, &[]);
+                    bodies.push((path.clone(), imported.body.clone(), false));
+                    let tokens = estimated_tokens(body.size_bytes);
+                    (body, derived, tokens)
+                }
+            };
             let expansion = !derived.expansion.is_empty();
             let credentials = !derived.credentials.is_empty();
-            bodies.push((path, imported.body.clone()));
             if kind == CapabilityKind::Skill && !expansion && !credentials {
-                let estimated_tokens = estimated_tokens(body.size_bytes);
                 (
                     Some(MaterialSpec {
                         body,
-                        estimated_tokens,
+                        estimated_tokens: tokens,
                     }),
                     None,
                 )
@@ -230,7 +259,7 @@ fn build(import: &Import, namespace: &str) -> (String, Vec<(String, Vec<u8>)>) {
             }
         };
         entries.push(CatalogEntry {
-            source: None,
+            source: Some(source_of(&imported.provenance)),
             id,
             kind,
             name: name.clone(),
@@ -249,12 +278,50 @@ fn build(import: &Import, namespace: &str) -> (String, Vec<(String, Vec<u8>)>) {
             Json::Arr(entries.iter().map(CatalogEntry::to_json).collect()),
         ),
         ("namespace", Json::str(namespace)),
-        ("schema", Json::str(CATALOG_SCHEMA)),
+        ("schema", Json::str(CATALOG_SCHEMA_V2)),
     ]);
     let mut text = String::new();
     pretty(&document, 0, &mut text);
     text.push('\n');
     (text, bodies)
+}
+
+/// The catalog's provenance of an imported entry (spec/catalog-build.md §2.5): the file it was
+/// read from, behind the marketplace and plugin it was found through, and the version its source
+/// declares; control characters dropped, cut at a character boundary to the field limits.
+fn source_of(provenance: &super::Provenance) -> SourceSpec {
+    let mut origin = String::new();
+    if let Some(marketplace) = &provenance.marketplace {
+        origin.push_str(&format!("marketplace {marketplace}, "));
+    }
+    if let Some(plugin) = &provenance.plugin {
+        origin.push_str(&format!("plugin {plugin}: "));
+    }
+    origin.push_str(&provenance.path);
+    let clean = |text: &str, max: usize| {
+        let mut out: String = text.chars().filter(|c| !c.is_control()).collect();
+        if out.len() > max {
+            let mut end = max;
+            while !out.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.truncate(end);
+        }
+        out.trim().to_owned()
+    };
+    let origin = clean(&origin, SOURCE_ORIGIN_MAX_BYTES);
+    SourceSpec {
+        origin: if origin.is_empty() {
+            "(unnamed source)".to_owned()
+        } else {
+            origin
+        },
+        version: provenance
+            .version
+            .as_deref()
+            .map(|v| clean(v, SOURCE_VERSION_MAX_BYTES))
+            .filter(|v| !v.is_empty()),
+    }
 }
 
 /// `H(CJA({capability_id, installer_id, result_sha256, schema}))` (spec/catalog-build.md §7).
@@ -324,16 +391,21 @@ fn check_out(out: &Path) -> Result<bool, BuildError> {
     Ok(false)
 }
 
-/// Whether `out` already holds exactly this catalog text and these bodies, byte for byte.
-fn unchanged(out: &Path, text: &str, bodies: &[(String, Vec<u8>)]) -> bool {
-    let same = |path: &Path, bytes: &[u8], limit: u64| {
+/// Whether `out` already holds exactly this catalog text and these files, byte for byte and
+/// executable bit for executable bit.
+fn unchanged(out: &Path, text: &str, bodies: &[BuiltFile]) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let same = |path: &Path, bytes: &[u8]| {
+        let limit = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
         ctx_fs::read_bounded(path, limit).is_ok_and(|found| found == bytes)
     };
-    let text_limit = u64::try_from(text.len()).unwrap_or(u64::MAX);
-    same(&out.join(CATALOG_FILE_NAME), text.as_bytes(), text_limit)
-        && bodies
-            .iter()
-            .all(|(path, bytes)| same(&out.join(path), bytes, BODY_LIMIT_BYTES))
+    same(&out.join(CATALOG_FILE_NAME), text.as_bytes())
+        && bodies.iter().all(|(path, bytes, executable)| {
+            let path = out.join(path);
+            same(&path, bytes)
+                && fs::symlink_metadata(&path)
+                    .is_ok_and(|m| (m.permissions().mode() & 0o111 != 0) == *executable)
+        })
 }
 
 /// Writes everything into `stage`, then moves it into `out`: the old body directories aside,
@@ -344,18 +416,23 @@ fn stage_and_swap(
     out: &Path,
     stage: &Path,
     text: &str,
-    bodies: &[(String, Vec<u8>)],
+    bodies: &[BuiltFile],
 ) -> Result<(), BuildError> {
     if fs::symlink_metadata(stage).is_ok() {
         fs::remove_dir_all(stage).map_err(io_error(stage, "removed"))?;
     }
     fs::create_dir(stage).map_err(io_error(stage, "created"))?;
-    for (path, bytes) in bodies {
+    for (path, bytes, executable) in bodies {
         let target = stage.join(path);
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(io_error(parent, "created"))?;
         }
         fs::write(&target, bytes).map_err(io_error(&target, "written"))?;
+        if *executable {
+            use std::os::unix::fs::PermissionsExt as _;
+            fs::set_permissions(&target, fs::Permissions::from_mode(0o755))
+                .map_err(io_error(&target, "made executable"))?;
+        }
     }
     let staged_catalog = stage.join(CATALOG_FILE_NAME);
     fs::write(&staged_catalog, text).map_err(io_error(&staged_catalog, "written"))?;
