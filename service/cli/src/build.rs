@@ -52,12 +52,12 @@ pub(crate) fn catalog_build(
     Ok(EXIT_OK)
 }
 
-fn entries_word(n: usize) -> &'static str {
+pub(crate) fn entries_word(n: usize) -> &'static str {
     if n == 1 { "entry" } else { "entries" }
 }
 
 /// One row per finding, cells separated by ` | `, after a header row.
-fn write_table(findings: &[Finding], out: &mut dyn Write) -> std::io::Result<()> {
+pub(crate) fn write_table(findings: &[Finding], out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "{}", TABLE_HEADER.join(" | "))?;
     for f in findings {
         let severity = match f.severity {

@@ -5,6 +5,7 @@
 mod audit;
 mod browser;
 mod build;
+mod catalog_cmd;
 mod commands;
 mod data_dir;
 mod demo;
@@ -47,10 +48,15 @@ Commands:
   import [--input FILE]     an export into an empty data directory (stdin by default)
   compact                   give the journal file's free pages back to the file system
                             (embedded journal; waits for other ctx processes)
+  catalog add SOURCE... [--namespace NS]
+                            add skill directories, subagent files, plugins, marketplaces and
+                            MCP files to this data directory's catalog (remembered; every add
+                            rebuilds from all sources, with a table of every problem)
+  catalog list [--json]     every catalog entry: how it reaches a host, flags, digest, source
+  catalog show ID [--json]  one entry, and every file of a skill tree
   catalog build SOURCE... --out DIR [--namespace NS]
-                            a ctx.catalog-v1 directory from skill directories, subagent
-                            files, plugins, marketplaces and MCP files, with a table of
-                            every problem (namespace `local` by default)
+                            a ctx.catalog-v2 directory from the same sources, for publishers
+                            (namespace `local` by default)
 
 Host commands (JSON on stdin and stdout, see spec/cli.md):
   catalog ingest [--catalog-dir DIR]    the sample catalog when no directory is given
@@ -130,6 +136,20 @@ pub enum Command {
         sources: Vec<PathBuf>,
         out: PathBuf,
         namespace: String,
+    },
+    /// `ctx catalog add SOURCE... [--namespace NS]` (spec/cli.md §5.8).
+    CatalogAdd {
+        sources: Vec<PathBuf>,
+        namespace: Option<String>,
+    },
+    /// `ctx catalog list [--json]`.
+    CatalogList {
+        json: bool,
+    },
+    /// `ctx catalog show ID [--json]`.
+    CatalogShow {
+        id: String,
+        json: bool,
     },
     Host(HostCommand),
     /// `ctx key init [--key FILE]`: the person's device key.
@@ -364,6 +384,31 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                 namespace,
             }
         }
+        ["catalog", "add", sources @ ..] => {
+            if sources.is_empty() {
+                return Err(CliError::Usage(
+                    "`ctx catalog add` needs at least one SOURCE path".to_owned(),
+                ));
+            }
+            let namespace = take("--namespace").map(|n| n.to_string_lossy().into_owned());
+            if let Some(namespace) = &namespace
+                && !ctx_model::is_safe_token(namespace)
+            {
+                return Err(CliError::Usage(format!(
+                    "--namespace {namespace:?} is not a safe token: 1 to 128 characters of a-z, \
+                     0-9 and ._:@-, starting with a letter or digit"
+                )));
+            }
+            Command::CatalogAdd {
+                sources: sources.iter().map(PathBuf::from).collect(),
+                namespace,
+            }
+        }
+        ["catalog", "list"] => Command::CatalogList { json },
+        ["catalog", "show", id] => Command::CatalogShow {
+            id: (*id).to_owned(),
+            json,
+        },
         ["catalog", "ingest"] => Command::Host(HostCommand::CatalogIngest {
             catalog_dir: take("--catalog-dir"),
         }),
@@ -645,6 +690,13 @@ fn execute(
             out: dir,
             namespace,
         } => build::catalog_build(sources, dir, namespace, out)?,
+        Command::CatalogAdd { sources, namespace } => {
+            catalog_cmd::catalog_add(&layout()?, sources, namespace.as_deref(), out)?
+        }
+        Command::CatalogList { json } => catalog_cmd::catalog_list(&layout()?, *json, out)?,
+        Command::CatalogShow { id, json } => {
+            catalog_cmd::catalog_show(&layout()?, id, *json, out)?
+        }
         Command::Host(HostCommand::PolicySet { key: None }) => {
             // The person's default device key approves a policy that grants installs by itself.
             let key = person::default_device_key(&env).ok();
