@@ -18,4 +18,5 @@ mod lock_wait;
 mod moved;
 mod person;
 mod postgres;
+mod skill_trees;
 mod webdriver;
