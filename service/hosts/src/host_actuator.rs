@@ -1,5 +1,5 @@
 //! The activation driver of one agent host: the engine's activation and deactivation actions
-//! (`managed::ActivationDriver`) carried out by the host's [`Actuator`] (spec/activation.md §9).
+//! (`managed::ActivationDriver`) carried out by the host's [`Actuator`] (spec/activation.md §11).
 //!
 //! The driver finds the action's material in the ingested catalog by its content digest, so the
 //! host gets exactly the bytes the person consented to (or the catalog's, for a capability loaded
@@ -26,7 +26,9 @@ use crate::activation::{
 };
 use crate::hosts::{AgentHost, HostHome};
 use ctx_projections::streams::{HOST_ACTIVATION_HOLDER_KIND, HOST_ACTIVATION_HOLDERS_NAMESPACE};
-use ctx_service::{ActivationDriver, ActuatorObservation, LoadedCatalog};
+use ctx_service::{
+    ActivationDriver, ActuatorObservation, LoadedCatalog, SkillTree, skill_pack_identity,
+};
 
 /// How many holder records of one entry are read at most.
 const HOLDER_RECORDS_MAX: usize = 4096;
@@ -101,8 +103,10 @@ impl<'a> HostActivationDriver<'a> {
             .flatten()
     }
 
-    /// The catalog bytes whose SHA-256 is the action's material identity.
-    fn body(&self, action: &HostAction, id: &str) -> Result<Vec<u8>, DriverError> {
+    /// The catalog material whose content digest is the action's material identity: a skill
+    /// tree whose pack has that SHA-256 (spec/skill-tree.md §7), else the body bytes with that
+    /// SHA-256 (spec/activation.md §11).
+    fn material(&self, action: &HostAction, id: &str) -> Result<Found, DriverError> {
         let Some(sha) = action
             .payload
             .get("material_identity")
@@ -110,14 +114,17 @@ impl<'a> HostActivationDriver<'a> {
         else {
             return Err(DriverError::NoDigest { id: id.to_owned() });
         };
-        [
-            self.loaded.material_text(id),
-            self.loaded.install_result_text(id),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|text| sha256_hex_bytes(text.as_bytes()) == sha)
-        .map(|text| text.as_bytes().to_vec())
+        find_material(
+            sha,
+            [
+                self.loaded.material_tree(id),
+                self.loaded.install_result_tree(id),
+            ],
+            [
+                self.loaded.material_text(id),
+                self.loaded.install_result_text(id),
+            ],
+        )
         .ok_or_else(|| DriverError::NoMaterial {
             id: id.to_owned(),
             sha: sha.to_owned(),
@@ -231,6 +238,37 @@ enum DriverError {
     HolderNotJson,
 }
 
+/// The material of an action, as the catalog holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Found {
+    /// One body (a `SKILL.md`, an agent file, a server entry).
+    Body(Vec<u8>),
+    /// A skill's whole directory.
+    Tree(SkillTree),
+}
+
+/// The material pinned by `sha`: first a tree whose pack's SHA-256 is `sha` (its pack text is
+/// also among `texts`, and must not be taken for a `SKILL.md`), then a text whose SHA-256 is
+/// `sha`.
+fn find_material<'c>(
+    sha: &str,
+    trees: impl IntoIterator<Item = Option<&'c SkillTree>>,
+    texts: impl IntoIterator<Item = Option<&'c str>>,
+) -> Option<Found> {
+    if let Some(tree) = trees
+        .into_iter()
+        .flatten()
+        .find(|tree| skill_pack_identity(tree).0 == sha)
+    {
+        return Some(Found::Tree(tree.clone()));
+    }
+    texts
+        .into_iter()
+        .flatten()
+        .find(|text| sha256_hex_bytes(text.as_bytes()) == sha)
+        .map(|text| Found::Body(text.as_bytes().to_vec()))
+}
+
 /// An engine session holding a host entry, and the project the entry was placed in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Holder {
@@ -278,8 +316,8 @@ impl ActivationDriver for HostActivationDriver<'_> {
             }
         };
         let placement = self.placement(kind);
-        let body = match self.body(action, &id) {
-            Ok(b) => b,
+        let material = match self.material(action, &id) {
+            Ok(m) => m,
             Err(e) => {
                 return ActuatorObservation::Refused {
                     reason: e.to_string(),
@@ -293,7 +331,11 @@ impl ActivationDriver for HostActivationDriver<'_> {
                 return indeterminate(e.to_string());
             }
         }
-        let request = match ActivationRequest::new(target.clone(), &id, body) {
+        let request = match material {
+            Found::Body(body) => ActivationRequest::new(target.clone(), &id, body),
+            Found::Tree(tree) => ActivationRequest::new_tree(target.clone(), &id, tree),
+        };
+        let request = match request {
             Ok(r) => r,
             Err(e) => {
                 return ActuatorObservation::Refused {
@@ -407,6 +449,54 @@ impl ActivationDriver for HostActivationDriver<'_> {
             Err(e) => ActuatorObservation::Indeterminate {
                 reason: e.to_string(),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn tree(dir: &Path) -> SkillTree {
+        std::fs::create_dir_all(dir.join("scripts")).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            b"---\nname: t\ndescription: d\n---\nBody\n",
+        )
+        .unwrap();
+        let run = dir.join("scripts/run.sh");
+        std::fs::write(&run, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ctx_service::read_skill_tree_at(dir).unwrap()
+    }
+
+    #[test]
+    fn a_tree_is_found_by_its_pack_digest_before_its_pack_text_is_taken_for_a_body() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = tree(tmp.path());
+        let pack = ctx_service::skill_pack(&tree);
+        let (pack_sha, _) = skill_pack_identity(&tree);
+        // The catalog serves a tree's pack as its text too: the tree wins.
+        assert_eq!(
+            find_material(&pack_sha, [Some(&tree), None], [Some(pack.as_str()), None]),
+            Some(Found::Tree(tree.clone()))
+        );
+        // A single body is found by its own SHA-256, as before.
+        let body = "---\nname: t\ndescription: d\n---\nBody\n";
+        let body_sha = sha256_hex_bytes(body.as_bytes());
+        assert_eq!(
+            find_material(&body_sha, [None, Some(&tree)], [None, Some(body)]),
+            Some(Found::Body(body.as_bytes().to_vec()))
+        );
+        // The tree's digest (BLAKE3) or its SKILL.md's SHA-256 is not the consented pack.
+        for other in [tree.digest_hex(), sha256_hex_bytes(tree.skill_md())] {
+            assert_eq!(
+                find_material(&other, [Some(&tree)], [Some(pack.as_str())]),
+                None
+            );
         }
     }
 }

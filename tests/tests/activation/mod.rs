@@ -8,3 +8,4 @@ mod fixture;
 mod ledger;
 mod mcp;
 mod skills;
+mod trees;

@@ -116,8 +116,18 @@ pub enum ActivationError {
         path: PathBuf,
         entry: Option<String>,
     },
+    /// A store directory (spec/activation.md §3) does not hold what its name says; nothing was
+    /// replaced. `file` is the first differing path relative to it, when one file is at fault.
     #[error("the content store entry {} is not what ctx wrote there: {reason}", .path.display())]
-    StoreCorrupt { path: PathBuf, reason: &'static str },
+    StoreCorrupt {
+        path: PathBuf,
+        file: Option<String>,
+        reason: String,
+    },
+    #[error(
+        "the {kind} {name:?} cannot be activated as a directory tree: only a skill is a directory"
+    )]
+    TreeNotSkill { kind: CapabilityKind, name: String },
     #[error("{} cannot be used: {reason}", .path.display())]
     UnsafeDirectory { path: PathBuf, reason: &'static str },
     #[error("the config file {} cannot be edited: {reason}", .path.display())]

@@ -71,6 +71,18 @@ impl Dir {
         Dir::open(path)
     }
 
+    /// Another handle on the same open directory, with the same path.
+    pub(crate) fn duplicate(&self) -> Result<Dir, ActivationError> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(ActivationError::io("open the directory", &self.path))?;
+        Ok(Dir {
+            fd,
+            path: self.path.clone(),
+        })
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
@@ -123,6 +135,66 @@ impl Dir {
         file.write_all(bytes)
             .map_err(ActivationError::io("write", &path))?;
         file.sync_all().map_err(ActivationError::io("fsync", &path))
+    }
+
+    /// Creates the file `name` exclusively with `bytes` and exactly the permission bits `mode`
+    /// (set on the open file, so the umask cannot take the executable bit away), and fsyncs it.
+    pub(crate) fn write_new_mode(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), ActivationError> {
+        let path = self.child(name);
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_bits_truncate(FILE_MODE as _),
+        )
+        .map_err(|e| ActivationError::io("create", &path)(errno_io(e)))?;
+        rustix::fs::fchmod(&fd, Mode::from_bits_truncate(mode as _))
+            .map_err(|e| ActivationError::io("set the mode of", &path)(errno_io(e)))?;
+        let mut file = File::from(fd);
+        file.write_all(bytes)
+            .map_err(ActivationError::io("write", &path))?;
+        file.sync_all().map_err(ActivationError::io("fsync", &path))
+    }
+
+    /// Sets the permission bits of the directory itself to exactly `mode`.
+    pub(crate) fn chmod(&self, mode: u32) -> Result<(), ActivationError> {
+        rustix::fs::fchmod(&self.fd, Mode::from_bits_truncate(mode as _))
+            .map_err(|e| ActivationError::io("set the mode of", &self.path)(errno_io(e)))
+    }
+
+    /// `fstatat` of the entry `name` without following a link at it; `None` when it is absent.
+    pub(crate) fn stat_child(&self, name: &str) -> Result<Option<FileStat>, ActivationError> {
+        match FileStat::at(&self.fd, name) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(ActivationError::io("inspect", self.child(name))(errno_io(
+                e,
+            ))),
+        }
+    }
+
+    /// Removes the directory `name` and everything below it, without following links, at most
+    /// `depth` levels deep. Best effort, for a staging directory this process created: whatever
+    /// cannot be removed stays under its inert staging name.
+    pub(crate) fn remove_tree(&self, name: &str, depth: usize) {
+        let Ok(dir) = self.open_child(name) else {
+            let _ = self.unlink(name);
+            return;
+        };
+        for child in dir.names().unwrap_or_default() {
+            match dir.entry_type(&child) {
+                Ok(Some(EntryType::Directory)) if depth > 0 => dir.remove_tree(&child, depth - 1),
+                _ => {
+                    let _ = dir.unlink(&child);
+                }
+            }
+        }
+        let _ = self.rmdir(name);
     }
 
     /// Creates the directory `name` (mode 0700).

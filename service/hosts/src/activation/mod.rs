@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ctx_model::{CapabilityKind, is_capability_identity, sha256_hex_bytes};
+use ctx_service::SkillTree;
 
 use crate::hosts::{AgentHost, HostHome};
 use crate::profile::{AgentLayout, McpLayout};
@@ -132,13 +133,23 @@ impl ActivationTarget {
     }
 }
 
-/// An activation: the target, the capability id, and the material body from the catalog
-/// (`SKILL.md`, the agent Markdown, or `{"mcpServers": {"<name>": {...}}}`).
+/// An activation: the target, the capability id, and the material from the catalog: one body
+/// (`SKILL.md`, the agent Markdown, or `{"mcpServers": {"<name>": {...}}}`), or a skill's whole
+/// directory tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActivationRequest {
     target: ActivationTarget,
     capability_id: String,
-    body: Vec<u8>,
+    material: Material,
+}
+
+/// What an activation puts at the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Material {
+    /// One body: a skill's `SKILL.md`, an agent file, a server entry.
+    Body(Vec<u8>),
+    /// A skill's whole directory (spec/skill-tree.md), stored under the SHA-256 of its pack.
+    Tree(SkillTree),
 }
 
 impl ActivationRequest {
@@ -164,8 +175,60 @@ impl ActivationRequest {
         Ok(ActivationRequest {
             target,
             capability_id: capability_id.to_owned(),
-            body,
+            material: Material::Body(body),
         })
+    }
+
+    /// A skill activated as its whole directory `tree` (spec/activation.md §3): checks the
+    /// capability id, that the target is a skill (an agent or a server is one body, never a
+    /// tree), and the size of the tree's `SKILL.md`. The walk that built `tree` bounds the rest
+    /// (spec/skill-tree.md §3).
+    pub fn new_tree(
+        target: ActivationTarget,
+        capability_id: &str,
+        tree: SkillTree,
+    ) -> Result<ActivationRequest, ActivationError> {
+        if !is_capability_identity(target.kind.as_str(), capability_id) {
+            return Err(ActivationError::InvalidCapabilityId {
+                kind: target.kind,
+                id: capability_id.to_owned(),
+            });
+        }
+        if target.kind != CapabilityKind::Skill {
+            return Err(ActivationError::TreeNotSkill {
+                kind: target.kind,
+                name: target.name.clone(),
+            });
+        }
+        let len = tree.skill_md().len();
+        if len > ACTIVATION_BODY_MAX_BYTES {
+            return Err(ActivationError::BodyTooLarge {
+                name: target.name.clone(),
+                len,
+                max: ACTIVATION_BODY_MAX_BYTES,
+            });
+        }
+        Ok(ActivationRequest {
+            target,
+            capability_id: capability_id.to_owned(),
+            material: Material::Tree(tree),
+        })
+    }
+
+    /// The skill tree this request activates, when it carries a tree rather than one body.
+    pub fn tree(&self) -> Option<&SkillTree> {
+        match &self.material {
+            Material::Tree(tree) => Some(tree),
+            Material::Body(_) => None,
+        }
+    }
+
+    /// The body: the one body, or a tree's `SKILL.md`.
+    fn body(&self) -> &[u8] {
+        match &self.material {
+            Material::Body(body) => body,
+            Material::Tree(tree) => tree.skill_md(),
+        }
     }
 
     pub fn target(&self) -> &ActivationTarget {
@@ -280,18 +343,19 @@ impl Place {
     }
 }
 
-/// What an activation writes, with where.
+/// What an activation writes, with where. A link to a tree's store directory keeps the tree, so
+/// the verification reads the whole tree back through the link.
 #[derive(Debug)]
-enum Plan {
-    Link(EntryPlace, StoredSkill),
+enum Plan<'r> {
+    Link(EntryPlace, StoredSkill, Option<&'r SkillTree>),
     File(EntryPlace, Vec<u8>),
     Member(MemberPlace, MemberValue),
 }
 
-impl Plan {
+impl Plan<'_> {
     fn place(&self) -> Place {
         match self {
-            Plan::Link(p, _) | Plan::File(p, _) => Place::Entry(p.clone()),
+            Plan::Link(p, ..) | Plan::File(p, _) => Place::Entry(p.clone()),
             Plan::Member(p, _) => Place::Member(p.clone()),
         }
     }
@@ -299,7 +363,7 @@ impl Plan {
     /// The state the target holds once the plan is applied.
     fn new_state(&self) -> String {
         match self {
-            Plan::Link(_, stored) => skill_link_state(&stored.dir, &stored.sha256),
+            Plan::Link(_, stored, _) => skill_link_state(&stored.dir, &stored.sha256),
             Plan::File(_, bytes) => sha256_hex_bytes(bytes),
             Plan::Member(_, value) => value.state(),
         }
@@ -307,25 +371,34 @@ impl Plan {
 
     fn apply(&self, prior: Option<&str>, tag: &str) -> Result<(), ActivationError> {
         match self {
-            Plan::Link(p, stored) => p.install(Staged::Link(&stored.dir), prior, tag),
+            Plan::Link(p, stored, _) => p.install(Staged::Link(&stored.dir), prior, tag),
             Plan::File(p, bytes) => p.install(Staged::File(bytes), prior, tag),
             Plan::Member(p, value) => p.install(value, prior),
         }
     }
 
-    /// Beyond the state digest: a skill link resolves to its store directory; an agent file
-    /// declares the agent's name.
+    /// Beyond the state digest: a skill link resolves to its store directory, and for a tree
+    /// the whole tree read through the link verifies against it (an error names the first
+    /// differing file); an agent file declares the agent's name.
     /// `toml`: the agent file is a TOML agent ([`AgentLayout::TomlFile`]), not Markdown.
-    fn verify(&self, name: &str, toml: bool) -> bool {
+    fn verify(&self, name: &str, toml: bool) -> Result<bool, ActivationError> {
         match self {
-            Plan::Link(p, stored) => {
-                std::fs::canonicalize(p.path()).is_ok_and(|resolved| resolved == stored.dir)
+            Plan::Link(p, stored, tree) => {
+                let link = p.path();
+                let resolved =
+                    std::fs::canonicalize(&link).is_ok_and(|resolved| resolved == stored.dir);
+                match tree {
+                    Some(tree) if resolved => {
+                        store::verify_tree_through(&link, &stored.dir, tree).map(|()| true)
+                    }
+                    _ => Ok(resolved),
+                }
             }
-            Plan::File(p, _) => std::fs::read(p.path())
+            Plan::File(p, _) => Ok(std::fs::read(p.path())
                 .ok()
                 .and_then(|bytes| agent::declared_name(&bytes, toml))
-                .is_some_and(|declared| declared == name),
-            Plan::Member(..) => true,
+                .is_some_and(|declared| declared == name)),
+            Plan::Member(..) => Ok(true),
         }
     }
 }
@@ -412,17 +485,22 @@ impl Actuator {
             fail_point(failpoints::AFTER_APPLY)?;
         }
         let observed = place.observe()?;
-        let verified = observed.as_deref() == Some(new_state.as_str())
-            && plan.verify(
+        let verified = if observed.as_deref() == Some(new_state.as_str()) {
+            plan.verify(
                 &target.name,
                 matches!(target.host.profile().agent_layout, AgentLayout::TomlFile),
-            );
-        let result = if verified {
+            )
+        } else {
+            Ok(false)
+        };
+        let result = if matches!(verified, Ok(true)) {
             OutcomeResult::Applied
         } else {
             unsettled(&observed, &intent, &applied)
         };
         self.record_outcome(&key, revision, &intent, result, observed, Resolution::Apply)?;
+        // What the host reads through the new link is not the tree: never reported applied.
+        verified?;
         match result {
             OutcomeResult::Applied => Ok(ActivationReport {
                 target: key,
@@ -650,16 +728,26 @@ impl Actuator {
 
     /// Checks the material and builds what the activation writes; skills are materialized into
     /// the store here (write-once, so an activation that stops later leaves nothing wrong).
-    fn plan(&self, request: &ActivationRequest) -> Result<Plan, ActivationError> {
+    fn plan<'r>(&self, request: &'r ActivationRequest) -> Result<Plan<'r>, ActivationError> {
         let target = &request.target;
         let name = target.name.as_str();
-        let body = request.body.as_slice();
+        let body = request.body();
+        if request.tree().is_some() && target.kind != CapabilityKind::Skill {
+            return Err(ActivationError::TreeNotSkill {
+                kind: target.kind,
+                name: name.to_owned(),
+            });
+        }
         let place = self.place(target)?;
         let profile = target.host.profile();
         match (target.kind, profile.agent_layout, profile.mcp_layout, place) {
             (CapabilityKind::Skill, _, _, Place::Entry(p)) => {
                 check_skill(name, body)?;
-                Ok(Plan::Link(p, store::materialize(&self.store_root, body)?))
+                let stored = match &request.material {
+                    Material::Body(body) => store::materialize(&self.store_root, body)?,
+                    Material::Tree(tree) => store::materialize_tree(&self.store_root, tree)?,
+                };
+                Ok(Plan::Link(p, stored, request.tree()))
             }
             (CapabilityKind::Agent, AgentLayout::MarkdownInSubdir { .. }, _, Place::Entry(p)) => {
                 agent::parse(name, body)?;

@@ -397,8 +397,7 @@ impl Scan {
             CapabilityKind::Skill,
             name,
             &description,
-            body,
-            has_tree.then_some(tree),
+            (body, has_tree.then_some(tree)),
             &skill_md,
             origin,
         );
@@ -449,8 +448,7 @@ impl Scan {
             CapabilityKind::Agent,
             name,
             &description,
-            bytes,
-            None,
+            (bytes, None),
             path,
             origin,
         );
@@ -515,8 +513,7 @@ impl Scan {
         kind: CapabilityKind,
         name: String,
         description: &str,
-        body: Vec<u8>,
-        tree: Option<SkillTree>,
+        (body, tree): (Vec<u8>, Option<SkillTree>),
         path: &Path,
         origin: &Origin,
     ) {
