@@ -405,7 +405,7 @@ fn concurrent_processes_on_one_data_directory_wait_for_each_other() {
 }
 
 #[test]
-fn a_capability_no_installer_here_can_install_is_refused_before_anything_is_written() {
+fn a_skill_whose_install_expands_permissions_waits_for_the_persons_consent() {
     let dir = support::tempdir();
     let data = dir.path().join("ctx");
     set_up(&data);
@@ -446,24 +446,21 @@ fn a_capability_no_installer_here_can_install_is_refused_before_anything_is_writ
     };
     let before = head(&data);
     assert!(matches!(before, Some(Json::Int(n)) if n > 0), "{before:?}");
-    // A skill whose install expands permissions: the skill store installs none, so nothing is
-    // reserved, published or claimed.
+    // A skill whose install expands permissions: the skill store does not install it on its
+    // own, the material store does after the person's consent (spec/skill-cas.md §4), so the
+    // desired set asks and claims nothing yet.
     let id = "skill:cargo-clippy-fix";
-    assert!(planned(id), "{id} is not planned: {query}");
-    let message = refused(&data, &["desired", "set"], &choose(id), 1, "no-actuator");
-    assert!(message.contains(id), "{message}");
-    assert!(message.contains("expands permissions"), "{message}");
-    assert_eq!(head(&data), before, "the refusal wrote nothing");
-    // An MCP server (which always expands permissions) goes to the material store, after the
-    // person's consent.
-    let id = "mcp-server:playwright";
     assert!(planned(id), "{id} is not planned: {query}");
     let run = run_ctx(&data, &["desired", "set"], &choose(id));
     assert_eq!(run.code, 1, "consent required: {run:?}");
     assert!(
-        run.stdout
-            .contains("\"capability_id\":\"mcp-server:playwright\""),
+        run.stdout.contains("\"status\":\"consent-required\"")
+            && run.stdout.contains("\"capability_id\":\"skill:cargo-clippy-fix\""),
         "{run:?}"
+    );
+    assert!(
+        matches!(head(&data), Some(Json::Int(n)) if Some(Json::Int(n)) != before),
+        "the challenge is journaled"
     );
 }
 

@@ -141,4 +141,25 @@ fn a_skill_tree_added_by_a_person_is_installed_after_consent_and_activated_whole
         !home.join(".agents/skills/release-helper").exists(),
         "a tampered store is never linked: {told}"
     );
+
+    // The person changes the script and adds the source again: new content, a new digest, so
+    // it is asked for again, and what is installed stays as it was until then.
+    std::fs::write(
+        source.join("release-helper/scripts/run.sh"),
+        "#!/bin/sh\necho v2\n",
+    )
+    .unwrap();
+    let readded = run_ctx_env(&data, &["catalog", "add", source.to_str().unwrap()], "", &env);
+    assert_eq!(readded.code, 0, "{readded:?}");
+    assert!(readded.stdout.contains("ingested"), "{readded:?}");
+    let told = prompt(&data, &home, &project, "claude", "s-2");
+    assert!(
+        told.contains("skill:release-helper") && told.contains("ctx consent approve"),
+        "changed content is asked for again: {told}"
+    );
+    assert_eq!(
+        std::fs::read_link(home.join(".claude/skills/release-helper")).unwrap(),
+        link,
+        "the installed version stays until the new one is approved"
+    );
 }
