@@ -2,8 +2,10 @@
 //! redb's integrity check of the file, the journal's verification pass (digest, chain, MAC,
 //! indexes), a replay of every engine stream through the reducer, and a fresh fold of every
 //! projection compared with the stored tables, the verifier registry's whole history and every
-//! recorded consent decision re-verified against it (spec/decisions.md §12.5). The report names, for each kind of failure, the
-//! first bad stream and revision; the exit status is 0 only when everything verifies.
+//! recorded consent decision re-verified against it (spec/decisions.md §12.5), and every item of
+//! the content stores checked against its name (`audit_stores`). The report names, for each kind
+//! of failure, the first bad stream and revision; the exit status is 0 only when everything
+//! verifies.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -22,6 +24,7 @@ use ctx_projections::{
     DetachedCheck, DetachedStatus, FrameworkError, Projections, domain_projections,
 };
 
+use crate::audit_stores::{StoreLine, check_stores};
 use crate::error::{CliError, EXIT_OK};
 use ctx_service::{JOURNAL_LOCK_WAIT, Layout};
 
@@ -131,7 +134,8 @@ impl Drop for Progress<'_> {
 /// The first failure of one kind, as the report shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Failure {
-    /// Which check found it: `storage`, `records`, `engine-replay`, `projections`.
+    /// Which check found it: `storage`, `records`, `engine-replay`, `projections`, `trust`,
+    /// `decisions`, `stores`.
     check: &'static str,
     kind: String,
     stream: Option<StreamId>,
@@ -257,6 +261,8 @@ struct Report {
     /// Consent decisions re-verified, by the assurance their evidence shows.
     decisions: u64,
     decisions_by_assurance: Vec<(String, u64)>,
+    /// What the stores check saw, store by store.
+    stores: Vec<StoreLine>,
     failures: Vec<Failure>,
 }
 
@@ -276,6 +282,27 @@ impl Report {
             Some(first) => first.count += failure.count,
             None => self.failures.push(failure),
         }
+    }
+
+    /// The text report's `stores` line: items verified per store, and what was left alone.
+    fn stores_line(&self) -> String {
+        let each: Vec<String> = self
+            .stores
+            .iter()
+            .map(|s| {
+                if s.present {
+                    format!("{} {} verified", s.name, s.verified)
+                } else {
+                    format!("{} 0 verified (no directory)", s.name)
+                }
+            })
+            .collect();
+        let locks: u64 = self.stores.iter().map(|s| s.locks).sum();
+        let stages: u64 = self.stores.iter().map(|s| s.stages).sum();
+        format!(
+            "content against its name: {}; left alone: {locks} lock files, {stages} stages",
+            each.join(", ")
+        )
     }
 
     fn to_json(&self) -> Json {
@@ -315,6 +342,10 @@ impl Report {
                         .iter()
                         .map(|(a, n)| (a.as_str(), Json::from(*n))),
                 ),
+            ),
+            (
+                "stores",
+                Json::object(self.stores.iter().map(|s| (s.name.as_str(), s.to_json()))),
             ),
             (
                 "failures",
@@ -373,6 +404,7 @@ impl Report {
                 format!(" ({})", by.join(", "))
             }
         )?;
+        writeln!(out, "  stores       {}", self.stores_line())?;
         if self.is_ok() {
             writeln!(out, "result: OK, everything verifies ({elapsed_ms} ms)")?;
         } else {
@@ -715,6 +747,13 @@ pub(crate) fn audit(
         check_projections(&journal, &streams, &mut report, &mut progress);
         progress.phase("decisions");
         check_decisions(&journal, &mut report);
+    }
+    // The stores do not depend on the journal: checked whatever the checks above found.
+    progress.phase("stores");
+    let stores = check_stores(layout);
+    report.stores = stores.stores;
+    for problem in stores.problems {
+        report.fail(Failure::new("stores", problem.kind, problem.detail));
     }
     // Damaged storage or records are a standing verdict: every later open of the directory
     // refuses writes until an audit finds the journal intact (spec/journal.md §13). A PostgreSQL

@@ -206,19 +206,25 @@ fn current(layout: &Layout) -> Result<LoadedCatalog, CliError> {
         )));
     }
     load_catalog_dir(&dir).map_err(|e| {
-        CliError::Integrity(format!(
-            "the data directory's catalog does not load: {e}"
-        ))
+        CliError::Integrity(format!("the data directory's catalog does not load: {e}"))
     })
 }
 
 /// `ctx catalog list [--json]`: one line per entry — id, how it reaches a host, its flags, its
 /// content digest and where it came from.
-pub(crate) fn catalog_list(layout: &Layout, json: bool, out: &mut dyn Write) -> Result<u8, CliError> {
+pub(crate) fn catalog_list(
+    layout: &Layout,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
     let loaded = current(layout)?;
     let catalog = loaded.catalog();
     if json {
-        let entries: Vec<Json> = catalog.entries().iter().map(|e| summary(&loaded, &e.id)).collect();
+        let entries: Vec<Json> = catalog
+            .entries()
+            .iter()
+            .map(|e| summary(&loaded, &e.id))
+            .collect();
         let doc = Json::object([
             ("content_digest", Json::str(catalog.content_digest())),
             ("entries", Json::Arr(entries)),
@@ -244,7 +250,8 @@ pub(crate) fn catalog_list(layout: &Layout, json: bool, out: &mut dyn Write) -> 
             entry.id,
             text("actionability"),
             text("flags"),
-            s.get_str("content_sha256").map_or_else(|| "-".to_owned(), short),
+            s.get_str("content_sha256")
+                .map_or_else(|| "-".to_owned(), short),
             match (s.get_str("origin"), s.get_str("version")) {
                 (Some(o), Some(v)) => format!("{o} (version {v})"),
                 (Some(o), None) => o.to_owned(),
@@ -288,7 +295,10 @@ pub(crate) fn catalog_show(
             .collect()
     });
     if json {
-        let mut doc = vec![("entry", entry.to_json()), ("summary", summary(&loaded, id))];
+        let mut doc = vec![
+            ("entry", entry.to_json()),
+            ("summary", summary(&loaded, id)),
+        ];
         if tree.is_some() {
             doc.push(("files", Json::Arr(files)));
         }

@@ -3,6 +3,7 @@
 //! their JSON and their exit statuses are specified in `spec/cli.md`.
 
 mod audit;
+mod audit_stores;
 mod browser;
 mod build;
 mod catalog_cmd;
@@ -694,9 +695,7 @@ fn execute(
             catalog_cmd::catalog_add(&layout()?, sources, namespace.as_deref(), out)?
         }
         Command::CatalogList { json } => catalog_cmd::catalog_list(&layout()?, *json, out)?,
-        Command::CatalogShow { id, json } => {
-            catalog_cmd::catalog_show(&layout()?, id, *json, out)?
-        }
+        Command::CatalogShow { id, json } => catalog_cmd::catalog_show(&layout()?, id, *json, out)?,
         Command::Host(HostCommand::PolicySet { key: None }) => {
             // The person's default device key approves a policy that grants installs by itself.
             let key = person::default_device_key(&env).ok();
