@@ -79,6 +79,7 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
     use super::*;
     use crate::catalog::tree::read_skill_tree_at;
     use std::os::unix::fs::PermissionsExt as _;
@@ -96,7 +97,12 @@ mod tests {
     fn the_pack_is_ascii_names_the_digest_and_changes_with_every_file_property() {
         let dir = tempfile::tempdir().expect("tempdir");
         let skill = dir.path().join("s");
-        write(&skill, "SKILL.md", "---\nname: s\n---\nÜber \"x\"\n".as_bytes(), 0o644);
+        write(
+            &skill,
+            "SKILL.md",
+            "---\nname: s\n---\nÜber \"x\"\n".as_bytes(),
+            0o644,
+        );
         write(&skill, "scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o755);
         write(&skill, "assets/blob.bin", &[0xff, 0x00, 0x10], 0o644);
         let tree = read_skill_tree_at(&skill).expect("tree");
@@ -115,7 +121,10 @@ mod tests {
         assert_eq!(paths, ["SKILL.md", "assets/blob.bin", "scripts/run.sh"]);
         assert_eq!(files[1].get_str("hex"), Some("ff0010"));
         assert_eq!(files[2].get("executable"), Some(&Json::Bool(true)));
-        assert_eq!(files[0].get_str("text"), Some("---\nname: s\n---\nÜber \"x\"\n"));
+        assert_eq!(
+            files[0].get_str("text"),
+            Some("---\nname: s\n---\nÜber \"x\"\n")
+        );
         let (sha, len) = skill_pack_identity(&tree);
         assert_eq!(sha, sha256_hex_bytes(pack.as_bytes()));
         assert_eq!(len, pack.len() as u64);
