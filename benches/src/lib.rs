@@ -13,6 +13,7 @@
 //! and the measurement helpers. Every figure is produced from inputs built outside the timed
 //! section wherever the measured operation is cheap enough for input building to matter.
 
+pub mod catalog_scale;
 pub mod compare;
 pub mod hook_latency;
 pub mod measure;

@@ -2,8 +2,9 @@
 //! cold-start wall time of `ctx hook claude user-prompt-submit` (on redb, and with `--postgres` on
 //! PostgreSQL too); `ctx-bench seam-ab`: the redb journal before and after the storage-seam
 //! refactor; `ctx-bench pg-append`: appends through the seam on PostgreSQL ÷ plain inserts;
-//! `ctx-bench storage-growth`: bytes on disk per prompt, audit memory, reopen after kill -9. See
-//! `ctx-bench --help`.
+//! `ctx-bench storage-growth`: bytes on disk per prompt, audit memory, reopen after kill -9;
+//! `ctx-bench catalog-scale`: ingest, list and plan with a generated catalog of up to 100,000
+//! entries. See `ctx-bench --help`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use ctx_benches::compare::{self, Config};
 use ctx_benches::{
-    BenchResult, hook_latency, pg_append, seam_ab, storage_growth, target_dir, zstd_dictionary,
+    BenchResult, catalog_scale, hook_latency, pg_append, seam_ab, storage_growth, target_dir,
+    zstd_dictionary,
 };
 
 const HELP: &str = "\
@@ -30,6 +32,8 @@ USAGE:
                              [--test] [--out FILE]
     ctx-bench zstd-dictionary --train EXPORT... [--held-out EXPORT...] [--size BYTES]
                               [--out FILE] [--against DICT]
+    ctx-bench catalog-scale [--entries N] [--ctx PATH] [--dir DIR] [--out FILE] [--keep]
+                            [--check]
     ctx-bench --help
 
 compare measures, each in a fresh temp dir under one base directory (so on one disk):
@@ -169,7 +173,39 @@ OPTIONS (storage-growth):
                       taken before)
     --keep            keep the run's home, project and data directory (printed) for inspection
     --test            smoke mode: 12 prompts; the figures are printed, not written
-    --out FILE        default <workspace>/target/ctx-bench/storage-growth.json";
+    --out FILE        default <workspace>/target/ctx-bench/storage-growth.json
+
+catalog-scale generates a ctx.catalog-v2 catalog directory of N entries (spec/catalog.md §1.4;
+deterministic, seeded by each entry's index): 55% skills with a SKILL.md as material, 10% skill
+trees (SKILL.md, references/guide.md, an executable scripts/run.sh) installed as a tree, 20%
+agents and 15% MCP servers, each an install; 2-6 tags each from a vocabulary of a few hundred.
+Then, each a fresh ctx process on one new data directory, timed from spawn to exit with its peak
+RSS (/usr/bin/time -f %M, from wait4): `ctx catalog ingest --catalog-dir` of the generated
+directory; the same ingest again (unchanged: the data directory's files are compared before and
+after, it must write nothing); `ctx catalog list` and `ctx catalog list --json`;
+`ctx query prepare` twice (the first also creates the journal); one
+`ctx hook claude user-prompt-submit`. Reported: catalog.json bytes, body files and bytes, the
+data directory's size and each step's exit, wall time, peak RSS and output. A failing step is
+reported with its error; the others still run, and the command then exits non-zero.
+
+OPTIONS (catalog-scale):
+    --entries N       entries (default 100000, the ctx.catalog-v2 limit)
+    --ctx PATH        the ctx binary (default: build the release binary)
+    --dir DIR         where the run's directory (catalog + data directory) is made (default: the
+                      system temp dir)
+    --keep            keep the run's directory (printed)
+    --check           load the generated directory in this process before measuring (always done
+                      up to 2000 entries), so a generator mistake fails with the loader's sentence
+    --out FILE        default <workspace>/target/ctx-bench/catalog-scale.json";
+
+struct CatalogScaleArgs {
+    entries: usize,
+    ctx: Option<PathBuf>,
+    dir: Option<PathBuf>,
+    keep: bool,
+    check: bool,
+    out: Option<PathBuf>,
+}
 
 struct StorageArgs {
     ctx: Option<PathBuf>,
@@ -228,6 +264,7 @@ enum Args {
     PgAppend(PgArgs),
     StorageGrowth(StorageArgs),
     ZstdDictionary(DictionaryArgs),
+    CatalogScale(CatalogScaleArgs),
 }
 
 struct DictionaryArgs {
@@ -297,6 +334,14 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             held_out: Vec::new(),
             size: zstd_dictionary::DEFAULT_DICTIONARY_BYTES,
             against: None,
+            out: None,
+        }),
+        Some("catalog-scale") => Args::CatalogScale(CatalogScaleArgs {
+            entries: catalog_scale::DEFAULT_ENTRIES,
+            ctx: None,
+            dir: None,
+            keep: false,
+            check: false,
             out: None,
         }),
         Some("-h" | "--help" | "help") | None => return Ok(None),
@@ -373,6 +418,15 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--size" => d.size = positive(a, &text()?)?,
                 "--against" => d.against = Some(text()?.into()),
                 "--out" => d.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
+            Args::CatalogScale(c) => match a {
+                "--entries" => c.entries = positive(a, &text()?)?,
+                "--ctx" => c.ctx = Some(text()?.into()),
+                "--dir" => c.dir = Some(text()?.into()),
+                "--keep" => c.keep = true,
+                "--check" => c.check = true,
+                "--out" => c.out = Some(text()?.into()),
                 _ => return Err(format!("unknown argument {arg:?}")),
             },
         }
@@ -586,7 +640,40 @@ fn run(args: Args) -> BenchResult<()> {
         Args::PgAppend(args) => run_pg_append(args),
         Args::StorageGrowth(args) => run_storage_growth(args),
         Args::ZstdDictionary(args) => run_zstd_dictionary(args),
+        Args::CatalogScale(args) => run_catalog_scale(args),
     }
+}
+
+fn run_catalog_scale(args: CatalogScaleArgs) -> BenchResult<()> {
+    let ctx = match args.ctx {
+        Some(ctx) => ctx,
+        None => {
+            eprintln!("building the release ctx binary (cargo build --release --bin ctx)");
+            hook_latency::build_ctx(&target_dir(), true)?
+        }
+    };
+    let dir = match args.dir {
+        Some(dir) => std::path::absolute(dir)?,
+        None => std::env::temp_dir(),
+    };
+    let report = catalog_scale::run(&catalog_scale::Config {
+        ctx,
+        entries: args.entries,
+        dir,
+        keep: args.keep,
+        check: args.check,
+    })?;
+    println!("{}", report.markdown());
+    let out = args
+        .out
+        .unwrap_or_else(|| target_dir().join("ctx-bench").join("catalog-scale.json"));
+    write_json(&out, &report.to_json())?;
+    let failed = report.failed();
+    if !failed.is_empty() {
+        let names: Vec<&str> = failed.iter().map(|s| s.label).collect();
+        return Err(format!("{} failed (see the report)", names.join(", ")).into());
+    }
+    Ok(())
 }
 
 fn run_zstd_dictionary(args: DictionaryArgs) -> BenchResult<()> {

@@ -572,12 +572,16 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     if json
         && !matches!(
             command,
-            Command::Audit { .. } | Command::Inspect { .. } | Command::Doctor { .. }
+            Command::Audit { .. }
+                | Command::Inspect { .. }
+                | Command::Doctor { .. }
+                | Command::CatalogList { .. }
+                | Command::CatalogShow { .. }
         )
     {
         return Err(CliError::Usage(
-            "option --json applies to `ctx audit`, `ctx inspect` and `ctx doctor` only (host \
-             commands always speak JSON)"
+            "option --json applies to `ctx audit`, `ctx inspect`, `ctx doctor`, `ctx catalog \
+             list` and `ctx catalog show` only (host commands always speak JSON)"
                 .to_owned(),
         ));
     }

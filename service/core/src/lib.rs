@@ -54,10 +54,11 @@ pub use catalog::{
     FRONTMATTER_MAX_BYTES, FRONTMATTER_MAX_KEYS, FRONTMATTER_MAX_NESTING_LEVELS, FmValue,
     Frontmatter, FrontmatterError, FrontmatterWarning, NAME_MAX_CHARS, NameFinding,
     OPEN_SPEC_SKILL_KEYS, RESERVED_SKILL_DIRECTORY_NAMES, SKILL_FILE_MAX_BYTES, SKILL_MD_MAX_BYTES,
-    SKILL_PATH_MAX_BYTES, SKILL_TREE_MAX_BYTES, SKILL_TREE_MAX_DEPTH, SKILL_TREE_MAX_ENTRIES,
-    SKILL_PACK_MAX_BYTES, SKILL_PACK_SCHEMA, SKILL_TREE_MAX_FILES, Severity, SkillCheck, SkillFile, SkillTree, SkillTreeDifference,
-    SkillTreeError, check_agent, check_skill, parse_frontmatter, read_skill_tree,
-    read_skill_tree_at, skill_pack, skill_pack_identity, verify_skill_tree,
+    SKILL_PACK_MAX_BYTES, SKILL_PACK_SCHEMA, SKILL_PATH_MAX_BYTES, SKILL_TREE_MAX_BYTES,
+    SKILL_TREE_MAX_DEPTH, SKILL_TREE_MAX_ENTRIES, SKILL_TREE_MAX_FILES, Severity, SkillCheck,
+    SkillFile, SkillTree, SkillTreeDifference, SkillTreeError, check_agent, check_skill,
+    parse_frontmatter, read_skill_tree, read_skill_tree_at, skill_pack, skill_pack_identity,
+    verify_skill_tree,
 };
 pub use data_dir::Layout;
 pub use decision::{

@@ -106,16 +106,9 @@ fn a_built_catalog_prints_its_problems_ingests_and_rebuilds_unchanged() {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert_eq!(lines[0], "severity | entry | file | problem | action");
+    // A skill with a script is a skill tree now (spec/catalog.md §1.4): imported whole.
     assert!(
-        lines.contains(
-            &format!(
-                "refused | skill:tooling | {} | the skill directory has 1 file besides SKILL.md \
-             (scripts/run.sh); ctx.catalog-v1 installs SKILL.md alone; skill trees \
-             (spec/skill-tree.md) are not in the catalog yet | skill refused",
-                skills.join("tooling").display()
-            )
-            .as_str()
-        ),
+        lines.iter().all(|l| !l.contains("skill:tooling")),
         "{}",
         run.stdout
     );
@@ -148,7 +141,7 @@ fn a_built_catalog_prints_its_problems_ingests_and_rebuilds_unchanged() {
         lines.last().copied(),
         Some(
             format!(
-                "wrote 4 entries to {} (1 refused, 2 warnings)",
+                "wrote 5 entries to {} (0 refused, 2 warnings)",
                 out.display()
             )
             .as_str()
@@ -164,6 +157,13 @@ fn a_built_catalog_prints_its_problems_ingests_and_rebuilds_unchanged() {
     assert_eq!(ingest.code, 0, "{}\n{}", ingest.stdout, ingest.stderr);
     let value = ctx_model::Json::parse(ingest.stdout.trim_end()).expect("one JSON line");
     assert_eq!(value.get("ok"), Some(&ctx_model::Json::Bool(true)));
+    let listed = run_ctx(&data, &["catalog", "show", "skill:tooling"], "");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(
+        listed.stdout.contains(" scripts/run.sh"),
+        "{}",
+        listed.stdout
+    );
 
     let before = mtimes(&out);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -171,7 +171,7 @@ fn a_built_catalog_prints_its_problems_ingests_and_rebuilds_unchanged() {
     assert_eq!(again.code, 0, "{}\n{}", again.stdout, again.stderr);
     assert_eq!(
         again.stdout.lines().last(),
-        Some(format!("{} is unchanged (4 entries)", out.display()).as_str())
+        Some(format!("{} is unchanged (5 entries)", out.display()).as_str())
     );
     assert_eq!(mtimes(&out), before, "an unchanged rebuild touches nothing");
 }

@@ -895,7 +895,13 @@ fn concurrent_sessions_share_an_activated_skill_until_the_last_one_ends() {
         let answer = reply(&run).expect("a reply");
         let text = context(&answer, "UserPromptSubmit");
         assert!(text.contains("skill:go ("), "{text}");
-        assert!(answer.get_str("systemMessage").is_none(), "{run:?}");
+        // A message, if any, is about an install that waits for the person, never skill:go.
+        assert!(
+            answer
+                .get_str("systemMessage")
+                .is_none_or(|m| !m.contains("skill:go ")),
+            "{run:?}"
+        );
     }
     assert_eq!(
         std::fs::read(link.join("SKILL.md")).unwrap(),

@@ -455,7 +455,9 @@ fn a_skill_whose_install_expands_permissions_waits_for_the_persons_consent() {
     assert_eq!(run.code, 1, "consent required: {run:?}");
     assert!(
         run.stdout.contains("\"status\":\"consent-required\"")
-            && run.stdout.contains("\"capability_id\":\"skill:cargo-clippy-fix\""),
+            && run
+                .stdout
+                .contains("\"capability_id\":\"skill:cargo-clippy-fix\""),
         "{run:?}"
     );
     assert!(

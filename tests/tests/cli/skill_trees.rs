@@ -70,19 +70,27 @@ fn assert_tree_at(skills: &Path) {
             .permissions()
             .mode()
     };
-    assert_ne!(mode("scripts/run.sh") & 0o100, 0, "the script stays executable");
+    assert_ne!(
+        mode("scripts/run.sh") & 0o100,
+        0,
+        "the script stays executable"
+    );
     assert_eq!(mode("references/api.md") & 0o111, 0, "a reference is not");
 }
 
 #[test]
-fn a_skill_tree_added_by_a_person_is_installed_after_consent_and_activated_whole_in_both_hosts()
-{
+fn a_skill_tree_added_by_a_person_is_installed_after_consent_and_activated_whole_in_both_hosts() {
     let machine = Machine::new("app");
     let (data, home, project) = machine.paths();
     let env = [("HOME", home.as_path())];
     let source = skill_source(machine.dir.path());
 
-    let added = run_ctx_env(&data, &["catalog", "add", source.to_str().unwrap()], "", &env);
+    let added = run_ctx_env(
+        &data,
+        &["catalog", "add", source.to_str().unwrap()],
+        "",
+        &env,
+    );
     assert_eq!(added.code, 0, "{added:?}");
     let shown = run_ctx(&data, &["catalog", "show", "skill:release-helper"], "");
     assert_eq!(shown.code, 0, "{shown:?}");
@@ -91,6 +99,21 @@ fn a_skill_tree_added_by_a_person_is_installed_after_consent_and_activated_whole
         shown.stdout.contains("flags: expands permissions") && shown.stdout.contains(&script_line),
         "{}",
         shown.stdout
+    );
+    let listed = run_ctx(&data, &["catalog", "list", "--json"], "");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let listed = ctx_model::Json::parse(listed.stdout.trim_end()).unwrap();
+    let Some(ctx_model::Json::Arr(entries)) = listed.get("entries") else {
+        panic!("no entries: {listed:?}")
+    };
+    assert_eq!(entries.len(), 1, "{listed:?}");
+    assert_eq!(entries[0].get_str("id"), Some("skill:release-helper"));
+    assert_eq!(entries[0].get_str("tree"), Some("skills/release-helper"));
+    assert!(
+        entries[0]
+            .get_str("origin")
+            .is_some_and(|o| o.ends_with("release-helper/SKILL.md")),
+        "{listed:?}"
     );
     assert_eq!(person_key_init(&data, &env).code, 0);
 
@@ -149,7 +172,12 @@ fn a_skill_tree_added_by_a_person_is_installed_after_consent_and_activated_whole
         "#!/bin/sh\necho v2\n",
     )
     .unwrap();
-    let readded = run_ctx_env(&data, &["catalog", "add", source.to_str().unwrap()], "", &env);
+    let readded = run_ctx_env(
+        &data,
+        &["catalog", "add", source.to_str().unwrap()],
+        "",
+        &env,
+    );
     assert_eq!(readded.code, 0, "{readded:?}");
     assert!(readded.stdout.contains("ingested"), "{readded:?}");
     let told = prompt(&data, &home, &project, "claude", "s-2");

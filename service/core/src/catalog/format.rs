@@ -606,7 +606,10 @@ fn parse_source(cx: &EntryCx, v: &Json) -> Result<SourceSpec, CatalogError> {
         ));
     };
     if let Some(unknown) = m.keys().find(|k| !SOURCE_KEYS.contains(&k.as_str())) {
-        return Err(cx.err(&format!("source.{unknown}"), "is not a known field".to_owned()));
+        return Err(cx.err(
+            &format!("source.{unknown}"),
+            "is not a known field".to_owned(),
+        ));
     }
     let text = |key: &str, max: usize, required: bool| -> Result<Option<String>, CatalogError> {
         match m.get(key) {

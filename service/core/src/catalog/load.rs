@@ -16,8 +16,8 @@ use ctx_model::sha256_hex_bytes;
 use super::error::CatalogError;
 use super::flags;
 use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES, CatalogEntry, estimated_tokens};
-use super::pack::skill_pack;
 use super::open::{CatalogFileError, CatalogFileKind, open_catalog_file};
+use super::pack::skill_pack;
 use super::snapshot::Catalog;
 use super::tree::{SkillTree, read_skill_tree};
 
@@ -126,7 +126,7 @@ pub fn load_catalog(
                         entry: catalog.entry_ref(i),
                         field: field.to_owned(),
                         path: body.path.clone(),
-                        problem,
+                        problem: problem.to_string(),
                     })?;
                 bodies.insert(body.path.clone(), pack);
                 trees.insert(body.path.clone(), tree);
@@ -240,43 +240,71 @@ fn check_flags(
     Ok(())
 }
 
+/// What is wrong with a declared skill tree; the sentence follows "... names the skill tree
+/// \"PATH\", which " and becomes the problem of [`CatalogError::Tree`].
+#[derive(Debug, thiserror::Error)]
+enum TreeProblem {
+    #[error("cannot be read: {0}")]
+    Walk(super::tree::SkillTreeError),
+    #[error("has a SKILL.md that is not UTF-8 text without NUL bytes")]
+    NotText,
+    #[error(
+        "has a pack of {actual} bytes (digest {digest}), but the catalog declares {declared} bytes"
+    )]
+    PackSize {
+        actual: usize,
+        digest: String,
+        declared: i64,
+    },
+    #[error("has a pack with SHA-256 {actual}, but the catalog declares {declared}")]
+    PackDigest { actual: String, declared: String },
+    #[error(
+        "has a SKILL.md of {bytes} bytes, whose estimate is ceil(bytes / 4) = {expected} tokens, \
+         but the catalog declares {declared} tokens"
+    )]
+    Tokens {
+        bytes: usize,
+        expected: i64,
+        declared: i64,
+    },
+}
+
 /// Reads a declared skill tree under the walk rules (spec/skill-tree.md §2) and checks it against
 /// its declaration: the pack's SHA-256 and length, a UTF-8 `SKILL.md` without NUL, and for
-/// loadable material the token estimate of that `SKILL.md`. Returns the tree and its pack; the
-/// error is the problem sentence of [`CatalogError::Tree`].
+/// loadable material the token estimate of that `SKILL.md`. Returns the tree and its pack.
 fn read_tree(
     root: &Path,
     body: &BodyRef,
     estimated_tokens: Option<i64>,
-) -> Result<(SkillTree, String), String> {
-    let tree = read_skill_tree(root, &body.path).map_err(|e| format!("cannot be read: {e}"))?;
+) -> Result<(SkillTree, String), TreeProblem> {
+    let tree = read_skill_tree(root, &body.path).map_err(TreeProblem::Walk)?;
     let skill_md = tree.skill_md();
     if skill_md.contains(&0) || std::str::from_utf8(skill_md).is_err() {
-        return Err("has a SKILL.md that is not UTF-8 text without NUL bytes".to_owned());
+        return Err(TreeProblem::NotText);
     }
     let pack = skill_pack(&tree);
     let actual = sha256_hex_bytes(pack.as_bytes());
     if i64::try_from(pack.len()).ok() != Some(body.size_bytes) {
-        return Err(format!(
-            "has a pack of {} bytes (digest {actual}), but the catalog declares {} bytes",
-            pack.len(),
-            body.size_bytes
-        ));
+        return Err(TreeProblem::PackSize {
+            actual: pack.len(),
+            digest: actual,
+            declared: body.size_bytes,
+        });
     }
     if actual != body.sha256 {
-        return Err(format!(
-            "has a pack with SHA-256 {actual}, but the catalog declares {}",
-            body.sha256
-        ));
+        return Err(TreeProblem::PackDigest {
+            actual,
+            declared: body.sha256.clone(),
+        });
     }
     if let Some(declared) = estimated_tokens {
         let expected = estimated_tokens_of(skill_md.len());
         if declared != expected {
-            return Err(format!(
-                "has a SKILL.md of {} bytes, whose estimate is ceil(bytes / 4) = {expected} \
-                 tokens, but the catalog declares {declared} tokens",
-                skill_md.len()
-            ));
+            return Err(TreeProblem::Tokens {
+                bytes: skill_md.len(),
+                expected,
+                declared,
+            });
         }
     }
     Ok((tree, pack))

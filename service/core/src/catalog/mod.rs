@@ -53,8 +53,8 @@ pub use names::{
 /// Most signals of a work observation; the runtime keeps no more (spec/catalog.md §5.1).
 pub(crate) use observation::SIGNALS_MAX_TOKENS;
 pub use observation::{PublicWork, WorkObservation, normalize_public_work};
-pub use pack::{SKILL_PACK_MAX_BYTES, SKILL_PACK_SCHEMA, skill_pack, skill_pack_identity};
 pub use open::{CatalogFileError, CatalogFileKind, open_catalog_file};
+pub use pack::{SKILL_PACK_MAX_BYTES, SKILL_PACK_SCHEMA, skill_pack, skill_pack_identity};
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};
 pub use snapshot::Catalog;
 pub use tree::{

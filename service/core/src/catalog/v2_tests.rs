@@ -122,10 +122,17 @@ fn a_tree_loads_with_its_pack_and_every_file() {
     let declared = &entry.install.as_ref().unwrap().result.sha256;
     let pack = loaded.install_result_text("skill:tool").unwrap();
     assert_eq!(&ctx_model::sha256_hex_bytes(pack.as_bytes()), declared);
-    assert_eq!(entry.source.as_ref().unwrap().version.as_deref(), Some("1.2.0"));
+    assert_eq!(
+        entry.source.as_ref().unwrap().version.as_deref(),
+        Some("1.2.0")
+    );
     // The descriptor pins the pack.
     let descriptor = loaded.catalog().install_descriptor("skill:tool").unwrap();
-    assert!(descriptor.to_cj().contains("result_material_identity_digest"));
+    assert!(
+        descriptor
+            .to_cj()
+            .contains("result_material_identity_digest")
+    );
 }
 
 #[test]
@@ -164,7 +171,8 @@ fn an_executable_in_a_loadable_tree_or_an_understated_install_is_refused() {
     let err = load_catalog_dir(dir.path()).unwrap_err();
     assert!(matches!(err, CatalogError::Flags { .. }), "{err}");
     assert!(
-        err.to_string().contains("ships the executable file scripts/run.sh"),
+        err.to_string()
+            .contains("ships the executable file scripts/run.sh"),
         "{err}"
     );
     // The same tree as an install that says it expands nothing.
@@ -192,7 +200,10 @@ fn v2_fields_are_refused_in_a_v1_document_and_trees_only_belong_to_skills() {
     let v1 = set(&doc, &["schema"], Json::str("ctx.catalog-v1"));
     let err = Catalog::parse(&v1.to_cj()).unwrap_err();
     assert_eq!(err.field(), Some("install.result.tree"), "{err}");
-    assert!(err.to_string().contains("is a ctx.catalog-v2 field"), "{err}");
+    assert!(
+        err.to_string().contains("is a ctx.catalog-v2 field"),
+        "{err}"
+    );
     let no_tree = set(
         &v1,
         &["capabilities", "0", "install", "result"],
@@ -241,7 +252,10 @@ fn no_other_body_may_lie_inside_a_tree() {
     entries.push(inner);
     let doc = set(&doc, &["capabilities"], Json::Arr(entries));
     let err = Catalog::parse(&doc.to_cj()).unwrap_err();
-    assert_eq!(err.entry().and_then(|e| e.id.as_deref()), Some("skill:inner"));
+    assert_eq!(
+        err.entry().and_then(|e| e.id.as_deref()),
+        Some("skill:inner")
+    );
     assert!(
         err.to_string()
             .contains("lies inside the skill tree \"skills/tool\" of another declaration"),
@@ -251,9 +265,7 @@ fn no_other_body_may_lie_inside_a_tree() {
 
 #[test]
 fn the_entry_limit_follows_the_version() {
-    let entry = |i: usize| {
-        format!(r#"{{"id":"skill:s{i}","kind":"skill","label":"x","tags":[]}}"#)
-    };
+    let entry = |i: usize| format!(r#"{{"id":"skill:s{i}","kind":"skill","label":"x","tags":[]}}"#);
     let doc = |schema: &str, n: usize| {
         let list: Vec<String> = (0..n).map(entry).collect();
         format!(
@@ -267,7 +279,8 @@ fn the_entry_limit_follows_the_version() {
     assert!(v2.to_json().to_cj().contains(CATALOG_SCHEMA_V2));
     let err = Catalog::parse(&doc(CATALOG_SCHEMA_V2, CATALOG_V2_MAX_ENTRIES + 1)).unwrap_err();
     assert!(
-        err.to_string().contains("outside the range 1 through 100000 entries"),
+        err.to_string()
+            .contains("outside the range 1 through 100000 entries"),
         "{err}"
     );
 }

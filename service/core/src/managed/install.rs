@@ -75,9 +75,10 @@ impl InstallActuators {
         let cr = descriptor.get("credential_requirement") != Some(&Json::Bool(false));
         match CapabilityKind::parse(kind)? {
             CapabilityKind::Skill if CasGate::Skills.admits(kind, pe, cr) => self.skill.as_ref(),
-            CapabilityKind::Skill | CapabilityKind::Agent | CapabilityKind::McpServer => {
-                self.material.as_ref()
-            }
+            // Without a material store a flagged skill meets the skill CAS, whose gate refuses it
+            // after the consent the install policy demands (the reference's behaviour).
+            CapabilityKind::Skill => self.material.as_ref().or(self.skill.as_ref()),
+            CapabilityKind::Agent | CapabilityKind::McpServer => self.material.as_ref(),
             CapabilityKind::Harness => None,
         }
     }
@@ -129,7 +130,8 @@ impl InstallActuators {
     }
 
     fn store(&self, descriptor: &Json) -> Result<&SkillCasRuntimeConfig, ServiceError> {
-        self.store_for(descriptor).map(Arc::as_ref)
+        self.store_for(descriptor)
+            .map(Arc::as_ref)
             .ok_or(ServiceError::NoActuator)
     }
 }

@@ -18,8 +18,8 @@ use ctx_fs::{
     check_file, check_private_dir,
 };
 
-use super::{ARTIFACT_ENTRIES_MAX, DIRECTORY_ENTRIES_MAX};
 use super::error::RegistryError;
+use super::{ARTIFACT_ENTRIES_MAX, DIRECTORY_ENTRIES_MAX};
 
 /// Mode of every registry directory.
 pub(crate) const DIR_MODE: u32 = DIR_MODE_PRIVATE;
@@ -186,7 +186,9 @@ pub(crate) fn write_published_file(
 pub(crate) fn check_read_only_file(path: &Path) -> Result<fs::Metadata, RegistryError> {
     // A skill tree's executable file is published 0500; every other file 0400.
     let rule = match fs::symlink_metadata(path) {
-        Ok(m) if m.mode() & 0o7777 == FILE_MODE_EXECUTABLE => ModeRule::Exactly(FILE_MODE_EXECUTABLE),
+        Ok(m) if m.mode() & 0o7777 == FILE_MODE_EXECUTABLE => {
+            ModeRule::Exactly(FILE_MODE_EXECUTABLE)
+        }
         _ => ModeRule::Exactly(FILE_MODE),
     };
     let meta = check_file(path, rule).map_err(|e| match e {

@@ -86,8 +86,8 @@ use std::collections::BTreeMap;
 use ctx_model::{Json, is_capability_name};
 
 use super::format::{BODY_V2_MAX_BYTES, CATALOG_V2_MAX_ENTRIES};
-use super::tree::SkillTree;
 use super::names::host_name_refusal;
+use super::tree::SkillTree;
 
 /// What the importers produced from a build's sources: the entries and every finding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -137,11 +137,21 @@ fn catalog_build_skills_are_imported_or_refused_with_sentences() {
             .iter()
             .find(|e| e.name == name)
             .and_then(|e| e.tree.as_ref())
-            .map(|t| t.files().iter().map(|f| f.path().to_owned()).collect::<Vec<_>>())
+            .map(|t| {
+                t.files()
+                    .iter()
+                    .map(|f| f.path().to_owned())
+                    .collect::<Vec<_>>()
+            })
     };
     assert_eq!(
         tree_of("tooling").unwrap(),
-        ["LICENSE.txt", "SKILL.md", "references/api.md", "scripts/run.sh"]
+        [
+            "LICENSE.txt",
+            "SKILL.md",
+            "references/api.md",
+            "scripts/run.sh"
+        ]
     );
     assert_eq!(tree_of("huge"), None, "a lone SKILL.md stays one body");
     let broken = problems(&import, "skill:broken");
@@ -462,7 +472,14 @@ fn catalog_build_writes_a_catalog_that_loads_with_derived_flags_and_rebuilds_unc
     let source = tooling.source.as_ref().unwrap();
     assert!(source.origin.ends_with("tooling/SKILL.md"), "{source:?}");
     assert_eq!(
-        catalog.entry("skill:huge").unwrap().material.as_ref().unwrap().body.size_bytes,
+        catalog
+            .entry("skill:huge")
+            .unwrap()
+            .material
+            .as_ref()
+            .unwrap()
+            .body
+            .size_bytes,
         7000
     );
 

@@ -18,8 +18,8 @@ use super::super::format::{
     BodyRef, CATALOG_SCHEMA_V2, CatalogEntry, InstallSpec, MaterialSpec, SOURCE_ORIGIN_MAX_BYTES,
     SOURCE_VERSION_MAX_BYTES, SourceSpec, estimated_tokens,
 };
-use super::super::pack::skill_pack_identity;
 use super::super::load::{CATALOG_FILE_NAME, load_catalog_dir};
+use super::super::pack::skill_pack_identity;
 use super::super::snapshot::Catalog;
 use super::Import;
 
@@ -215,9 +215,8 @@ fn build(import: &Import, namespace: &str) -> (String, Vec<BuiltFile>) {
                         size_bytes: i64::try_from(size).unwrap_or(i64::MAX),
                         tree: true,
                     };
-                    let tokens = estimated_tokens(
-                        i64::try_from(tree.skill_md().len()).unwrap_or(i64::MAX),
-                    );
+                    let tokens =
+                        estimated_tokens(i64::try_from(tree.skill_md().len()).unwrap_or(i64::MAX));
                     (body, flags::derive_skill_tree(tree), tokens)
                 }
                 None => {
