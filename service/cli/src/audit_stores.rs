@@ -107,6 +107,26 @@ fn shown(layout: &Layout, path: &Path) -> String {
         .to_string()
 }
 
+/// The entry `raw` of `dir` without following a link, or `None` after recording why it could not
+/// be inspected.
+fn inspect_entry(
+    dir: &impl rustix::fd::AsFd,
+    raw: &[u8],
+    item: &str,
+    problems: &mut Vec<StoreProblem>,
+) -> Option<FileStat> {
+    match FileStat::at(dir, raw) {
+        Ok(stat) => Some(stat),
+        Err(e) => {
+            problems.push(StoreProblem::new(
+                "unreadable",
+                format!("{item} could not be inspected: {}", io_sentence(e)),
+            ));
+            None
+        }
+    }
+}
+
 fn io_sentence(e: Errno) -> std::io::Error {
     std::io::Error::from(e)
 }
@@ -242,15 +262,8 @@ fn check_content_store(
     for raw in names {
         let name = String::from_utf8_lossy(&raw).into_owned();
         let item = format!("{store}/{name}");
-        let stat = match FileStat::at(&dir, raw.as_slice()) {
-            Ok(stat) => stat,
-            Err(e) => {
-                problems.push(StoreProblem::new(
-                    "unreadable",
-                    format!("{item} could not be inspected: {}", io_sentence(e)),
-                ));
-                continue;
-            }
+        let Some(stat) = inspect_entry(&dir, &raw, &item, problems) else {
+            continue;
         };
         let regular = stat.entry_type() == EntryType::File;
         if is_sha(&name) {
@@ -377,15 +390,8 @@ fn check_activation_store(layout: &Layout, problems: &mut Vec<StoreProblem>) -> 
             ));
             continue;
         }
-        let stat = match FileStat::at(&dir, raw.as_slice()) {
-            Ok(stat) => stat,
-            Err(e) => {
-                problems.push(StoreProblem::new(
-                    "unreadable",
-                    format!("{item} could not be inspected: {}", io_sentence(e)),
-                ));
-                continue;
-            }
+        let Some(stat) = inspect_entry(&dir, &raw, &item, problems) else {
+            continue;
         };
         if stat.entry_type() != EntryType::Directory {
             problems.push(StoreProblem::new(

@@ -123,18 +123,7 @@ impl Dir {
 
     /// Creates the file `name` exclusively (mode 0600) with `bytes` and fsyncs it.
     pub(crate) fn write_new(&self, name: &str, bytes: &[u8]) -> Result<(), ActivationError> {
-        let path = self.child(name);
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_bits_truncate(FILE_MODE as _),
-        )
-        .map_err(|e| ActivationError::io("create", &path)(errno_io(e)))?;
-        let mut file = File::from(fd);
-        file.write_all(bytes)
-            .map_err(ActivationError::io("write", &path))?;
-        file.sync_all().map_err(ActivationError::io("fsync", &path))
+        self.write_new_mode(name, bytes, FILE_MODE)
     }
 
     /// Creates the file `name` exclusively with `bytes` and exactly the permission bits `mode`
