@@ -161,6 +161,11 @@ fn a_skill_tree_added_by_a_person_is_installed_after_consent_and_activated_whole
     std::fs::remove_file(home.join(".agents/skills/release-helper")).unwrap();
     let told = prompt(&data, &home, &project, "codex", "c-2");
     assert!(
+        told.contains("skill:release-helper was not activated")
+            && told.contains("scripts/run.sh has different content"),
+        "the refusal names the file: {told}"
+    );
+    assert!(
         !home.join(".agents/skills/release-helper").exists(),
         "a tampered store is never linked: {told}"
     );
