@@ -635,7 +635,7 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
@@ -681,7 +681,7 @@ pub fn generate(dir: &Path, entries: usize) -> BenchResult<Generated> {
 }
 
 /// Writes one body file; returns its SHA-256 and size.
-fn write_body(
+pub(crate) fn write_body(
     dir: &Path,
     path: &str,
     text: &str,

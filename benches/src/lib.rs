@@ -7,7 +7,8 @@
 //! `ctx-bench pg-append` ([`pg_append`]) compares appends through the seam on PostgreSQL with plain
 //! inserts of the same rows; `ctx-bench storage-growth` ([`storage_growth`]) what the hook path
 //! leaves on disk per prompt, what auditing it costs in memory and what reopening it after a kill
-//! costs in time.
+//! costs in time. `ctx-bench plan-quality` ([`plan_quality`]) measures how well a prompt's plan
+//! picks capabilities, on a labelled set of prompts and a realistic catalog the project owns.
 //!
 //! The library part holds what both share: the workload (events, payloads, event ids, stream ids)
 //! and the measurement helpers. Every figure is produced from inputs built outside the timed
@@ -18,6 +19,7 @@ pub mod compare;
 pub mod hook_latency;
 pub mod measure;
 pub mod pg_append;
+pub mod plan_quality;
 pub mod seam_ab;
 pub mod storage_growth;
 pub mod workload;

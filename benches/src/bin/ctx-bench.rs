@@ -4,7 +4,8 @@
 //! refactor; `ctx-bench pg-append`: appends through the seam on PostgreSQL ÷ plain inserts;
 //! `ctx-bench storage-growth`: bytes on disk per prompt, audit memory, reopen after kill -9;
 //! `ctx-bench catalog-scale`: ingest, list and plan with a generated catalog of up to 100,000
-//! entries. See `ctx-bench --help`.
+//! entries; `ctx-bench plan-quality`: recall, precision and abstention of the plans of a labelled
+//! prompt set. See `ctx-bench --help`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,8 +13,8 @@ use std::time::Duration;
 
 use ctx_benches::compare::{self, Config};
 use ctx_benches::{
-    BenchResult, catalog_scale, hook_latency, pg_append, seam_ab, storage_growth, target_dir,
-    zstd_dictionary,
+    BenchResult, catalog_scale, hook_latency, pg_append, plan_quality, seam_ab, storage_growth,
+    target_dir, zstd_dictionary,
 };
 
 const HELP: &str = "\
@@ -34,6 +35,7 @@ USAGE:
                               [--out FILE] [--against DICT]
     ctx-bench catalog-scale [--entries N] [--ctx PATH] [--dir DIR] [--out FILE] [--keep]
                             [--check]
+    ctx-bench plan-quality [--test] [--dir DIR] [--keep] [--out FILE]
     ctx-bench --help
 
 compare measures, each in a fresh temp dir under one base directory (so on one disk):
@@ -196,7 +198,28 @@ OPTIONS (catalog-scale):
     --keep            keep the run's directory (printed)
     --check           load the generated directory in this process before measuring (always done
                       up to 2000 entries), so a generator mistake fails with the loader's sentence
-    --out FILE        default <workspace>/target/ctx-bench/catalog-scale.json";
+    --out FILE        default <workspace>/target/ctx-bench/catalog-scale.json
+
+plan-quality measures how well ctx picks capabilities for a prompt. A catalog of about 270
+realistic skills, subagents, MCP servers and harnesses (load, install and manual ones; written
+for this bench, benches/src/plan_quality/catalog.rs) is generated as a ctx.catalog-v2 directory,
+ingested into a fresh data directory, and every labelled prompt (benches/src/plan_quality/
+prompts.rs: each with the set of entries that are a correct pick, empty when none fits) is
+planned in-process as the prompt hook plans it (observe_work, prepare), each its own session.
+Reported: recall@5 (prompts with a fitting entry that got at least one), precision (selections
+that fit their prompt), abstention accuracy (prompts with no fitting entry that got nothing),
+mean selections per prompt, each per kind of prompt, every miss and the entries most often
+selected where they do not fit. Low figures are a result, not a failure, and so is a prompt the
+product refuses to plan (listed in the report); the command fails only when the harness does (the
+catalog does not ingest, the runtime does not open, a file or the journal fails).
+
+OPTIONS (plan-quality):
+    --test            smoke mode: 20 prompts spread over the set; the report is printed, not written
+    --dir DIR         where the run's directory (catalog + data directory) is made (default: the
+                      system temp dir)
+    --keep            keep the run's directory (printed)
+    --out FILE        default <workspace>/target/ctx-bench/plan-quality.json; the markdown report
+                      goes next to it with the extension .md";
 
 struct CatalogScaleArgs {
     entries: usize,
@@ -265,6 +288,14 @@ enum Args {
     StorageGrowth(StorageArgs),
     ZstdDictionary(DictionaryArgs),
     CatalogScale(CatalogScaleArgs),
+    PlanQuality(PlanQualityArgs),
+}
+
+struct PlanQualityArgs {
+    smoke: bool,
+    dir: Option<PathBuf>,
+    keep: bool,
+    out: Option<PathBuf>,
 }
 
 struct DictionaryArgs {
@@ -342,6 +373,12 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             dir: None,
             keep: false,
             check: false,
+            out: None,
+        }),
+        Some("plan-quality") => Args::PlanQuality(PlanQualityArgs {
+            smoke: false,
+            dir: None,
+            keep: false,
             out: None,
         }),
         Some("-h" | "--help" | "help") | None => return Ok(None),
@@ -427,6 +464,13 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--keep" => c.keep = true,
                 "--check" => c.check = true,
                 "--out" => c.out = Some(text()?.into()),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            },
+            Args::PlanQuality(q) => match a {
+                "--test" | "--smoke" => q.smoke = true,
+                "--dir" => q.dir = Some(text()?.into()),
+                "--keep" => q.keep = true,
+                "--out" => q.out = Some(text()?.into()),
                 _ => return Err(format!("unknown argument {arg:?}")),
             },
         }
@@ -641,7 +685,33 @@ fn run(args: Args) -> BenchResult<()> {
         Args::StorageGrowth(args) => run_storage_growth(args),
         Args::ZstdDictionary(args) => run_zstd_dictionary(args),
         Args::CatalogScale(args) => run_catalog_scale(args),
+        Args::PlanQuality(args) => run_plan_quality(args),
     }
+}
+
+fn run_plan_quality(args: PlanQualityArgs) -> BenchResult<()> {
+    let dir = match args.dir {
+        Some(dir) => std::path::absolute(dir)?,
+        None => std::env::temp_dir(),
+    };
+    let report = plan_quality::run(&plan_quality::Config {
+        smoke: args.smoke,
+        dir,
+        keep: args.keep,
+    })?;
+    println!("{}", report.markdown());
+    println!("{}", report.summary());
+    // A smoke run's figures cover a sample only; it leaves the last full report in place.
+    if !args.smoke {
+        let out = args
+            .out
+            .unwrap_or_else(|| target_dir().join("ctx-bench").join("plan-quality.json"));
+        write_json(&out, &report.to_json())?;
+        let md = out.with_extension("md");
+        std::fs::write(&md, report.markdown())?;
+        eprintln!("wrote {}", md.display());
+    }
+    Ok(())
 }
 
 fn run_catalog_scale(args: CatalogScaleArgs) -> BenchResult<()> {
