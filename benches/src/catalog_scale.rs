@@ -1129,10 +1129,10 @@ fn stdout_json(output: &Output) -> Option<Value> {
 }
 
 /// Every path under `root`: its length, modification time and whether it is a directory.
-type Snapshot = BTreeMap<PathBuf, (u64, Option<SystemTime>, bool)>;
+pub(crate) type Snapshot = BTreeMap<PathBuf, (u64, Option<SystemTime>, bool)>;
 
 /// Every file and directory under `root` with its length and modification time.
-fn snapshot(root: &Path) -> BenchResult<Snapshot> {
+pub(crate) fn snapshot(root: &Path) -> BenchResult<Snapshot> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -1149,7 +1149,7 @@ fn snapshot(root: &Path) -> BenchResult<Snapshot> {
     Ok(out)
 }
 
-fn touched(before: &Snapshot, after: &Snapshot) -> Vec<String> {
+pub(crate) fn touched(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (path, meta) in after {
         match before.get(path) {
@@ -1164,9 +1164,10 @@ fn touched(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     out
 }
 
-/// The prompt of `query prepare` and the hook: common tags of the vocabulary, so retrieval has
-/// candidates to score.
-const PROMPT: &str = "Please review the database migration and add integration tests for the \
+/// The prompt of `query prepare` and the hook (and of the traced sessions of `ctx-bench
+/// hook-latency --catalog-size`): common tags of the vocabulary, so retrieval has candidates to
+/// score.
+pub(crate) const PROMPT: &str = "Please review the database migration and add integration tests for the \
                       rust api; check the logging, caching and security of the payments worker.";
 
 /// Generates, then measures as `config` says.

@@ -25,6 +25,7 @@ USAGE:
     ctx-bench compare [--quick] [--dir DIR] [--out FILE]
     ctx-bench hook-latency [--ctx PATH] [--runs N] [--test] [--disk-dir DIR] [--tmpfs-dir DIR]
                            [--postgres | --journal URL] [--out FILE] [--session-prompts N]
+                           [--catalog-size N[,N...]] [--strace]
     ctx-bench seam-ab [--before REV] [--worktree DIR] [--before-target DIR] [--keep-worktree]
                       [--dir DIR] [--rounds N] [--budget-ms N] [--test] [--out FILE]
     ctx-bench pg-append [--url URL] [--clients 1,8] [--rounds N] [--budget-ms N] [--test]
@@ -88,6 +89,29 @@ p99 and max per case, split by new session / follow-up, against the targets p50 
 (excluding fsync) and < 50 ms (including). The table goes to stdout; the JSON (with every run's
 wall time) to target/ctx-bench/hook-latency.json.
 
+With --catalog-size, each size in turn (smallest first) gets a catalog of that many entries from
+the catalog-scale generator, generated once and ingested (`ctx catalog ingest --catalog-dir`)
+into fresh data directories of every case, each warmed with one hook, then measured as above.
+Reported per size: p50 and p90 per case and p50 over the smallest size's p50 (issue 23: at most
+1.5x from 50 to 10,000 entries, on tmpfs and on disk). Without it: the sample catalog.
+
+With --strace, after each catalog's measured runs, extra hook processes (not the timed ones) run
+under `strace -f -c` on the tmpfs and the disk, and the report gives per hook the durable syncs
+(fdatasync + fsync + syncfs), the stat family (statx, newfstatat, stat, lstat), openat, read,
+write and getdents64, for four prompts:
+  no effect        a follow-up prompt repeating the session's first: nothing new to do
+  nothing planned  a follow-up prompt without a catalog tag ('yes, continue')
+  one activation   the person approved one install the session asked for (the others denied
+                   for good); the session's next prompt activates it
+  one install      a new session's first prompt chooses that install again, and the hook
+                   installs it on the person's earlier grant
+The person decides at a terminal (`ctx key init`, `ctx consent approve|deny --yes` in a pty that
+`script`, util-linux, provides). Shown with each traced hook's counts: the files it changed
+where ctx activates on the host, the journal records it appended (`ctx inspect --json` before
+and after; install claim records: it ran an install) and what its reply says it did. Without
+strace on PATH a `skipped: strace not found` line is printed; without `script` only the
+no-effect and nothing-planned prompts are traced.
+
 OPTIONS (hook-latency):
     --ctx PATH        the ctx binary (default: cargo build --release --bin ctx, with $CARGO or
                       cargo, then <workspace>/target/release/ctx, so the current source is measured)
@@ -95,6 +119,11 @@ OPTIONS (hook-latency):
     --session-prompts N
                       also run 5 sessions of N prompts on one data directory (the first case's
                       file system) and report prompt 1's p50 against prompt N's
+    --catalog-size N[,N...]
+                      measure with generated catalogs of these many entries (e.g. 50,1000,10000)
+                      instead of the sample catalog; a hook's time grows with the catalog, so keep
+                      --runs low for large sizes
+    --strace          also count the system calls of traced extra hooks (see above)
     --test            smoke mode: 2 runs per case, no JSON written
     --disk-dir DIR    base directory of the including-fsync case (default: the system temp dir)
     --tmpfs-dir DIR   base directory of the excluding-fsync case (default: /dev/shm if it exists;
@@ -102,7 +131,7 @@ OPTIONS (hook-latency):
     --postgres        add a case with the journal on PostgreSQL (CTX_JOURNAL_URL set, data dir on
                       the disk): a throwaway cluster (ctx_journal_pg harness), or the server at
                       $CTX_PG_URL, with a fresh database ctx_bench_hook; the report gives its p50
-                      and p90 over the redb disk case's
+                      and p90 over the redb disk case's (with at most one --catalog-size)
     --journal URL     as --postgres, with the journal in the database URL names (must be empty)
     --out FILE        where to write the JSON (default: <workspace>/target/ctx-bench/hook-latency.json)
 
@@ -256,6 +285,10 @@ struct HookArgs {
     tmpfs_dir: Option<PathBuf>,
     postgres: bool,
     journal: Option<String>,
+    /// `--catalog-size N[,N...]`: generated catalogs instead of the sample catalog.
+    catalog_sizes: Vec<usize>,
+    /// `--strace`: count the system calls of traced extra hooks.
+    strace: bool,
     out: Option<PathBuf>,
 }
 
@@ -330,6 +363,8 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             tmpfs_dir: None,
             postgres: false,
             journal: None,
+            catalog_sizes: Vec::new(),
+            strace: false,
             out: None,
         }),
         Some("seam-ab") => Args::SeamAb(SeamArgs {
@@ -410,6 +445,10 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--tmpfs-dir" => h.tmpfs_dir = Some(text()?.into()),
                 "--postgres" => h.postgres = true,
                 "--journal" => h.journal = Some(text()?),
+                "--catalog-size" => {
+                    h.catalog_sizes = hook_latency::Config::catalog_sizes_from(&text()?)?;
+                }
+                "--strace" => h.strace = true,
                 "--out" => h.out = Some(text()?.into()),
                 _ => return Err(format!("unknown argument {arg:?}")),
             },
@@ -486,6 +525,16 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
     {
         return Err("--postgres and --journal exclude each other".to_owned());
     }
+    if let Args::HookLatency(h) = &parsed
+        && (h.postgres || h.journal.is_some())
+        && h.catalog_sizes.len() > 1
+    {
+        return Err(
+            "a PostgreSQL journal is one empty database and every catalog size needs a fresh \
+             journal: give one --catalog-size with --postgres or --journal"
+                .to_owned(),
+        );
+    }
     Ok(Some(parsed))
 }
 
@@ -548,13 +597,19 @@ fn run_hook_latency(args: HookArgs) -> BenchResult<()> {
         disk_dir,
         tmpfs_dir,
         journal_url,
+        catalog_sizes: args.catalog_sizes,
+        strace: args.strace,
     })?;
     println!("{}", report.markdown());
     if let Some(prompts) = args.session_prompts {
         let base = report
-            .cases
-            .iter()
-            .find(|c| c.key != hook_latency::POSTGRES_CASE)
+            .catalogs
+            .first()
+            .and_then(|c| {
+                c.cases
+                    .iter()
+                    .find(|c| c.key != hook_latency::POSTGRES_CASE)
+            })
             .map_or_else(std::env::temp_dir, |c| c.dir.clone());
         let growth =
             hook_latency::session_growth(&report.ctx, &base, prompts, SESSION_GROWTH_SESSIONS)?;
