@@ -607,7 +607,16 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         context.push_str(" no capability is worth offering for this prompt.");
     }
     let failed: &[String] = desired.as_ref().map_or(&[], |d| d.failed_capability_ids());
-    for s in selections {
+    // The person reads the selections in benefit order, most relevant first, each with the
+    // words of the prompt it matched (spec/catalog.md §5.5); the plan keeps its canonical order.
+    let mut presented: Vec<_> = selections.iter().collect();
+    presented.sort_by_key(|s| {
+        (
+            std::cmp::Reverse(s.individual_net_benefit_u()),
+            std::cmp::Reverse(s.marginal_net_benefit_u()),
+        )
+    });
+    for s in presented {
         let id = s.capability_id();
         let before = asked.iter().find(|a| a.capability_id == id);
         let now = installs.iter().find(|i| i.capability_id == id);
@@ -649,7 +658,12 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         } else {
             "cannot be installed by this data directory"
         };
-        context.push_str(&format!(" {id} ({label}) {state}."));
+        let matched = if s.matching_signals().is_empty() {
+            String::new()
+        } else {
+            format!("; matched: {}", s.matching_signals().join(", "))
+        };
+        context.push_str(&format!(" {id} ({label}{matched}) {state}."));
     }
     activations.describe(&mut context);
     let ask: Vec<(&str, &str)> = installs

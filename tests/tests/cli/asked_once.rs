@@ -14,7 +14,7 @@ use crate::support::{self, CtxRun, Typed, run_ctx, run_ctx_tty};
 
 /// The prompts of the script and the capability each keeps touching.
 const TERRAFORM: &str = "write terraform for the new infrastructure";
-const REVIEW: &str = "review this pull request for security issues";
+const REVIEW: &str = "ask the code reviewer to review this pull request for security issues";
 const PLAYWRIGHT: &str = "add Playwright e2e tests for the checkout page";
 const POSTGRES: &str = "query the postgres database schema";
 const KUBERNETES: &str = "write a kubernetes helm chart";
@@ -191,7 +191,7 @@ fn forty_prompts_over_three_sessions_ask_each_capability_once_per_scope() {
     // A catalog skill is active from the first prompt that plans it.
     assert!(skill("kubernetes").is_file(), "{}", a.last_told());
     a.prompt(RUST);
-    assert!(skill("rust").is_file(), "{}", a.last_told());
+    assert!(skill("rust-testing").is_file(), "{}", a.last_told());
     decide(&data, &home, "approve", &terraform, "once");
     let reviewer = a.asks(REVIEW, "agent:code-reviewer");
     decide(&data, &home, "deny", &reviewer, "workspace");
@@ -204,7 +204,7 @@ fn forty_prompts_over_three_sessions_ask_each_capability_once_per_scope() {
         .and_then(|rest| rest.get(..19))
         .expect("the standing decision's id")
         .to_owned();
-    let reader = a.asks(POSTGRES, "agent:db-reader");
+    let reader = a.asks(POSTGRES, "mcp-server:dbhub");
     decide(&data, &home, "deny", &reader, "once");
     for text in [TERRAFORM, REVIEW, PLAYWRIGHT, POSTGRES, KUBERNETES, RUST].repeat(2) {
         a.prompt(text);
@@ -232,7 +232,7 @@ fn forty_prompts_over_three_sessions_ask_each_capability_once_per_scope() {
     b.asks_nothing_for(PLAYWRIGHT, "mcp-server:playwright");
     assert!(mcp_config(&w1).contains("playwright"), "{}", b.last_told());
     // A once-denial was for its challenge: another session asks again.
-    let reader_b = b.asks(POSTGRES, "agent:db-reader");
+    let reader_b = b.asks(POSTGRES, "mcp-server:dbhub");
     decide(&data, &home, "deny", &reader_b, "always");
     let revoked = run_ctx_tty(
         &data,
@@ -271,8 +271,8 @@ fn forty_prompts_over_three_sessions_ask_each_capability_once_per_scope() {
     };
     let reviewer_c = c.asks(REVIEW, "agent:code-reviewer");
     decide(&data, &home, "approve", &reviewer_c, "session");
-    c.asks_nothing_for(POSTGRES, "agent:db-reader");
-    assert!(c.last_told().contains("agent:db-reader") && c.last_told().contains("declined"));
+    c.asks_nothing_for(POSTGRES, "mcp-server:dbhub");
+    assert!(c.last_told().contains("mcp-server:dbhub") && c.last_told().contains("declined"));
     for text in [TERRAFORM, PLAYWRIGHT, KUBERNETES, RUST, REVIEW, POSTGRES].repeat(2) {
         c.prompt(text);
     }
@@ -308,11 +308,11 @@ fn forty_prompts_over_three_sessions_ask_each_capability_once_per_scope() {
         "{asked:?}"
     );
     assert_eq!(
-        sessions("agent:db-reader"),
+        sessions("mcp-server:dbhub"),
         set(&["claude:s-a", "claude:s-b"]),
         "{asked:?}"
     );
-    for capability in ["skill:kubernetes", "skill:rust"] {
+    for capability in ["skill:kubernetes", "skill:rust-testing"] {
         assert!(sessions(capability).is_empty(), "{capability}: {asked:?}");
     }
     // Every capability, these six and the others the plans chained to: once per session.
@@ -349,7 +349,7 @@ fn forty_prompts_over_three_sessions_ask_each_capability_once_per_scope() {
     );
     for expected in [
         "in force  deny agent:code-reviewer for workspace",
-        "in force  deny agent:db-reader always",
+        "in force  deny mcp-server:dbhub always",
         "in force  grant agent:code-reviewer for session claude:s-c",
     ] {
         assert!(

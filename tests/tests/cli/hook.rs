@@ -959,7 +959,7 @@ fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
         text.contains("skill:terraform") && text.contains("awaits the person's decision"),
         "{text}"
     );
-    let review = prompt("review this pull request for security issues");
+    let review = prompt("ask the code reviewer to review this pull request for security issues");
     assert!(message(&review).contains("agent:code-reviewer"), "{review}");
     let reviewer = approve_digest(&message(&review));
     // No head-of-line blocking: the skills loaded from the catalog are active while the agent
@@ -984,7 +984,9 @@ fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
     assert!(home.join(".claude/skills/terraform/SKILL.md").is_file());
 
     // Denied: not offered again; the model is told once.
-    let fourth = prompt("review this pull request for security issues, second pass");
+    let fourth = prompt(
+        "ask the code reviewer to review this pull request for security issues, second pass",
+    );
     assert!(
         !message(&fourth).contains("agent:code-reviewer"),
         "{fourth}"
@@ -994,7 +996,8 @@ fn within_a_session_each_capability_is_asked_once_and_a_denial_is_told_once() {
         text.contains("agent:code-reviewer") && text.contains("was declined by the person"),
         "{text}"
     );
-    let fifth = prompt("review this pull request for security issues, third pass");
+    let fifth =
+        prompt("ask the code reviewer to review this pull request for security issues, third pass");
     assert!(!message(&fifth).contains("agent:code-reviewer"), "{fifth}");
     let text = context(&fifth, "UserPromptSubmit");
     assert!(!text.contains("agent:code-reviewer"), "told once: {text}");
@@ -1031,7 +1034,7 @@ fn a_new_task_replaces_the_skills_of_the_last_one_and_a_prompt_that_plans_nothin
         "a prompt that plans nothing shifts nothing"
     );
     let shifted = prompt("write rust unit tests");
-    assert!(skill("rust").is_file(), "{shifted}");
+    assert!(skill("rust-testing").is_file(), "{shifted}");
     assert!(!skill("kubernetes").exists(), "{shifted}");
     assert!(
         shifted.contains("Deactivated: skill:kubernetes"),
@@ -1040,7 +1043,7 @@ fn a_new_task_replaces_the_skills_of_the_last_one_and_a_prompt_that_plans_nothin
     // Back to the first task, typed again word for word: a new prompt of the session.
     let back = prompt("write a kubernetes helm chart");
     assert!(skill("kubernetes").is_file(), "{back}");
-    assert!(!skill("rust").exists(), "{back}");
+    assert!(!skill("rust-testing").exists(), "{back}");
     assert!(!back.contains("Deactivated: skill:kubernetes"), "{back}");
     let audit = run_ctx(&data, &["audit"], "");
     assert_eq!(audit.code, 0, "{audit:?}");

@@ -18,5 +18,6 @@ mod lock_wait;
 mod moved;
 mod person;
 mod postgres;
+mod prompt_words;
 mod skill_trees;
 mod webdriver;

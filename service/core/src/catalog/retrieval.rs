@@ -1,10 +1,11 @@
-//! Retrieval over a catalog (spec/catalog.md §5.2, §5.3): the tag scorer,
-//! the row → [`CapabilityCandidate`] projection and ambiguity removal.
+//! Retrieval over a catalog (spec/catalog.md §5.2, §5.3): the BM25 scorer over the catalog's
+//! [`RetrievalIndex`], the relative and absolute evidence cut, the row → [`CapabilityCandidate`]
+//! projection and ambiguity removal.
 //!
 //! Scores are integers in micro-points so that ordering never depends on floating-point
-//! summation order; the only floating-point step is one natural logarithm per distinct token,
-//! rounded to micro-units at once. Ties are broken by kind, then name, then id, so the same
-//! catalog and observation always give the same list.
+//! summation order; the only floating-point step is one natural logarithm per distinct query
+//! term, rounded to micro-units at once. Ties are broken by catalog position (id order, hence
+//! kind, then name), so the same catalog and observation always give the same list.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,6 +17,14 @@ use super::observation::WorkObservation;
 use super::snapshot::{CATALOG_ENTRY_PROJECTION, Catalog, tags_json};
 use ctx_model::CapabilityKind;
 
+#[path = "retrieval_index.rs"]
+mod index;
+
+pub(crate) use index::{RetrievalIndex, RetrievalSource};
+use index::{is_term, runs, token_terms};
+
+use super::work::stem;
+
 /// Default size of the candidate pool, in entries (reference `candidate_limit`).
 pub const CANDIDATE_POOL_DEFAULT_ENTRIES: usize = 50;
 /// Smallest accepted candidate pool, in entries.
@@ -26,12 +35,13 @@ pub const CANDIDATE_POOL_MAX_ENTRIES: usize = 512;
 pub const MATCHING_SIGNALS_MAX_TOKENS: usize = 32;
 /// The top normalized score, in parts per million.
 pub const SCORE_MAX_PPM: u32 = 1_000_000;
-
-/// One point of score, in micro-points.
-const POINT: i64 = 1_000_000;
-/// Tokens shorter than this, in characters, do not count toward document frequency (they carry
-/// no idf bonus). Two, not the reference's three, so that `go` is a real language token here.
-const IDF_TOKEN_MIN_CHARS: usize = 2;
+/// A candidate's score must reach this share of the top score, in percent (spec/catalog.md
+/// §5.2): evidence much weaker than the best candidate's is not comparable evidence, so the
+/// planner's tier order only ever chooses between comparably relevant entries.
+pub const RELATIVE_CUT_PERCENT: i64 = 70;
+/// The share of its best related candidate's BM25 score a candidate gains, in percent
+/// (spec/catalog.md §5.2): a relation is a bonus, never a candidate of its own.
+pub const GRAPH_BONUS_PERCENT: i64 = 10;
 
 /// How a host can act on a candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -141,112 +151,207 @@ fn retrieve_bounded(
     observation: &WorkObservation,
     limit: usize,
 ) -> Vec<CapabilityCandidate> {
-    let tags = observation.work_tokens();
-    if tags.is_empty() {
+    let work = observation.work_tokens();
+    if work.is_empty() {
         return Vec::new();
     }
-    let rows = score(catalog, &tags, limit);
+    let rows = score(
+        catalog.retrieval_index(),
+        &work,
+        observation.languages(),
+        limit,
+    );
     let candidates = rows
         .into_iter()
-        .filter_map(|row| project(catalog, observation, row.entry, row.ppm))
+        .filter_map(|row| {
+            let entry = catalog.entry(catalog.retrieval_index().id(row.entry))?;
+            project(catalog, observation, entry, row.ppm)
+        })
         .collect();
     remove_ambiguous(candidates)
 }
 
-/// A scored entry.
-#[derive(Debug)]
-struct Row<'a> {
-    entry: &'a CatalogEntry,
+/// A scored entry that passed the cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Row {
+    entry: u32,
     ppm: u32,
 }
 
-/// `[a-z0-9]+` runs: the slug tokens of a name, tag or signal.
-fn slug_tokens(s: &str) -> Vec<&str> {
-    s.split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit()))
-        .filter(|t| !t.is_empty())
-        .collect()
+/// One entry's score before the cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Scored {
+    /// BM25, entity boost and graph bonus, in micro-points.
+    score: i64,
+    /// The score without the entity boost, in micro-points: what the relative cut compares.
+    unboosted: i64,
+    /// Whether a matched term is a language of the work.
+    language: bool,
+    entry: u32,
+}
+
+/// What the scorer accumulates for one entry.
+#[derive(Debug, Default)]
+struct Evidence {
+    /// BM25 over the matched terms, in micro-points.
+    bm25: i64,
+    /// The matched terms, as indices into the query's terms.
+    terms: BTreeSet<usize>,
 }
 
 /// `ln(x)` in micro-units.
 fn ln_micro(x: f64) -> i64 {
-    // Finite and small (x ≤ 513): the cast cannot saturate.
+    // Finite and small (x ≤ 200,001 for at most 100,000 entries): the cast cannot saturate.
     (x.ln() * 1e6).round() as i64
 }
 
-/// The tag scorer (spec/catalog.md §5.2 over this catalog): rows in score order, at most `limit`.
-fn score<'a>(catalog: &'a Catalog, tags: &[String], limit: usize) -> Vec<Row<'a>> {
-    let entries = catalog.entries();
-    let n = entries.len();
-    // Document frequency over each entry's name tokens, tags and tag tokens.
-    let mut df: BTreeMap<&str, usize> = BTreeMap::new();
-    for entry in entries {
-        let mut doc: BTreeSet<&str> = slug_tokens(&entry.name).into_iter().collect();
-        for tag in &entry.tags {
-            doc.insert(tag);
-            doc.extend(slug_tokens(tag));
-        }
-        for token in doc {
-            if token.chars().count() >= IDF_TOKEN_MIN_CHARS {
-                *df.entry(token).or_default() += 1;
-            }
-        }
-    }
-    let idf = |t: &str| -> i64 {
-        match df.get(t) {
-            Some(&d) if d > 0 => ln_micro(n as f64 / d as f64),
-            _ => 0,
-        }
-    };
-    // Undirected degree over `related` links.
-    let mut neighbours: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for entry in entries {
-        for target in &entry.related {
-            neighbours.entry(&entry.id).or_default().insert(target);
-            neighbours.entry(target).or_default().insert(&entry.id);
-        }
-    }
+/// The BM25 idf of a term `df` of `n` entries have, `ln(1 + (n − df + ½) / (df + ½))`, in
+/// micro-units: positive however common the term.
+fn idf_micro(n: u32, df: u32) -> i64 {
+    let (n, df) = (f64::from(n), f64::from(df));
+    ln_micro(1.0 + (n - df + 0.5) / (df + 0.5))
+}
 
-    let signal_set: BTreeSet<&str> = tags.iter().map(String::as_str).collect();
-    let signal_slugs: BTreeSet<String> = tags.iter().map(|t| slug_tokens(t).join("-")).collect();
-    let query_tokens: BTreeSet<&str> = tags.iter().flat_map(|t| slug_tokens(t)).collect();
+/// BM25's saturation parameter k1, in hundredths.
+const K1_HUNDREDTHS: i128 = 120;
+/// BM25's length normalization b, in hundredths.
+const B_HUNDREDTHS: i128 = 75;
 
-    let mut scored: Vec<(i64, &CatalogEntry)> = Vec::new();
-    for entry in entries {
-        let name_tokens = slug_tokens(&entry.name);
-        let mut total: i64 = 0;
-        for signal in tags {
-            if name_tokens.contains(&signal.as_str()) {
-                total += 50 * (POINT + idf(signal));
-            } else if entry.name.contains(signal.as_str()) {
-                total += 20 * POINT;
-            }
-        }
-        for tag in &entry.tags {
-            if signal_set.contains(tag.as_str()) {
-                total += 10 * (POINT + idf(tag));
-            }
-        }
-        total += entity_boost(&name_tokens, &signal_slugs, tags.len(), &query_tokens);
-        if total <= 0 {
+/// BM25's term-frequency factor times `idf`, in micro-points:
+/// `idf · tf · (k1 + 1) / (tf + k1 · (1 − b + b · dl / avgdl))` with avgdl = total / n, in
+/// integers (k1 and b in hundredths; numerator and denominator multiplied by 10,000 · total).
+fn bm25_micro(idf: i64, tf: u32, dl: u32, n: u32, total: u64) -> i64 {
+    let (k1, b) = (K1_HUNDREDTHS, B_HUNDREDTHS);
+    let (tf, dl, n, total) = (
+        i128::from(tf),
+        i128::from(dl),
+        i128::from(n),
+        i128::from(total.max(1)),
+    );
+    let numerator = i128::from(idf) * tf * (k1 + 100) * 100 * total;
+    let denominator = tf * 10_000 * total + k1 * (100 - b) * total + k1 * b * dl * n;
+    if denominator <= 0 {
+        return 0;
+    }
+    i64::try_from(numerator / denominator).unwrap_or(i64::MAX)
+}
+
+/// The absolute minimum score, in micro-points (spec/catalog.md §5.2): what a term only one
+/// entry has earns as one tag of an entry of average length. A word many entries share earns
+/// less than that however it occurs, so it cannot carry a candidate alone; a label word alone
+/// cannot either.
+fn minimum_score<S: RetrievalSource>(source: &S) -> i64 {
+    let n = source.entry_count();
+    let total = source.total_length();
+    let average = u32::try_from(total / u64::from(n.max(1))).unwrap_or(u32::MAX);
+    bm25_micro(idf_micro(n, 1), index::TAG_WEIGHT, average, n, total)
+}
+
+/// The query terms of the work tokens (spec/catalog.md §5.2): each token's terms, deduplicated.
+fn query_terms(work: &[String]) -> Vec<String> {
+    let set: BTreeSet<String> = work.iter().flat_map(|t| token_terms(t)).collect();
+    set.into_iter().collect()
+}
+
+/// The scorer (spec/catalog.md §5.2): the rows that pass the cut, in score order, at most
+/// `limit`.
+fn score<S: RetrievalSource>(
+    source: &S,
+    work: &[String],
+    languages: &[String],
+    limit: usize,
+) -> Vec<Row> {
+    let minimum = minimum_score(source);
+    let mut totals = evidence_scores(source, work, languages);
+    // A match on a language of the work is evidence however many entries share it: the
+    // language was observed in the work, not guessed from a word (spec/catalog.md §5.2).
+    totals.retain(|s| s.language || s.score >= minimum);
+    // The cut compares evidence without the entity boost: naming one entry outright ranks it
+    // first, but does not make the other entries' evidence less comparable (spec/catalog.md
+    // §5.2).
+    let best = totals.iter().map(|s| s.unboosted).max().unwrap_or(0).max(1);
+    totals.retain(|s| {
+        i128::from(s.unboosted) * 100 >= i128::from(best) * i128::from(RELATIVE_CUT_PERCENT)
+    });
+    let top = totals.iter().map(|s| s.score).max().unwrap_or(0).max(1);
+    totals.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.entry.cmp(&b.entry)));
+    totals.truncate(limit);
+    totals
+        .into_iter()
+        .map(
+            |Scored {
+                 score: s, entry, ..
+             }| Row {
+                entry,
+                ppm: normalized_ppm(s, top),
+            },
+        )
+        .collect()
+}
+
+/// Every entry with a posting of a query term and its score, before any cut, in entry order.
+/// Only the postings of the query's terms are read, and only entries with a posting are scored
+/// further (spec/catalog.md §5.2).
+fn evidence_scores<S: RetrievalSource>(
+    source: &S,
+    work: &[String],
+    languages: &[String],
+) -> Vec<Scored> {
+    let n = source.entry_count();
+    let total = source.total_length();
+    let terms = query_terms(work);
+    let language_terms: BTreeSet<usize> = query_terms(languages)
+        .iter()
+        .filter_map(|l| terms.iter().position(|t| t == l))
+        .collect();
+    let mut idfs: Vec<i64> = Vec::with_capacity(terms.len());
+    let mut scored: BTreeMap<u32, Evidence> = BTreeMap::new();
+    for (t, term) in terms.iter().enumerate() {
+        let df = source.document_frequency(term);
+        if df == 0 {
+            idfs.push(0);
             continue;
         }
-        let degree = neighbours.get(entry.id.as_str()).map_or(0, BTreeSet::len);
-        total += ln_micro(1.0 + degree as f64);
-        scored.push((total, entry));
+        let idf = idf_micro(n, df);
+        idfs.push(idf);
+        for posting in source.postings(term) {
+            let evidence = scored.entry(posting.entry).or_default();
+            evidence.bm25 = evidence.bm25.saturating_add(bm25_micro(
+                idf,
+                posting.weight,
+                source.doc_length(posting.entry),
+                n,
+                total,
+            ));
+            evidence.terms.insert(t);
+        }
     }
-    scored.sort_by(|(sa, a), (sb, b)| {
-        sb.cmp(sa)
-            .then_with(|| a.kind.as_str().cmp(b.kind.as_str()))
-            .then_with(|| a.name.cmp(&b.name))
-            .then_with(|| a.id.cmp(&b.id))
-    });
-    scored.truncate(limit);
-    let top = scored.first().map_or(1, |(s, _)| (*s).max(1));
+    let term_index: BTreeMap<&str, usize> = terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
     scored
-        .into_iter()
-        .map(|(s, entry)| Row {
-            entry,
-            ppm: normalized_ppm(s, top),
+        .iter()
+        .map(|(&entry, evidence)| {
+            let name = source
+                .id(entry)
+                .split_once(':')
+                .map_or("", |(_, name)| name);
+            let boost = entity_boost(name, evidence, &term_index, &idfs, terms.len());
+            let best_neighbour = source
+                .neighbours(entry)
+                .filter_map(|m| scored.get(&m).map(|e| e.bm25))
+                .max()
+                .unwrap_or(0);
+            let graph = best_neighbour.saturating_mul(GRAPH_BONUS_PERCENT) / 100;
+            let unboosted = evidence.bm25.saturating_add(graph);
+            Scored {
+                score: unboosted.saturating_add(boost),
+                unboosted,
+                language: !evidence.terms.is_disjoint(&language_terms),
+                entry,
+            }
         })
         .collect()
 }
@@ -258,31 +363,42 @@ fn normalized_ppm(score: i64, top: i64) -> u32 {
     u32::try_from((ten_thousandths * 100).min(i128::from(SCORE_MAX_PPM))).unwrap_or(SCORE_MAX_PPM)
 }
 
-/// The explicit-entity boost, in micro-points: a capability named exactly as the work is named
-/// outranks one that merely shares tags (spec/catalog.md §5.2). The only alias is the name.
+/// The explicit-entity boost, in micro-points (spec/catalog.md §5.2): a capability the work
+/// names outright gains the idf of its name terms once more. The work names it when it holds
+/// the whole compound name (`test-runner`), or every word of a name of two or more words, or
+/// the one word of a one-word name when the work is that one term.
 ///
-/// Deviation: the reference's phrase rules look at word order in the host's raw query; here the
-/// query is the sorted set of work tokens, where order means nothing, so "the name occurs as a
-/// phrase" becomes "every name token is a work token".
+/// Deviation: the reference's phrase rules look at word order in the host's raw query; here
+/// the query is a set of work tokens, where order means nothing.
 fn entity_boost(
-    name_tokens: &[&str],
-    signal_slugs: &BTreeSet<String>,
-    signal_count: usize,
-    query_tokens: &BTreeSet<&str>,
+    name: &str,
+    evidence: &Evidence,
+    term_index: &BTreeMap<&str, usize>,
+    idfs: &[i64],
+    term_count: usize,
 ) -> i64 {
-    let k = name_tokens.len();
-    if k == 0 {
+    let words: Vec<String> = runs(name)
+        .filter(|r| is_term(r))
+        .map(|r| stem(&r))
+        .collect();
+    if words.is_empty() {
         return 0;
     }
-    let bonus = 25 * i64::try_from(k).unwrap_or(0);
-    let slug = name_tokens.join("-");
-    if signal_slugs.contains(&slug) && (k >= 2 || signal_count == 1) {
-        return (2_000 + bonus) * POINT;
+    let matched = |term: &str| {
+        term_index
+            .get(term)
+            .is_some_and(|i| evidence.terms.contains(i))
+    };
+    let compound = runs(name).count() > 1 && matched(&stem(name));
+    let all_words = words.iter().all(|w| matched(w));
+    let ok = compound || (all_words && (words.len() >= 2 || term_count == 1));
+    if !ok {
+        return 0;
     }
-    if name_tokens.iter().all(|t| query_tokens.contains(t)) {
-        return (1_000 + bonus) * POINT;
-    }
-    0
+    words
+        .iter()
+        .filter_map(|w| term_index.get(w.as_str()).and_then(|&i| idfs.get(i)))
+        .sum()
 }
 
 /// Projects a scored row into a candidate (spec/catalog.md §5.3); `None` drops the row.
@@ -298,17 +414,28 @@ fn project(
         .chain(observation.languages())
         .map(String::as_str)
         .collect();
-    let tag_matches: BTreeSet<&str> = entry
-        .tags
+    let name_terms: BTreeSet<String> = token_terms(&entry.name).into_iter().collect();
+    let tag_terms: BTreeSet<String> = entry.tags.iter().flat_map(|t| token_terms(t)).collect();
+    let label_terms: BTreeSet<String> = runs(&entry.label)
+        .chain(runs(entry.kind.as_str()))
+        .filter(|r| is_term(r))
+        .map(|r| stem(&r))
+        .collect();
+    let matches_in = |terms: &BTreeSet<String>| -> BTreeSet<&str> {
+        work.iter()
+            .copied()
+            .filter(|w| token_terms(w).iter().any(|t| terms.contains(t)))
+            .collect()
+    };
+    let name_matches = matches_in(&name_terms);
+    let tag_matches = matches_in(&tag_terms);
+    let label_matches = matches_in(&label_terms);
+    let matching: BTreeSet<&str> = name_matches
         .iter()
-        .map(String::as_str)
-        .filter(|t| work.contains(t))
+        .chain(&tag_matches)
+        .chain(&label_matches)
+        .copied()
         .collect();
-    let name_matches: BTreeSet<&str> = slug_tokens(&entry.name)
-        .into_iter()
-        .filter(|t| work.contains(t))
-        .collect();
-    let matching: BTreeSet<&str> = tag_matches.union(&name_matches).copied().collect();
     if matching.len() > MATCHING_SIGNALS_MAX_TOKENS {
         return None;
     }
@@ -318,6 +445,9 @@ fn project(
     }
     if !tag_matches.is_empty() {
         reasons.push("tag-match");
+    }
+    if !label_matches.is_empty() {
+        reasons.push("label-match");
     }
     if matching
         .iter()
@@ -406,3 +536,7 @@ pub fn remove_ambiguous(candidates: Vec<CapabilityCandidate>) -> Vec<CapabilityC
     out.sort_by_key(key);
     out
 }
+
+#[cfg(test)]
+#[path = "retrieval_tests.rs"]
+mod tests;

@@ -6,7 +6,7 @@
 //! whitespace or entry order) have the same digests, and any content change changes them.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use sha2::{Digest as _, Sha256};
 
@@ -17,6 +17,7 @@ use ctx_model::{
 
 use super::error::{CatalogError, EntryRef};
 use super::format::{CatalogEntry, CatalogVersion, parse_document, strs};
+use super::retrieval::RetrievalIndex;
 use ctx_model::CapabilityKind;
 
 /// Schema of the namespace document hashed into `catalog_namespace_digest`.
@@ -26,7 +27,7 @@ pub const MATERIAL_MANIFEST_SCHEMA: &str = "ctx.material-manifest-v1";
 /// Schema of the installation manifest.
 pub const INSTALLATION_MANIFEST_SCHEMA: &str = "ctx.installation-manifest-v1";
 /// Adapter version hashed into the retrieval snapshot digest; bump it when the scorer changes.
-pub const RETRIEVAL_ADAPTER_VERSION: &str = "ctx.catalog-retrieval-v1";
+pub const RETRIEVAL_ADAPTER_VERSION: &str = "ctx.catalog-retrieval-v2";
 /// Projection version of a candidate's source digest (spec/catalog.md §5.3).
 pub const CATALOG_ENTRY_PROJECTION: &str = "ctx.catalog-entry.graph-v4";
 
@@ -52,6 +53,8 @@ pub struct Catalog {
     retrieval_snapshot_digest: String,
     material_descriptors: Vec<Json>,
     install_descriptors: Vec<Option<Json>>,
+    /// The retrieval index (spec/catalog.md §5.2), built on first use and shared by clones.
+    retrieval_index: Arc<OnceLock<RetrievalIndex>>,
 }
 
 /// Two catalogs are equal when their content is: everything else (digests, descriptors) is
@@ -166,7 +169,20 @@ impl Catalog {
             retrieval_snapshot_digest,
             material_descriptors,
             install_descriptors,
+            retrieval_index: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The retrieval index of the entries (spec/catalog.md §5.2), built once per catalog.
+    pub(crate) fn retrieval_index(&self) -> &RetrievalIndex {
+        self.retrieval_index
+            .get_or_init(|| RetrievalIndex::build(&self.entries))
+    }
+
+    /// Whether a prompt word stands for a term of this catalog's retrieval index: a name, kind,
+    /// tag or label word, plural-folded (spec/catalog.md §5.4). Only such words are evidence.
+    pub fn knows_word(&self, word: &str) -> bool {
+        self.retrieval_index().knows_word(word)
     }
 
     pub fn namespace(&self) -> &str {

@@ -680,9 +680,8 @@ fn rust_and_testing_retrieve_rust_testing_skills_first() {
         .map(|c| c.capability_id.as_str())
         .collect();
     assert_eq!(ids[0], "skill:rust-testing", "{ids:?}");
-    let top3 = &ids[..3];
-    assert!(top3.contains(&"skill:rust"), "{ids:?}");
-    assert!(top3.iter().all(|id| id.starts_with("skill:")), "{ids:?}");
+    // Only entries with evidence comparable to the best survive the cut (spec/catalog.md §5.2).
+    assert!(ids.iter().all(|id| id.starts_with("skill:rust")), "{ids:?}");
     let first = &candidates[0];
     assert_eq!(first.normalized_score_ppm, SCORE_MAX_PPM);
     assert_eq!(first.actionability, Actionability::Load);
@@ -691,6 +690,7 @@ fn rust_and_testing_retrieve_rust_testing_skills_first() {
         first.reason_codes,
         vec![
             "graph-match",
+            "label-match",
             "language-match",
             "name-match",
             "signal-match",
@@ -721,8 +721,11 @@ fn retrieval_is_deterministic_bounded_and_well_formed() {
     assert_eq!(a, b);
     assert!(!a.is_empty() && a.len() <= CANDIDATE_POOL_DEFAULT_ENTRIES);
     let small = retrieve_with_limit(catalog, &observation, 6).expect("limit 6");
-    assert_eq!(small.len(), 6);
-    assert_eq!(small[..], a[..6]);
+    assert_eq!(small[..], a[..a.len().min(6)]);
+    // The cut keeps what is comparable to the best; a narrower question keeps several rows.
+    let narrow = WorkObservation::new(&["pull-requests"], &[]).expect("observation");
+    let a = retrieve(catalog, &narrow);
+    assert!(a.len() >= 4, "{a:?}");
     assert!(retrieve_with_limit(catalog, &observation, 5).is_err());
     assert!(retrieve_with_limit(catalog, &observation, 513).is_err());
     for pair in a.windows(2) {
@@ -764,7 +767,7 @@ fn retrieval_is_deterministic_bounded_and_well_formed() {
 #[test]
 fn ambiguous_identities_are_removed() {
     let loaded = sample();
-    let observation = WorkObservation::new(&["git"], &[]).expect("observation");
+    let observation = WorkObservation::new(&["pull-requests"], &[]).expect("observation");
     let candidates = retrieve(loaded.catalog(), &observation);
     assert!(candidates.len() >= 2);
     let mut conflicting = candidates[1].clone();

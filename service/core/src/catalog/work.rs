@@ -56,7 +56,8 @@ pub fn canonical_language(field: &str) -> Option<&'static str> {
 pub(crate) enum TokenRule {
     /// The runtime's prompt words (§5.4): ASCII-lowercased runs of ASCII letters, digits and `-`
     /// (so `mcp-server` stays one word and meets a tag of that spelling), neither split at case
-    /// changes nor truncated.
+    /// changes nor truncated; each hyphenated word also yields its parts; stop words and words
+    /// the registry's credential screen refuses are dropped ([`is_screened_word`]).
     Words,
     /// The normalizer's text (§5.1): split at camel-case changes, then ASCII-lowercased
     /// `[a-z0-9]+` runs, each truncated to `TOKEN_MAX_CHARS`.
@@ -69,11 +70,7 @@ pub(crate) enum TokenRule {
 /// The tokens of `text` under `rule`, in text order (duplicates kept).
 pub(crate) fn tokenize(text: &str, rule: TokenRule) -> Vec<String> {
     if rule == TokenRule::Words {
-        return text
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .filter(|w| !w.is_empty())
-            .map(str::to_ascii_lowercase)
-            .collect();
+        return prompt_words(text);
     }
     let mut out = Vec::new();
     let chars: Vec<char> = text.chars().collect();
@@ -139,4 +136,247 @@ pub(crate) fn truncate(text: &str, max_bytes: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// The runtime's prompt words (spec/catalog.md §5.4), in text order (duplicates kept).
+///
+/// A hyphenated word (`test-runner`) also yields its parts. Stop words are no evidence (§5.2)
+/// and would only crowd the bounded signal list; a word the registry's credential screen refuses
+/// (spec/registry.md §3) is dropped here, so that one plain word such as "secret" costs the
+/// prompt that word rather than its whole plan. The screen itself is unchanged and still judges
+/// every stored token. Inflections need no spelling here: the runtime keeps the words the
+/// catalog's retrieval index knows, and the index folds plurals on both sides (§5.2).
+fn prompt_words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| !w.is_empty())
+    {
+        let word = word.to_ascii_lowercase();
+        let parts: Vec<String> = if word.contains('-') {
+            word.split('-')
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for form in std::iter::once(word).chain(parts) {
+            if !is_stop_word(&form) && !is_screened_word(&form) {
+                out.push(form);
+            }
+        }
+    }
+    out
+}
+
+/// English function words: they say nothing about which capability a piece of work needs, so
+/// they are never retrieval evidence (spec/catalog.md §5.2). Sorted, for binary search.
+const STOP_WORDS: [&str; 126] = [
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "more",
+    "most",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "now",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// Whether `word` (lowercase) is a stop word (spec/catalog.md §5.2).
+pub(crate) fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS.binary_search(&word).is_ok()
+}
+
+/// Shortest word, in characters, that [`stem`] changes: shorter words (`aws`, `k8s`, `ios`)
+/// are names more often than plurals.
+const STEM_MIN_CHARS: usize = 4;
+
+/// The light stem of a lowercase term (spec/catalog.md §5.2): Harman's S-stemmer, which only
+/// folds English plurals — `ies` → `y` (not after `a` or `e`), `es` → `e` (not after `a`, `e` or
+/// `o`), else a final `s` goes (not after `u` or `s`) — with one change: after `x`, `z`, `sh`
+/// or `ss`, `es` goes whole (`fixes` → `fix`, `classes` → `class`), so that a word and its plural
+/// are one term. `spreadsheets` meets `spreadsheet` and `libraries` meets `library`, while
+/// `status`, `class` and `aws` stay as they are. Only the end of a hyphenated term changes
+/// (`unit-tests` → `unit-test`).
+pub(crate) fn stem(term: &str) -> String {
+    let last = term.rsplit('-').next().unwrap_or(term);
+    if last.chars().count() < STEM_MIN_CHARS || !term.is_ascii() {
+        return term.to_owned();
+    }
+    let n = term.len();
+    if term.ends_with("ies") && !term.ends_with("eies") && !term.ends_with("aies") {
+        return format!("{}y", &term[..n - 3]);
+    }
+    if ["xes", "zes", "shes", "sses"]
+        .iter()
+        .any(|e| term.ends_with(e))
+    {
+        return term[..n - 2].to_owned();
+    }
+    let drops_s = if term.ends_with("es") {
+        !(term.ends_with("aes") || term.ends_with("ees") || term.ends_with("oes"))
+    } else {
+        term.ends_with('s') && !term.ends_with("us") && !term.ends_with("ss")
+    };
+    if drops_s {
+        term[..n - 1].to_owned()
+    } else {
+        term.to_owned()
+    }
+}
+
+/// Prefixes of well-known secret formats the registry's screen refuses (spec/registry.md §3).
+const CREDENTIAL_PREFIXES: [&str; 5] = ["ghp-", "github-pat-", "sk-", "xoxb-", "xoxp-"];
+/// Words, or adjacent word pairs joined by `-`, that make the registry's screen refuse a token
+/// (spec/registry.md §3).
+const CREDENTIAL_WORDS: [&str; 10] = [
+    "api-key",
+    "apikey",
+    "auth-token",
+    "bearer",
+    "credential",
+    "credentials",
+    "passwd",
+    "password",
+    "private-key",
+    "secret",
+];
+/// Shortest signal, in characters, that the registry's screen takes for a key.
+const SCREENED_TOKEN_MIN_CHARS: usize = 32;
+
+/// Whether the registry's credential screen (spec/registry.md §3) would refuse `word` as a
+/// signal. A prompt word it refuses is dropped from the signals, never stored: the screen keeps
+/// secrets out of the journal, and dropping the word keeps them out just the same.
+pub(crate) fn is_screened_word(word: &str) -> bool {
+    let lower = word.to_ascii_lowercase();
+    if CREDENTIAL_PREFIXES.iter().any(|p| lower.starts_with(p))
+        || lower.chars().count() >= SCREENED_TOKEN_MIN_CHARS
+    {
+        return true;
+    }
+    let normalized = lower.replace(['_', '.', ':'], "-");
+    let parts: Vec<&str> = normalized.split('-').collect();
+    parts.iter().any(|p| CREDENTIAL_WORDS.contains(p))
+        || parts
+            .windows(2)
+            .any(|w| CREDENTIAL_WORDS.contains(&format!("{}-{}", w[0], w[1]).as_str()))
 }

@@ -613,18 +613,11 @@ impl Runtime {
                 request.requested_limit
             )));
         }
-        let tags: BTreeSet<&str> = self
-            .loaded
-            .catalog()
-            .entries()
-            .iter()
-            .flat_map(|e| e.tags.iter().map(String::as_str))
-            .collect();
         let prompt = truncate(&request.prompt, WORK_PROMPT_MAX_BYTES);
         let words: BTreeSet<String> = tokenize(prompt, TokenRule::Words).into_iter().collect();
         let mut signals: BTreeSet<String> = words
             .iter()
-            .filter(|w| tags.contains(w.as_str()))
+            .filter(|w| self.loaded.catalog().knows_word(w))
             .cloned()
             .collect();
         for signal in &request.signals {

@@ -96,10 +96,10 @@ fn python_testing_yields_a_ready_valid_decision() {
     let rows = s.value.get("capabilities").unwrap().as_arr().unwrap();
     assert!(!rows.is_empty());
     assert!(
-        rows.iter().any(
-            |r| r.get_str("capability_id") == Some("skill:python-testing")
-                || r.get_str("capability_id") == Some("skill:python")
-        ),
+        rows.iter().any(|r| matches!(
+            r.get_str("capability_id"),
+            Some("skill:pytest" | "skill:python-testing" | "skill:python")
+        )),
         "{rows:?}"
     );
     // The audit sink holds the result the plan refers to.
@@ -351,7 +351,12 @@ fn an_unavailable_source_degrades() {
 #[test]
 fn the_pool_excludes_baseline_and_rejected_and_omits_differing_rows() {
     let c = catalog();
-    let o = observation(5);
+    // Several entries carry comparable evidence for pull requests, so several survive the
+    // retrieval cut (spec/catalog.md §5.2).
+    let o = WorkObservation::new(&["pull-requests"], &[])
+        .unwrap()
+        .with_requested_limit(5)
+        .unwrap();
     let rows = crate::catalog::retrieve(&c, &o);
     assert!(rows.len() >= 2);
     let (first, second) = (rows[0].capability_id.clone(), rows[1].capability_id.clone());
@@ -458,4 +463,40 @@ fn the_memo_is_bounded_and_detects_changed_outputs() {
         AdapterError::MemoExhausted.to_string(),
         "pinned snapshot output bound is exhausted; a fresh adapter is required"
     );
+}
+
+#[test]
+fn a_manual_entry_that_is_the_only_strong_match_is_planned_over_weak_executables() {
+    // In the sample catalog `skill:xlsx` is manual; `python` is a tag of many loadable and
+    // installable entries. Before the cut, executables filled the plan's five places first.
+    let loaded = load_catalog_dir(&sample_catalog_dir()).unwrap();
+    let catalog = Arc::new(loaded.catalog().clone());
+    let observation = WorkObservation::new(&["excel", "spreadsheets"], &["python"]).unwrap();
+    let found = crate::catalog::retrieve(&catalog, &observation);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].capability_id, "skill:xlsx");
+    assert_eq!(found[0].actionability, Actionability::Manual);
+
+    let policy = NetBenefitPolicy::new(&ctx_model::testkit::digest("calibration"), 1);
+    let planner = AuthenticatedNetBenefitPlanner::new(policy, MemorySink::default()).unwrap();
+    let adapter =
+        ReplayDecisionPlanner::from_catalog(planner, catalog.clone(), "ctx-retrieval-test")
+            .unwrap();
+    let context = PlanningContext {
+        planner_version: "ctx-retrieval-test",
+        catalog_snapshot_digest: adapter.catalog_snapshot_digest(),
+    };
+    let surrogate = Surrogate::new(CURRENT_WORK_SCHEMA, 1, observation_json(&observation));
+    let decision = adapter
+        .plan_surrogate(Some(&surrogate), None, &context)
+        .unwrap();
+    let planned: Vec<&str> = decision
+        .value
+        .get("capabilities")
+        .and_then(Json::as_arr)
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.get_str("capability_id"))
+        .collect();
+    assert_eq!(planned, ["skill:xlsx"]);
 }
