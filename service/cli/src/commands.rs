@@ -15,10 +15,10 @@ use ctx_service::Ed25519Signer;
 use ctx_service::{
     ActionSummary, CONSENT_AUDIENCE, CONSENT_REQUIRED, CatalogIngest, ConsentChallengeProjection,
     ConsentResolutionResult, DesiredSetRequest, DesiredSetResult, IngestError,
-    InstallConsentPolicy, Layout, LoadedCatalog, QueryRequest, QueryServiceResult, Runtime,
-    RuntimeError, ServiceError, TrustBasis, TrustChange, TrustRecord, TrustState, VerifierEntry,
-    WorkRequest, append_trust, challenge_record, change_digest, fresh_signer, grants_by_itself,
-    ingest_catalog, logical_id, read_device_key, sign_trust_assertion, uninstallable,
+    InstallConsentPolicy, Layout, QueryRequest, QueryServiceResult, Runtime, RuntimeError,
+    ServiceError, TrustBasis, TrustChange, TrustRecord, TrustState, VerifierEntry, WorkRequest,
+    append_trust, challenge_record, change_digest, fresh_signer, grants_by_itself, ingest_catalog,
+    load_catalog_entries, logical_id, read_device_key, sign_trust_assertion, uninstallable,
     unsigned_trust_assertion, write_plain_key,
 };
 
@@ -292,20 +292,20 @@ pub(crate) fn dispatch(
             let label = request.get_str("label").unwrap_or(work_ref.as_str());
             let query = QueryRequest::new(&logical_id("query", label), &work_ref)?;
             let result = runtime.service().prepare(&query)?;
-            ok(query_json(&result, runtime.loaded()))
+            ok(query_json(&result, &runtime))
         }
         HostCommand::QueryReopen => {
             check_keys(request, &["query_ref"])?;
             let runtime = Runtime::open(layout, now)?;
             let query_ref = required_str(request, "query_ref")?;
             let result = runtime.service().reopen(query_ref)?;
-            ok(query_json(&result, runtime.loaded()))
+            ok(query_json(&result, &runtime))
         }
         HostCommand::DesiredSet => {
             let runtime = Runtime::open(layout, now)?;
             let request = desired_request(request)?;
             for id in request.capability_ids() {
-                if let Some(reason) = uninstallable(runtime.loaded(), id) {
+                if let Some(reason) = uninstallable(runtime.catalog(), id) {
                     return Err(CommandFailure::outcome(
                         "no-actuator",
                         format!(
@@ -328,7 +328,7 @@ pub(crate) fn dispatch(
             let runtime = Runtime::open(layout, now)?;
             let digest = required_str(request, "challenge_digest")?;
             let record = challenge_record(layout, digest, now)?;
-            ok(challenge_json(&record, runtime.loaded()))
+            ok(challenge_json(&record, &runtime))
         }
         HostCommand::ConsentResolve => {
             check_keys(request, &["assertion"])?;
@@ -711,12 +711,12 @@ fn challenge_projection_json(challenge: Option<&ConsentChallengeProjection>) -> 
 }
 
 /// What a capability's install may do, from the catalog.
-fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
-    let entry = loaded
-        .catalog()
-        .entries()
-        .iter()
-        .find(|e| e.id == capability_id);
+fn install_flags(runtime: &Runtime, capability_id: &str) -> Json {
+    let entry = runtime.catalog().entry(capability_id);
+    // The body is read and verified for this entry only (spec/catalog.md §8.4); one that no
+    // longer verifies says nothing about what it does, and its install would be refused.
+    let loaded =
+        load_catalog_entries(&runtime.catalog_dir(), runtime.catalog(), &[capability_id]).ok();
     match entry.and_then(|e| e.install.as_ref()) {
         Some(install) => Json::object([
             (
@@ -733,7 +733,8 @@ fn install_flags(loaded: &LoadedCatalog, capability_id: &str) -> Json {
                 "what_it_does",
                 Json::Arr(
                     loaded
-                        .body_at(&install.result.path)
+                        .as_ref()
+                        .and_then(|l| l.body_at(&install.result.path))
                         .map(|body| what_it_does(capability_id, body))
                         .unwrap_or_default()
                         .into_iter()
@@ -835,14 +836,12 @@ pub(crate) fn what_it_does(capability_id: &str, body: &str) -> Vec<String> {
     lines
 }
 
-pub(crate) fn query_json(result: &QueryServiceResult, loaded: &LoadedCatalog) -> Json {
+pub(crate) fn query_json(result: &QueryServiceResult, runtime: &Runtime) -> Json {
     let prepared = result.prepared();
     let label = |id: &str| {
-        loaded
+        runtime
             .catalog()
-            .entries()
-            .iter()
-            .find(|e| e.id == id)
+            .entry(id)
             .map_or(Json::Null, |e| Json::str(&e.label))
     };
     let selections = prepared
@@ -853,7 +852,7 @@ pub(crate) fn query_json(result: &QueryServiceResult, loaded: &LoadedCatalog) ->
                 ("actionability", Json::str(s.actionability())),
                 ("benefit_tier", Json::str(s.benefit_tier())),
                 ("capability_id", Json::str(s.capability_id())),
-                ("install", install_flags(loaded, s.capability_id())),
+                ("install", install_flags(runtime, s.capability_id())),
                 ("kind", Json::str(s.kind())),
                 ("label", label(s.capability_id())),
                 (
@@ -940,14 +939,14 @@ fn resolution_json(result: &ConsentResolutionResult) -> Json {
     ])
 }
 
-fn challenge_json(record: &ChallengeRecord, loaded: &LoadedCatalog) -> Json {
+fn challenge_json(record: &ChallengeRecord, runtime: &Runtime) -> Json {
     let challenge = record.challenge();
     Json::object([
         ("capability_id", Json::str(challenge.capability_id())),
         ("challenge", challenge.to_json()),
         ("challenge_digest", Json::str(challenge.challenge_digest())),
         ("decision", opt_str(record.decision())),
-        ("install", install_flags(loaded, challenge.capability_id())),
+        ("install", install_flags(runtime, challenge.capability_id())),
         ("kind", Json::str(challenge.kind())),
         ("state", Json::str(record.state().as_str())),
     ])

@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::catalog::{
-    BODY_V2_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, CatalogError, CatalogFileError,
-    CatalogFileKind, LoadedCatalog, load_catalog_dir, open_catalog_file, sample_catalog_files,
+    BODY_V2_MAX_BYTES, CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, Catalog, CatalogError,
+    CatalogFileError, CatalogFileKind, LoadedCatalog, PROJECTION_FILE_NAME, load_catalog_dir,
+    open_catalog_file, sample_catalog_files,
 };
 use crate::data_dir::Layout;
 use ctx_fs::{create_private_dir_all, read_bounded_file};
@@ -101,8 +102,7 @@ pub fn ingest_catalog(
         source: Box::new(source),
     })?;
     let target = layout.catalog();
-    let identity = |l: &LoadedCatalog| {
-        let c = l.catalog();
+    let identity = |c: &Catalog| {
         (
             c.namespace_digest().to_owned(),
             c.retrieval_snapshot_digest().to_owned(),
@@ -113,8 +113,11 @@ pub fn ingest_catalog(
     // Held across the comparison and the swap: concurrent first ingests then write once, and no
     // open sees the catalog between the swap's two renames.
     let _catalog = CatalogLock::acquire(layout, true)?;
-    let unchanged = target.join("catalog.json").is_file()
-        && load_catalog_dir(&target).is_ok_and(|current| identity(&current) == identity(&loaded));
+    // The projection answers the comparison without reading a body (spec/catalog.md §8.4); a
+    // data directory without one, or with one this build refuses, is rewritten, which writes it.
+    let unchanged = target.join(CATALOG_FILE_NAME).is_file()
+        && Catalog::open_projection(&target)
+            .is_ok_and(|current| identity(&current) == identity(loaded.catalog()));
     if !unchanged {
         write_catalog(layout, &source_dir, &loaded)?;
     }
@@ -246,6 +249,21 @@ fn write_catalog(
             write_new_file(&staging, &path, file.bytes(), mode)?;
         }
     }
+    // The projection the prompt hook reads (spec/catalog.md §8), built from the catalog whose
+    // every body was just verified, and swapped in with it.
+    let projection = loaded
+        .catalog()
+        .projection_bytes()
+        .map_err(|e| IngestError::Io {
+            path: staging.join(PROJECTION_FILE_NAME),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    write_new_file(
+        &staging,
+        PROJECTION_FILE_NAME,
+        &projection,
+        FILE_MODE_PRIVATE,
+    )?;
     let staged = std::fs::File::open(&staging).map_err(io(&staging))?;
     rustix::fs::syncfs(&staged).map_err(|e| io(&staging)(e.into()))?;
     let target = layout.catalog();

@@ -34,10 +34,15 @@ pub mod skill_cas;
 pub use catalog::{
     BODY_V2_MAX_BYTES, CATALOG_SCHEMA_V2, CATALOG_V2_MAX_ENTRIES, TREE_PACK_MAX_BYTES,
 };
+// The catalog projection the prompt hook reads (spec/catalog.md §8).
 pub use catalog::{
     CATALOG_FILE_NAME, CATALOG_MAX_ENTRIES, CapabilityCandidate, Catalog, CatalogError,
     CatalogFileError, CatalogFileKind, LoadedCatalog, WorkObservation, is_body_path,
-    load_catalog_dir, sample_catalog_dir,
+    load_catalog_dir, load_catalog_entries, sample_catalog_dir,
+};
+pub use catalog::{
+    PROJECTION_FILE_NAME, PROJECTION_FORMAT_VERSION, ProjectionEncodeError, ProjectionError,
+    ProjectionProblem,
 };
 // `ctx catalog build` (spec/catalog-build.md): importers of published capability formats and the
 // catalog writer.

@@ -27,7 +27,8 @@ use crate::activation::{
 use crate::hosts::{AgentHost, HostHome};
 use ctx_projections::streams::{HOST_ACTIVATION_HOLDER_KIND, HOST_ACTIVATION_HOLDERS_NAMESPACE};
 use ctx_service::{
-    ActivationDriver, ActuatorObservation, LoadedCatalog, SkillTree, skill_pack_identity,
+    ActivationDriver, ActuatorObservation, Catalog, SkillTree, load_catalog_entries,
+    skill_pack_identity,
 };
 
 /// How many holder records of one entry are read at most.
@@ -41,20 +42,25 @@ pub struct HostActivationDriver<'a> {
     project: Option<PathBuf>,
     actuator: Actuator,
     journal: Journal,
-    loaded: &'a LoadedCatalog,
+    catalog: &'a Catalog,
+    /// Where the catalog's bodies are.
+    catalog_dir: PathBuf,
     now: Timestamp,
 }
 
 impl<'a> HostActivationDriver<'a> {
     /// A driver for `host` writing under `home` (and, for Claude Code MCP servers, into
-    /// `project`'s `.mcp.json`), keeping skill bodies under `store_root`.
+    /// `project`'s `.mcp.json`), keeping skill bodies under `store_root`, taking material from
+    /// `catalog` whose bodies are in `catalog_dir`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         host: AgentHost,
         home: HostHome,
         project: Option<&Path>,
         store_root: &Path,
         journal: Journal,
-        loaded: &'a LoadedCatalog,
+        catalog: &'a Catalog,
+        catalog_dir: &Path,
         now: Timestamp,
     ) -> HostActivationDriver<'a> {
         let ledger = Arc::new(JournalLedger::new(journal.clone()));
@@ -64,7 +70,8 @@ impl<'a> HostActivationDriver<'a> {
             home,
             project: project.map(Path::to_path_buf),
             journal,
-            loaded,
+            catalog,
+            catalog_dir: catalog_dir.to_path_buf(),
             now,
         }
     }
@@ -114,16 +121,18 @@ impl<'a> HostActivationDriver<'a> {
         else {
             return Err(DriverError::NoDigest { id: id.to_owned() });
         };
+        // The entry's bodies are read and verified against the catalog now, not at every open
+        // (spec/catalog.md §8.4); a body changed since the ingest is named here.
+        let loaded = load_catalog_entries(&self.catalog_dir, self.catalog, &[id]).map_err(|e| {
+            DriverError::MaterialUnreadable {
+                id: id.to_owned(),
+                problem: e.to_string(),
+            }
+        })?;
         find_material(
             sha,
-            [
-                self.loaded.material_tree(id),
-                self.loaded.install_result_tree(id),
-            ],
-            [
-                self.loaded.material_text(id),
-                self.loaded.install_result_text(id),
-            ],
+            [loaded.material_tree(id), loaded.install_result_tree(id)],
+            [loaded.material_text(id), loaded.install_result_text(id)],
         )
         .ok_or_else(|| DriverError::NoMaterial {
             id: id.to_owned(),
@@ -227,6 +236,8 @@ enum DriverError {
     NoDigest { id: String },
     #[error("the catalog holds no material of {id} with SHA-256 {sha}; ingest it again")]
     NoMaterial { id: String, sha: String },
+    #[error("the catalog material of {id} does not verify: {problem}")]
+    MaterialUnreadable { id: String, problem: String },
     /// The holder stream's id cannot be derived.
     #[error("{0}")]
     Stream(#[from] InputError),

@@ -466,7 +466,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         .iter()
         .filter(|s| matches!(s.actionability(), "load" | "install"))
         .map(|s| (s.capability_id(), s.actionability()))
-        .filter(|(id, _)| uninstallable(runtime.loaded(), id).is_none())
+        .filter(|(id, _)| uninstallable(runtime.catalog(), id).is_none())
         .filter(|(id, _)| !asked.iter().any(|a| a.capability_id == *id))
         .filter(|(id, _)| !standing_denied.contains(id))
         .collect();
@@ -627,13 +627,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         if denied_before && !declined.contains(&id) {
             continue;
         }
-        let label = runtime
-            .loaded()
-            .catalog()
-            .entries()
-            .iter()
-            .find(|e| e.id == id)
-            .map_or("", |e| e.label.as_str());
+        let label = runtime.catalog().entry(id).map_or("", |e| e.label.as_str());
         let state = if now.is_some_and(|i| i.challenge.is_some())
             || before.is_some_and(|a| a.outcome == Asked::Waiting)
         {
@@ -1019,7 +1013,8 @@ fn activate(
         Some(std::path::Path::new(cwd)),
         &ctx.layout.activation_store(),
         journal,
-        runtime.loaded(),
+        runtime.catalog(),
+        &runtime.catalog_dir(),
         ctx.now,
     );
     for query_ref in queries {

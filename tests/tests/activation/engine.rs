@@ -63,7 +63,8 @@ fn driver<'a>(runtime: &'a Runtime, data: &Path, home: &Path) -> HostActivationD
         Some(Path::new("/work/p")),
         &layout.activation_store(),
         journal,
-        runtime.loaded(),
+        runtime.catalog(),
+        &runtime.catalog_dir(),
         Timestamp(NOW),
     )
 }

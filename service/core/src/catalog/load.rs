@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use ctx_model::sha256_hex_bytes;
 
-use super::error::CatalogError;
+use super::error::{CatalogError, EntryRef};
 use super::flags;
 use super::format::{BodyRef, CATALOG_TEXT_MAX_BYTES, CatalogEntry, estimated_tokens};
 use super::open::{CatalogFileError, CatalogFileKind, open_catalog_file};
@@ -118,34 +118,12 @@ pub fn load_catalog(
     let mut trees = BTreeMap::new();
     for (i, entry) in catalog.entries().iter().enumerate() {
         for (field, body) in entry.bodies() {
-            if body.tree {
-                let field = CatalogEntry::body_field(field, body);
-                let tokens = entry.material.as_ref().map(|m| m.estimated_tokens);
-                let (tree, pack) =
-                    read_tree(bodies_root, body, tokens).map_err(|problem| CatalogError::Tree {
-                        entry: catalog.entry_ref(i),
-                        field: field.to_owned(),
-                        path: body.path.clone(),
-                        problem: problem.to_string(),
-                    })?;
-                bodies.insert(body.path.clone(), pack);
-                trees.insert(body.path.clone(), tree);
-                continue;
-            }
-            let text = read_body(bodies_root, body).map_err(|failure| match failure {
-                BodyFailure::File(source) => CatalogError::File {
-                    entry: Some(catalog.entry_ref(i)),
-                    field: Some(field.to_owned()),
-                    source,
-                },
-                BodyFailure::Problem(problem) => CatalogError::Body {
-                    entry: catalog.entry_ref(i),
-                    field: field.to_owned(),
-                    path: body.path.clone(),
-                    problem: problem.to_string(),
-                },
-            })?;
+            let (text, tree) =
+                read_declared(bodies_root, catalog.entry_ref(i), entry, field, body)?;
             bodies.insert(body.path.clone(), text);
+            if let Some(tree) = tree {
+                trees.insert(body.path.clone(), tree);
+            }
         }
     }
     for (i, entry) in catalog.entries().iter().enumerate() {
@@ -153,6 +131,74 @@ pub fn load_catalog(
     }
     Ok(LoadedCatalog {
         catalog,
+        bodies,
+        trees,
+    })
+}
+
+/// Reads and verifies one body `entry` declares in `field`: its text, or for a skill tree its
+/// pack and the tree.
+fn read_declared(
+    bodies_root: &Path,
+    entry_ref: EntryRef,
+    entry: &CatalogEntry,
+    field: &'static str,
+    body: &BodyRef,
+) -> Result<(String, Option<SkillTree>), CatalogError> {
+    if body.tree {
+        let field = CatalogEntry::body_field(field, body);
+        let tokens = entry.material.as_ref().map(|m| m.estimated_tokens);
+        let (tree, pack) =
+            read_tree(bodies_root, body, tokens).map_err(|problem| CatalogError::Tree {
+                entry: entry_ref,
+                field: field.to_owned(),
+                path: body.path.clone(),
+                problem: problem.to_string(),
+            })?;
+        return Ok((pack, Some(tree)));
+    }
+    let text = read_body(bodies_root, body).map_err(|failure| match failure {
+        BodyFailure::File(source) => CatalogError::File {
+            entry: Some(entry_ref.clone()),
+            field: Some(field.to_owned()),
+            source,
+        },
+        BodyFailure::Problem(problem) => CatalogError::Body {
+            entry: entry_ref.clone(),
+            field: field.to_owned(),
+            path: body.path.clone(),
+            problem: problem.to_string(),
+        },
+    })?;
+    Ok((text, None))
+}
+
+/// `catalog` with the bodies of the entries `capability_ids` only, read from the catalog
+/// directory `dir` and verified against the catalog now: what an install or an activation needs,
+/// verified when it is needed rather than with every other body at every open (spec/catalog.md
+/// §8.4). An id the catalog does not hold is skipped. The flags are not derived again: they were
+/// checked against these very bytes (their digests are the catalog's) when it was ingested.
+pub fn load_catalog_entries(
+    dir: &Path,
+    catalog: &Catalog,
+    capability_ids: &[&str],
+) -> Result<LoadedCatalog, CatalogError> {
+    let mut bodies = BTreeMap::new();
+    let mut trees = BTreeMap::new();
+    for id in capability_ids {
+        let (Some(entry), Some(index)) = (catalog.entry(id), catalog.position_of(id)) else {
+            continue;
+        };
+        for (field, body) in entry.bodies() {
+            let (text, tree) = read_declared(dir, catalog.entry_ref(index), entry, field, body)?;
+            bodies.insert(body.path.clone(), text);
+            if let Some(tree) = tree {
+                trees.insert(body.path.clone(), tree);
+            }
+        }
+    }
+    Ok(LoadedCatalog {
+        catalog: catalog.clone(),
         bodies,
         trees,
     })

@@ -20,6 +20,7 @@ mod names;
 mod observation;
 mod open;
 mod pack;
+mod projection;
 mod retrieval;
 mod snapshot;
 #[cfg(test)]
@@ -44,7 +45,9 @@ pub use import::{
     SOURCES_MAX_DEPTH_LEVELS, SOURCES_MAX_DIRECTORIES, SOURCES_MAX_LISTED_ENTRIES, WriteReport,
     import_sources, merge, write_catalog,
 };
-pub use load::{CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir};
+pub use load::{
+    CATALOG_FILE_NAME, LoadedCatalog, load_catalog, load_catalog_dir, load_catalog_entries,
+};
 pub use names::{
     AgentCheck, BUNDLED_SKILL_NAMES, DESCRIPTION_MAX_CHARS, DISCOURAGED_NAME_WORDS, NAME_MAX_CHARS,
     NameFinding, OPEN_SPEC_SKILL_KEYS, RESERVED_SKILL_DIRECTORY_NAMES, Severity, SkillCheck,
@@ -55,6 +58,10 @@ pub(crate) use observation::SIGNALS_MAX_TOKENS;
 pub use observation::{PublicWork, WorkObservation, normalize_public_work};
 pub use open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 pub use pack::{SKILL_PACK_MAX_BYTES, SKILL_PACK_SCHEMA, skill_pack, skill_pack_identity};
+pub use projection::{
+    PROJECTION_FILE_NAME, PROJECTION_FORMAT_VERSION, ProjectionEncodeError, ProjectionError,
+    ProjectionProblem,
+};
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};
 pub use snapshot::Catalog;
 pub use tree::{

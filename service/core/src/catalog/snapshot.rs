@@ -5,7 +5,7 @@
 //! listed in spec/catalog.md, so two catalogs with the same content (whatever their key order,
 //! whitespace or entry order) have the same digests, and any content change changes them.
 
-use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use sha2::{Digest as _, Sha256};
@@ -18,6 +18,9 @@ use ctx_model::{
 use super::error::{CatalogError, EntryRef};
 use super::format::{CatalogEntry, CatalogVersion, parse_document, strs};
 use super::retrieval::RetrievalIndex;
+use super::projection::{
+    PROJECTION_FILE_NAME, Projection, ProjectionEncodeError, ProjectionError, encode,
+};
 use ctx_model::CapabilityKind;
 
 /// Schema of the namespace document hashed into `catalog_namespace_digest`.
@@ -31,39 +34,62 @@ pub const RETRIEVAL_ADAPTER_VERSION: &str = "ctx.catalog-retrieval-v2";
 /// Projection version of a candidate's source digest (spec/catalog.md §5.3).
 pub const CATALOG_ENTRY_PROJECTION: &str = "ctx.catalog-entry.graph-v4";
 
-/// A validated catalog with its digests and descriptors.
 /// How many parsed catalogs a process keeps (see [`Catalog::parse`]).
 const PARSED_MAX: usize = 4;
 
 /// The catalogs this process parsed last, by the SHA-256 of their text.
 static PARSED: Mutex<Vec<([u8; 32], Catalog)>> = Mutex::new(Vec::new());
 
+/// A validated catalog with its digests and descriptors. Cloning shares it.
+///
+/// A catalog is parsed from its JSON text (every entry in memory), or opened from its projection
+/// (spec/catalog.md §8), where an entry is read from the file the first time it is asked for.
 #[derive(Debug, Clone)]
 pub struct Catalog {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     version: CatalogVersion,
     namespace: String,
-    entries: Vec<CatalogEntry>,
-    /// Position of each entry in the source document, so later errors name it as written.
-    positions: Vec<usize>,
-    by_id: BTreeMap<String, usize>,
+    entries: Entries,
     content_digest: String,
     namespace_digest: String,
     material_snapshot_digest: String,
     installation_snapshot_digest: String,
     retrieval_snapshot_digest: String,
-    material_descriptors: Vec<Json>,
-    install_descriptors: Vec<Option<Json>>,
-    /// The retrieval index (spec/catalog.md §5.2), built on first use and shared by clones.
-    retrieval_index: Arc<OnceLock<RetrievalIndex>>,
+    /// Descriptors by entry position: all set when parsed, set on first use when projected.
+    material_descriptors: Vec<OnceLock<Option<Json>>>,
+    install_descriptors: Vec<OnceLock<Option<Json>>>,
+    /// The retrieval index of a parsed catalog (spec/catalog.md §5.2), built on first use; a
+    /// projected catalog reads the one its projection holds.
+    retrieval_index: OnceLock<RetrievalIndex>,
+}
+
+#[derive(Debug)]
+enum Entries {
+    Parsed {
+        entries: Vec<CatalogEntry>,
+        /// Position of each entry in the source document, so later errors name it as written.
+        positions: Vec<usize>,
+    },
+    Projected {
+        projection: Box<Projection>,
+        /// Entries read so far, by position.
+        read: Vec<OnceLock<Option<CatalogEntry>>>,
+        /// Every entry, read on the first call of [`Catalog::entries`].
+        all: OnceLock<Vec<CatalogEntry>>,
+    },
 }
 
 /// Two catalogs are equal when their content is: everything else (digests, descriptors) is
-/// derived from it, and source positions only serve error messages.
+/// derived from it, and the content digest is a digest of the canonical document.
 impl PartialEq for Catalog {
     fn eq(&self, other: &Catalog) -> bool {
-        self.version == other.version
-            && self.namespace == other.namespace
-            && self.entries == other.entries
+        self.inner.version == other.inner.version
+            && self.inner.namespace == other.inner.namespace
+            && self.inner.content_digest == other.inner.content_digest
     }
 }
 
@@ -90,10 +116,7 @@ impl Catalog {
 
     fn parse_uncached(json_text: &str) -> Result<Catalog, CatalogError> {
         let parsed = parse_document(json_text)?;
-        let namespace_digest = cja_digest(&Json::object([
-            ("namespace", Json::str(&parsed.namespace)),
-            ("schema", Json::str(NAMESPACE_SCHEMA)),
-        ]));
+        let namespace_digest = namespace_digest(&parsed.namespace);
         let entries: Vec<&CatalogEntry> = parsed.entries.iter().map(|(_, e)| e).collect();
         let material_snapshot_digest = material_snapshot(&entries);
         let installation_snapshot_digest = installation_snapshot(&entries);
@@ -106,28 +129,11 @@ impl Catalog {
             ("schema", Json::str(parsed.version.schema())),
         ]);
         let content_digest = cja_digest(&document);
-        let retrieval_snapshot_digest = cja_digest(&Json::object([
-            ("adapter_version", Json::str(RETRIEVAL_ADAPTER_VERSION)),
-            (
-                "allowed_entity_types",
-                Json::Arr(
-                    CapabilityKind::ALL
-                        .iter()
-                        .map(|k| Json::str(k.as_str()))
-                        .collect(),
-                ),
-            ),
-            ("catalog_content_digest", Json::str(&content_digest)),
-            (
-                "installation_snapshot_digest",
-                Json::str(&installation_snapshot_digest),
-            ),
-            (
-                "material_snapshot_digest",
-                Json::str(&material_snapshot_digest),
-            ),
-            ("projection_version", Json::str(CATALOG_ENTRY_PROJECTION)),
-        ]));
+        let retrieval_snapshot_digest = retrieval_snapshot(
+            &content_digest,
+            &material_snapshot_digest,
+            &installation_snapshot_digest,
+        );
 
         let mut material_descriptors = Vec::with_capacity(entries.len());
         let mut install_descriptors = Vec::with_capacity(entries.len());
@@ -140,43 +146,67 @@ impl Catalog {
                 field: field.to_owned(),
                 problem: format!("does not form a valid descriptor: {}", e.message()),
             };
-            material_descriptors.push(
+            material_descriptors.push(OnceLock::from(Some(
                 describe_material(entry, &material_snapshot_digest)
                     .map_err(|e| fail("material", e))?,
-            );
-            install_descriptors.push(
+            )));
+            install_descriptors.push(OnceLock::from(
                 describe_install(entry, &installation_snapshot_digest)
                     .map_err(|e| fail("install", e))?,
-            );
+            ));
         }
         let (positions, entries): (Vec<usize>, Vec<CatalogEntry>) =
             parsed.entries.into_iter().unzip();
-        let by_id = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.id.clone(), i))
-            .collect();
         Ok(Catalog {
-            version: parsed.version,
-            namespace: parsed.namespace,
-            entries,
-            positions,
-            by_id,
-            content_digest,
-            namespace_digest,
-            material_snapshot_digest,
-            installation_snapshot_digest,
-            retrieval_snapshot_digest,
-            material_descriptors,
-            install_descriptors,
-            retrieval_index: Arc::new(OnceLock::new()),
+            inner: Arc::new(Inner {
+                version: parsed.version,
+                namespace: parsed.namespace,
+                entries: Entries::Parsed { entries, positions },
+                content_digest,
+                namespace_digest,
+                material_snapshot_digest,
+                installation_snapshot_digest,
+                retrieval_snapshot_digest,
+                material_descriptors,
+                install_descriptors,
+                retrieval_index: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// Opens the projection file of the directory `dir` (spec/catalog.md §8). Entries are read
+    /// from it when first asked for; nothing else of the catalog directory is opened.
+    pub fn open_projection(dir: &Path) -> Result<Catalog, ProjectionError> {
+        let projection = Projection::read(dir, PROJECTION_FILE_NAME)?;
+        let [content, material, installation] = projection.digests().clone();
+        let namespace = projection.namespace().to_owned();
+        let count = projection.len();
+        Ok(Catalog {
+            inner: Arc::new(Inner {
+                version: projection.version(),
+                namespace_digest: namespace_digest(&namespace),
+                retrieval_snapshot_digest: retrieval_snapshot(&content, &material, &installation),
+                namespace,
+                content_digest: content,
+                material_snapshot_digest: material,
+                installation_snapshot_digest: installation,
+                material_descriptors: (0..count).map(|_| OnceLock::new()).collect(),
+                install_descriptors: (0..count).map(|_| OnceLock::new()).collect(),
+                retrieval_index: OnceLock::new(),
+                entries: Entries::Projected {
+                    projection: Box::new(projection),
+                    read: (0..count).map(|_| OnceLock::new()).collect(),
+                    all: OnceLock::new(),
+                },
+            }),
         })
     }
 
     /// The retrieval index of the entries (spec/catalog.md §5.2), built once per catalog.
     pub(crate) fn retrieval_index(&self) -> &RetrievalIndex {
-        self.retrieval_index
-            .get_or_init(|| RetrievalIndex::build(&self.entries))
+        self.inner
+            .retrieval_index
+            .get_or_init(|| RetrievalIndex::build(self.entries()))
     }
 
     /// Whether a prompt word stands for a term of this catalog's retrieval index: a name, kind,
@@ -185,25 +215,112 @@ impl Catalog {
         self.retrieval_index().knows_word(word)
     }
 
-    pub fn namespace(&self) -> &str {
-        &self.namespace
+    /// The projection file's bytes of this catalog (spec/catalog.md §8.1).
+    pub fn projection_bytes(&self) -> Result<Vec<u8>, ProjectionEncodeError> {
+        let i = &self.inner;
+        encode(
+            i.version,
+            &i.namespace,
+            [
+                &i.content_digest,
+                &i.material_snapshot_digest,
+                &i.installation_snapshot_digest,
+            ],
+            self.entries(),
+        )
     }
 
-    /// Entries sorted by capability id.
+    /// Whether this catalog was opened from its projection rather than parsed.
+    pub fn is_projected(&self) -> bool {
+        matches!(self.inner.entries, Entries::Projected { .. })
+    }
+
+    /// How many entries the catalog holds.
+    pub fn len(&self) -> usize {
+        match &self.inner.entries {
+            Entries::Parsed { entries, .. } => entries.len(),
+            Entries::Projected { projection, .. } => projection.len(),
+        }
+    }
+
+    /// Whether the catalog holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `tag` is a tag of some entry (spec/catalog.md §5.4).
+    pub fn has_tag(&self, tag: &str) -> bool {
+        match &self.inner.entries {
+            Entries::Parsed { entries, .. } => entries
+                .iter()
+                .any(|e| e.tags.binary_search_by(|t| t.as_str().cmp(tag)).is_ok()),
+            Entries::Projected { projection, .. } => projection.has_tag(tag),
+        }
+    }
+
+    /// Position of the entry `capability_id` in id order (in [`Catalog::entries`]).
+    pub(crate) fn position_of(&self, capability_id: &str) -> Option<usize> {
+        self.position(capability_id)
+    }
+
+    /// Position of the entry `capability_id` in id order.
+    fn position(&self, capability_id: &str) -> Option<usize> {
+        match &self.inner.entries {
+            Entries::Parsed { entries, .. } => entries
+                .binary_search_by(|e| e.id.as_str().cmp(capability_id))
+                .ok(),
+            Entries::Projected { projection, .. } => projection.position(capability_id),
+        }
+    }
+
+    /// The entry at position `i`. A projected entry whose archive no longer validates is
+    /// treated as absent: the file was checked whole when it was opened, so this means it
+    /// changed in memory, which an assertion elsewhere would have caught.
+    fn entry_at(&self, i: usize) -> Option<&CatalogEntry> {
+        match &self.inner.entries {
+            Entries::Parsed { entries, .. } => entries.get(i),
+            Entries::Projected {
+                projection, read, ..
+            } => read
+                .get(i)?
+                .get_or_init(|| projection.entry(i).ok())
+                .as_ref(),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// Entries sorted by capability id. A projected catalog reads every entry on the first call;
+    /// planning never calls this (spec/catalog.md §8.4).
     pub fn entries(&self) -> &[CatalogEntry] {
-        &self.entries
+        match &self.inner.entries {
+            Entries::Parsed { entries, .. } => entries,
+            Entries::Projected {
+                projection, all, ..
+            } => all.get_or_init(|| {
+                (0..projection.len())
+                    .filter_map(|i| projection.entry(i).ok())
+                    .collect()
+            }),
+        }
     }
 
     /// How errors name the entry at `i` of [`Catalog::entries`].
     pub(crate) fn entry_ref(&self, i: usize) -> EntryRef {
+        let index = match &self.inner.entries {
+            Entries::Parsed { positions, .. } => positions.get(i).copied().unwrap_or(i),
+            Entries::Projected { .. } => i,
+        };
         EntryRef {
-            index: self.positions.get(i).copied().unwrap_or(i),
-            id: self.entries.get(i).map(|e| e.id.clone()),
+            index,
+            id: self.entry_at(i).map(|e| e.id.clone()),
         }
     }
 
     pub fn entry(&self, capability_id: &str) -> Option<&CatalogEntry> {
-        self.by_id.get(capability_id).map(|&i| &self.entries[i])
+        self.entry_at(self.position(capability_id)?)
     }
 
     /// The canonical document: entries sorted by id, tags and links sorted, absent options
@@ -212,62 +329,76 @@ impl Catalog {
         Json::object([
             (
                 "capabilities",
-                Json::Arr(self.entries.iter().map(CatalogEntry::to_json).collect()),
+                Json::Arr(self.entries().iter().map(CatalogEntry::to_json).collect()),
             ),
-            ("namespace", Json::str(&self.namespace)),
-            ("schema", Json::str(self.version.schema())),
+            ("namespace", Json::str(&self.inner.namespace)),
+            ("schema", Json::str(self.inner.version.schema())),
         ])
     }
 
     /// `H(CJA(canonical document))`.
     pub fn content_digest(&self) -> &str {
-        &self.content_digest
+        &self.inner.content_digest
     }
 
     /// `H(CJA({namespace, schema: "ctx.catalog-namespace-v1"}))`: the namespace digest of every
     /// catalog capability identity.
     pub fn namespace_digest(&self) -> &str {
-        &self.namespace_digest
+        &self.inner.namespace_digest
     }
 
     /// The reference's material manifest digest over the loadable bodies; the provenance of
     /// every material descriptor.
     pub fn material_snapshot_digest(&self) -> &str {
-        &self.material_snapshot_digest
+        &self.inner.material_snapshot_digest
     }
 
     /// Digest of the installation manifest; the provenance of every install descriptor.
     pub fn installation_snapshot_digest(&self) -> &str {
-        &self.installation_snapshot_digest
+        &self.inner.installation_snapshot_digest
     }
 
     /// The catalog snapshot digest a plan pins: changes whenever the content, the scorer
     /// version or the candidate projection changes.
     pub fn retrieval_snapshot_digest(&self) -> &str {
-        &self.retrieval_snapshot_digest
+        &self.inner.retrieval_snapshot_digest
     }
 
     /// The material descriptor of a capability, as the reference material port describes it:
     /// v2 `load` for a skill with material, v1 `manual` otherwise.
     pub fn material_descriptor(&self, capability_id: &str) -> Option<&Json> {
-        self.by_id
-            .get(capability_id)
-            .and_then(|&i| self.material_descriptors.get(i))
+        let i = self.position(capability_id)?;
+        self.inner
+            .material_descriptors
+            .get(i)?
+            .get_or_init(|| {
+                let entry = self.entry_at(i)?;
+                describe_material(entry, &self.inner.material_snapshot_digest).ok()
+            })
+            .as_ref()
     }
 
     /// The install plan descriptor (schema v2, binding the result material) of an installable
     /// capability; `None` for an unknown id or an entry without `install`.
     pub fn install_descriptor(&self, capability_id: &str) -> Option<&Json> {
-        self.by_id
-            .get(capability_id)
-            .and_then(|&i| self.install_descriptors.get(i))
-            .and_then(Option::as_ref)
+        let i = self.position(capability_id)?;
+        self.inner
+            .install_descriptors
+            .get(i)?
+            .get_or_init(|| {
+                let entry = self.entry_at(i)?;
+                describe_install(entry, &self.inner.installation_snapshot_digest)
+                    .ok()
+                    .flatten()
+            })
+            .as_ref()
     }
 
     /// The catalog capability identity document of a capability in this catalog's namespace.
     pub fn catalog_identity(&self, capability_id: &str) -> Option<Json> {
         let entry = self.entry(capability_id)?;
-        catalog_capability_identity(&entry.id, entry.kind.as_str(), &self.namespace_digest).ok()
+        catalog_capability_identity(&entry.id, entry.kind.as_str(), &self.inner.namespace_digest)
+            .ok()
     }
 
     /// The material identity an install of this capability leaves behind, or that loading it
@@ -287,6 +418,34 @@ impl Catalog {
         )
         .ok()
     }
+}
+
+fn namespace_digest(namespace: &str) -> String {
+    cja_digest(&Json::object([
+        ("namespace", Json::str(namespace)),
+        ("schema", Json::str(NAMESPACE_SCHEMA)),
+    ]))
+}
+
+/// The retrieval snapshot digest: a function of the content and the scorer and projection
+/// versions, so a scorer change moves every plan's pin without a new ingest.
+fn retrieval_snapshot(content: &str, material: &str, installation: &str) -> String {
+    cja_digest(&Json::object([
+        ("adapter_version", Json::str(RETRIEVAL_ADAPTER_VERSION)),
+        (
+            "allowed_entity_types",
+            Json::Arr(
+                CapabilityKind::ALL
+                    .iter()
+                    .map(|k| Json::str(k.as_str()))
+                    .collect(),
+            ),
+        ),
+        ("catalog_content_digest", Json::str(content)),
+        ("installation_snapshot_digest", Json::str(installation)),
+        ("material_snapshot_digest", Json::str(material)),
+        ("projection_version", Json::str(CATALOG_ENTRY_PROJECTION)),
+    ]))
 }
 
 fn material_snapshot(entries: &[&CatalogEntry]) -> String {

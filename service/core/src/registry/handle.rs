@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ctx_model::{ARTIFACT_OBSERVATION_PROVIDER, ObservationRef, Surrogate};
 use ctx_projections::engine::{ObservationNormalizer, SeamError};
 
-use crate::catalog::LoadedCatalog;
+use crate::catalog::Catalog;
 
 use super::error::RegistryError;
 use super::manifest::Manifest;
@@ -24,7 +24,7 @@ pub struct ArtifactHandle {
     manifest_digest: String,
     manifest: Manifest,
     observation_reference: ObservationRef,
-    catalog: Arc<LoadedCatalog>,
+    catalog: Arc<Catalog>,
     /// The issuing registry instance's private token.
     pub(super) registry_token: u64,
     /// The issuing process.
@@ -35,7 +35,7 @@ impl ArtifactHandle {
     pub(super) fn new(
         manifest_digest: String,
         manifest: Manifest,
-        catalog: Arc<LoadedCatalog>,
+        catalog: Arc<Catalog>,
         registry_token: u64,
     ) -> ArtifactHandle {
         let observation_reference = ObservationRef {
@@ -110,8 +110,9 @@ impl ArtifactHandle {
         &self.observation_reference
     }
 
-    /// The catalog the artifact holds, with every body verified when the handle was issued.
-    pub fn catalog(&self) -> &LoadedCatalog {
+    /// The catalog the artifact holds (its bodies were verified when the artifact was
+    /// published; spec/registry.md).
+    pub fn catalog(&self) -> &Catalog {
         &self.catalog
     }
 

@@ -20,7 +20,10 @@ use ctx_fs::{
 };
 use ctx_model::{Surrogate, is_safe_token, is_sha, sha256_hex_bytes};
 
-use crate::catalog::{CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, LoadedCatalog, load_catalog};
+use crate::catalog::{
+    CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, Catalog, CatalogError, LoadedCatalog,
+    PROJECTION_FILE_NAME, load_catalog, load_catalog_dir,
+};
 
 use super::error::RegistryError;
 use super::fsutil::{
@@ -185,8 +188,29 @@ impl ArtifactRegistry {
         loaded: &LoadedCatalog,
         inputs: IngestInputs,
     ) -> Result<ArtifactHandle, RegistryError> {
+        self.ingest_with(loaded.catalog(), &|| Ok(loaded.clone()), inputs)
+    }
+
+    /// [`ArtifactRegistry::ingest`] of a catalog whose bodies are in the catalog directory `dir`:
+    /// they are read and verified only when the artifact is not published yet, so binding a new
+    /// observation to a published artifact reads no body (spec/registry.md §4).
+    pub fn ingest_from_dir(
+        &self,
+        catalog: &Catalog,
+        dir: &Path,
+        inputs: IngestInputs,
+    ) -> Result<ArtifactHandle, RegistryError> {
+        self.ingest_with(catalog, &|| load_catalog_dir(dir), inputs)
+    }
+
+    fn ingest_with(
+        &self,
+        catalog: &Catalog,
+        load: &dyn Fn() -> Result<LoadedCatalog, CatalogError>,
+        inputs: IngestInputs,
+    ) -> Result<ArtifactHandle, RegistryError> {
         self.assert_current()?;
-        let manifest = manifest_for(loaded, inputs)?;
+        let manifest = manifest_for(catalog, inputs)?;
         let manifest_bytes = manifest.to_bytes();
         if manifest_bytes.len() > MANIFEST_MAX_BYTES {
             return Err(RegistryError::ManifestTooLarge {
@@ -198,7 +222,7 @@ impl ArtifactRegistry {
         let _lock = self.lock()?;
         self.assert_current()?;
         self.reconcile()?;
-        self.publish_artifact(loaded, &manifest.graph_artifact_digest)?;
+        self.publish_artifact(load, &manifest.graph_artifact_digest)?;
         self.publish_manifest(&manifest_digest, &manifest_bytes)?;
         let handle = self.authenticate(&manifest_digest, &manifest.planning_environment_digest)?;
         self.assert_current()?;
@@ -225,6 +249,17 @@ impl ArtifactRegistry {
         let handle = self.authenticate(manifest_digest, planning_environment_digest)?;
         self.assert_current()?;
         Ok(handle)
+    }
+
+    /// Verifies every file of the published artifact `graph_digest` as its publication did:
+    /// private modes, no undeclared file, the catalog hashing to the address, every body
+    /// matching its declaration, the projection derived from the catalog byte for byte. What an
+    /// audit runs; a prompt reads the projection only (spec/registry.md §4).
+    pub fn verify_artifact_files(&self, graph_digest: &str) -> Result<(), RegistryError> {
+        self.assert_current()?;
+        check_digest("graph_artifact_digest", graph_digest)?;
+        let _lock = self.lock()?;
+        self.verify_artifact(graph_digest).map(|_| ())
     }
 
     /// Succeeds only for a handle this registry instance issued in this process.
@@ -328,20 +363,33 @@ impl ArtifactRegistry {
         ))
     }
 
-    /// Publishes the artifact directory `artifacts/<graph digest>/`, or verifies the one already
-    /// there (content addressing makes re-ingest idempotent).
+    /// Publishes the artifact directory `artifacts/<graph digest>/` from the catalog `load`
+    /// yields, verifying every file once; an artifact already published is opened by its
+    /// projection instead (content addressing makes re-ingest idempotent).
     fn publish_artifact(
         &self,
-        loaded: &LoadedCatalog,
+        load: &dyn Fn() -> Result<LoadedCatalog, CatalogError>,
         graph_digest: &str,
     ) -> Result<(), RegistryError> {
         let target = self.artifacts.join(graph_digest);
         if fs::symlink_metadata(&target).is_ok() {
-            self.verify_artifact(graph_digest)?;
+            self.artifact_catalog(graph_digest)?;
             return Ok(());
         }
+        let loaded = load().map_err(|e| {
+            RegistryError::corrupt(&target, format!("its catalog does not load: {e}"))
+        })?;
+        if loaded.catalog().content_digest() != graph_digest {
+            return Err(RegistryError::corrupt(
+                &target,
+                format!(
+                    "the catalog to publish has the content digest {}, not {graph_digest}",
+                    loaded.catalog().content_digest()
+                ),
+            ));
+        }
         let stage = self.stage_path(&self.artifacts);
-        let written = write_artifact_tree(&stage, loaded);
+        let written = write_artifact_tree(&stage, &loaded);
         if let Err(e) = written {
             // Best effort: a stage left behind is removed by the next reconciliation anyway.
             let _ = remove_stage(&stage);
@@ -412,7 +460,7 @@ impl ArtifactRegistry {
                 expected: planning_environment_digest.to_owned(),
             });
         }
-        let catalog = self.verify_artifact(&manifest.graph_artifact_digest)?;
+        let catalog = self.artifact_catalog(&manifest.graph_artifact_digest)?;
         for (field, bound, derived) in catalog_digests(&manifest, &catalog) {
             if bound != derived {
                 return Err(RegistryError::corrupt(
@@ -427,6 +475,33 @@ impl ArtifactRegistry {
             Arc::new(catalog),
             self.token,
         ))
+    }
+
+    /// The catalog of the published artifact `artifacts/<graph digest>/`, from its projection
+    /// (spec/registry.md §4): a read-only file whose header digest and content checks pass and
+    /// whose content digest is the address. Its bodies were verified when it was published and
+    /// are verified again by whatever installs one. An artifact published before projections
+    /// existed is verified whole, as then.
+    fn artifact_catalog(&self, graph_digest: &str) -> Result<Catalog, RegistryError> {
+        let dir = self.artifacts.join(graph_digest);
+        let path = dir.join(PROJECTION_FILE_NAME);
+        if fs::symlink_metadata(&path).is_err() {
+            return Ok(self.verify_artifact(graph_digest)?.catalog().clone());
+        }
+        check_read_only_file(&path)?;
+        check_read_only_file(&dir.join(CATALOG_FILE_NAME))?;
+        let catalog = Catalog::open_projection(&dir)
+            .map_err(|e| RegistryError::corrupt(&path, e.to_string()))?;
+        if catalog.content_digest() != graph_digest {
+            return Err(RegistryError::corrupt(
+                &path,
+                format!(
+                    "its content digest is {}, not its artifact's address {graph_digest}",
+                    catalog.content_digest()
+                ),
+            ));
+        }
+        Ok(catalog)
     }
 
     /// Re-authenticates every file of `artifacts/<graph digest>/`: private modes, no extra files,
@@ -471,10 +546,28 @@ impl ArtifactRegistry {
                 .any(|dir| loaded.tree_at(dir).is_some())
         };
         for relative in files.keys() {
-            if relative != CATALOG_FILE_NAME && !declared(relative) {
+            if relative != CATALOG_FILE_NAME
+                && relative != PROJECTION_FILE_NAME
+                && !declared(relative)
+            {
                 return Err(RegistryError::corrupt(
                     dir.join(relative),
                     "the file is not declared by the artifact's catalog",
+                ));
+            }
+        }
+        // The projection is derived from the catalog, byte for byte (spec/catalog.md §8.1).
+        if files.contains_key(PROJECTION_FILE_NAME) {
+            let path = dir.join(PROJECTION_FILE_NAME);
+            let expected = loaded
+                .catalog()
+                .projection_bytes()
+                .map_err(|e| RegistryError::corrupt(&path, e.to_string()))?;
+            let bytes = read_bounded(&path, bound(expected.len()))?;
+            if bytes != expected {
+                return Err(RegistryError::corrupt(
+                    &path,
+                    "it is not the projection of the artifact's catalog",
                 ));
             }
         }
@@ -538,9 +631,8 @@ fn check_digest(field: &'static str, value: &str) -> Result<(), RegistryError> {
 /// The catalog-derived digests a manifest binds, paired with what the catalog yields.
 fn catalog_digests<'a>(
     manifest: &'a Manifest,
-    loaded: &'a LoadedCatalog,
+    catalog: &'a Catalog,
 ) -> [(&'static str, &'a str, &'a str); 4] {
-    let catalog = loaded.catalog();
     [
         (
             "catalog_namespace_digest",
@@ -565,8 +657,8 @@ fn catalog_digests<'a>(
     ]
 }
 
-/// Validates the inputs and builds the manifest of `loaded`.
-fn manifest_for(loaded: &LoadedCatalog, inputs: IngestInputs) -> Result<Manifest, RegistryError> {
+/// Validates the inputs and builds the manifest of `catalog`.
+fn manifest_for(catalog: &Catalog, inputs: IngestInputs) -> Result<Manifest, RegistryError> {
     for (field, value) in [
         (
             "planning_environment_digest",
@@ -603,7 +695,7 @@ fn manifest_for(loaded: &LoadedCatalog, inputs: IngestInputs) -> Result<Manifest
         }
     })?;
     let manifest = Manifest {
-        graph_artifact_digest: loaded.catalog().content_digest().to_owned(),
+        graph_artifact_digest: catalog.content_digest().to_owned(),
         planning_environment_digest: inputs.planning_environment_digest,
         catalog_namespace_digest: inputs.catalog_namespace_digest,
         catalog_retrieval_digest: inputs.catalog_retrieval_digest,
@@ -614,7 +706,7 @@ fn manifest_for(loaded: &LoadedCatalog, inputs: IngestInputs) -> Result<Manifest
         observation_surrogate: inputs.observation_surrogate,
         planning_schema_version: inputs.planning_schema_version,
     };
-    for (field, supplied, derived) in catalog_digests(&manifest, loaded) {
+    for (field, supplied, derived) in catalog_digests(&manifest, catalog) {
         if supplied != derived {
             return Err(RegistryError::CatalogMismatch {
                 field,
@@ -649,6 +741,11 @@ fn write_artifact_tree(stage: &Path, loaded: &LoadedCatalog) -> Result<(), Regis
         ));
     }
     write_read_only_file(&stage.join(CATALOG_FILE_NAME), &catalog_bytes)?;
+    let projection = loaded
+        .catalog()
+        .projection_bytes()
+        .map_err(|e| RegistryError::corrupt(stage.join(PROJECTION_FILE_NAME), e.to_string()))?;
+    write_read_only_file(&stage.join(PROJECTION_FILE_NAME), &projection)?;
     let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([stage.to_path_buf()]);
     let mut make_parents = |relative: &str| -> Result<(), RegistryError> {
         let mut dir = stage.to_path_buf();

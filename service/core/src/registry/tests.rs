@@ -79,7 +79,6 @@ fn tamper(path: &Path, content: &[u8]) {
 fn some_body_path(handle: &ArtifactHandle) -> String {
     handle
         .catalog()
-        .catalog()
         .entries()
         .iter()
         .flat_map(|e| e.bodies().map(|(_, b)| b.path.clone()))
@@ -142,7 +141,7 @@ fn ingest_binds_every_digest_and_the_observation_reference() {
         handle.manifest_digest()
     );
     assert!(bytes.len() <= MANIFEST_MAX_BYTES);
-    assert_eq!(handle.catalog(), &loaded);
+    assert_eq!(handle.catalog(), loaded.catalog());
     registry.verify_handle(&handle).unwrap();
 }
 
@@ -277,7 +276,7 @@ fn different_content_under_an_existing_manifest_address_is_refused() {
 }
 
 #[test]
-fn a_modified_body_is_detected_on_reopen_and_named() {
+fn a_modified_body_is_named_by_the_full_verification_and_never_read_by_a_reopen() {
     let (_dir, root) = root();
     let registry = ArtifactRegistry::open(&root).unwrap();
     let handle = ingest_sample(&registry);
@@ -289,20 +288,52 @@ fn a_modified_body_is_detected_on_reopen_and_named() {
     let mut content = fs::read(&path).unwrap();
     content[0] ^= 1;
     tamper(&path, &content);
-    let err = registry
+    // A prompt's reopen reads the projection, not the bodies (spec/registry.md §4): bodies are
+    // verified at publication and again by whatever installs one.
+    let reopened = registry
         .reopen(
             handle.manifest_digest(),
             handle.planning_environment_digest(),
         )
+        .unwrap();
+    assert_eq!(reopened.catalog(), handle.catalog());
+    // The full verification names the body.
+    let err = registry
+        .verify_artifact_files(handle.graph_artifact_digest())
         .unwrap_err();
     assert!(matches!(err, RegistryError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains(&body), "{err}");
-    // Re-ingesting the good content does not paper over the corruption either.
-    let loaded = sample();
-    assert!(matches!(
-        registry.ingest(&loaded, inputs(&loaded)),
-        Err(RegistryError::Corrupt { .. })
-    ));
+}
+
+#[test]
+fn a_tampered_projection_is_refused_by_a_reopen() {
+    let (_dir, root) = root();
+    let registry = ArtifactRegistry::open(&root).unwrap();
+    let handle = ingest_sample(&registry);
+    let (md, env) = (
+        handle.manifest_digest().to_owned(),
+        handle.planning_environment_digest().to_owned(),
+    );
+    let projection = root
+        .join(ARTIFACTS_DIR)
+        .join(handle.graph_artifact_digest())
+        .join(crate::catalog::PROJECTION_FILE_NAME);
+    let original = fs::read(&projection).unwrap();
+    // One flipped byte anywhere past the header fails its BLAKE3 digest.
+    let mut flipped = original.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    tamper(&projection, &flipped);
+    match registry.reopen(&md, &env) {
+        Err(RegistryError::Corrupt { path, .. }) => assert_eq!(path, projection),
+        other => panic!("expected a corrupt projection, got {other:?}"),
+    }
+    // A writable projection is refused too.
+    tamper(&projection, &original);
+    fs::set_permissions(&projection, fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(registry.reopen(&md, &env).is_err());
+    fs::set_permissions(&projection, fs::Permissions::from_mode(0o400)).unwrap();
+    registry.reopen(&md, &env).unwrap();
 }
 
 #[test]
@@ -325,6 +356,15 @@ fn tampered_catalog_manifest_modes_and_extra_files_are_detected() {
             expected.display()
         ),
     };
+    // What only the full verification reads (spec/registry.md §4).
+    let graph = handle.graph_artifact_digest().to_owned();
+    let fully_corrupt_at = |expected: &Path| match registry.verify_artifact_files(&graph) {
+        Err(RegistryError::Corrupt { path, .. }) => assert_eq!(path, expected),
+        other => panic!(
+            "expected corruption of {}, got {other:?}",
+            expected.display()
+        ),
+    };
 
     // A mode change alone is corruption.
     let catalog = artifact.join("catalog.json");
@@ -338,7 +378,7 @@ fn tampered_catalog_manifest_modes_and_extra_files_are_detected() {
     let mut spaced = original.clone();
     spaced.push(b'\n');
     tamper(&catalog, &spaced);
-    corrupt_at(&catalog);
+    fully_corrupt_at(&catalog);
     tamper(&catalog, &original);
     registry.reopen(&md, &env).unwrap();
 
@@ -346,7 +386,7 @@ fn tampered_catalog_manifest_modes_and_extra_files_are_detected() {
     let extra = artifact.join("extra.md");
     fs::write(&extra, b"x").unwrap();
     fs::set_permissions(&extra, fs::Permissions::from_mode(0o400)).unwrap();
-    corrupt_at(&extra);
+    fully_corrupt_at(&extra);
     fs::remove_file(&extra).unwrap();
 
     // A manifest whose bytes no longer hash to its name.

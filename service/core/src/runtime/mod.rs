@@ -52,8 +52,8 @@ use ctx_projections::consent_store::{ChallengeRecord, ConsentStore, SignedHumanD
 use ctx_projections::engine::{Clock, ManualClock};
 
 use crate::catalog::{
-    LoadedCatalog, SIGNALS_MAX_TOKENS, Spellings, TokenRule, language, load_catalog_dir, tokenize,
-    truncate,
+    Catalog, SIGNALS_MAX_TOKENS, Spellings, TokenRule, language, load_catalog_dir,
+    load_catalog_entries, tokenize, truncate,
 };
 use crate::data_dir::Layout;
 use crate::managed::{
@@ -241,15 +241,23 @@ impl From<PrivateError> for RuntimeError {
 
 #[derive(Debug)]
 struct CatalogBodies {
-    loaded: Arc<LoadedCatalog>,
+    catalog: Arc<Catalog>,
+    dir: PathBuf,
 }
 
 impl SkillBodySource for CatalogBodies {
     fn load(&self, action: &HostAction, _material: &Json) -> Result<String, BodySourceError> {
-        // The skill store authenticates the text against the material identity, so the source
-        // only has to find it.
+        // The one body an install needs is read and verified against the catalog now
+        // (spec/catalog.md §8.4); the skill store then authenticates the text against the
+        // material identity the consent names.
         let capability_id = action.entity_id.as_deref().unwrap_or_default();
-        self.loaded
+        let loaded =
+            load_catalog_entries(&self.dir, &self.catalog, &[capability_id]).map_err(|e| {
+                BodySourceError::new(format!(
+                    "the install result of {capability_id:?} does not verify: {e}"
+                ))
+            })?;
+        loaded
             .install_result_text(capability_id)
             .map(str::to_owned)
             .ok_or_else(|| {
@@ -305,7 +313,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RuntimeE
 /// The managed query service of one data directory, and what it was composed from.
 pub struct Runtime {
     layout: Layout,
-    loaded: Arc<LoadedCatalog>,
+    catalog: Arc<Catalog>,
     registry: Arc<ArtifactRegistry>,
     facts: Arc<CatalogBenefitFacts>,
     policy: NetBenefitPolicy,
@@ -384,17 +392,26 @@ impl Runtime {
         if !layout.root().is_dir() {
             return Err(RuntimeError::NoCatalog { path: catalog_dir });
         }
-        let loaded = {
+        let catalog = {
             let _catalog = CatalogLock::acquire(layout, false)?;
             if !catalog_dir.join("catalog.json").is_file() {
                 return Err(RuntimeError::NoCatalog { path: catalog_dir });
             }
-            Arc::new(
-                load_catalog_dir(&catalog_dir)
-                    .map_err(|e| component("the ingested catalog does not load")(e.to_string()))?,
-            )
+            // The projection ingest wrote beside the catalog (spec/catalog.md §8.4); a data
+            // directory ingested before projections existed, or one whose projection this build
+            // refuses, is served from the catalog JSON until the next ingest rewrites it.
+            match Catalog::open_projection(&catalog_dir) {
+                Ok(catalog) => Arc::new(catalog),
+                Err(_) => Arc::new(
+                    load_catalog_dir(&catalog_dir)
+                        .map_err(|e| {
+                            component("the ingested catalog does not load")(e.to_string())
+                        })?
+                        .catalog()
+                        .clone(),
+                ),
+            }
         };
-        let catalog = Arc::new(loaded.catalog().clone());
         let facts = Arc::new(CatalogBenefitFacts::new(catalog.clone()));
         let ports = AdapterPorts::from_catalog(catalog.clone());
         let policy = NetBenefitPolicy::new(&sha256_hex("ctx-default-calibration-v1"), 1);
@@ -445,7 +462,8 @@ impl Runtime {
             });
         }
         let bodies: Arc<dyn SkillBodySource> = Arc::new(CatalogBodies {
-            loaded: loaded.clone(),
+            catalog: catalog.clone(),
+            dir: catalog_dir.clone(),
         });
         let skill_cas = SkillCasRuntimeConfig::new(
             &layout.skills(),
@@ -486,7 +504,7 @@ impl Runtime {
         })?;
         Ok(Runtime {
             layout: layout.clone(),
-            loaded,
+            catalog,
             registry,
             facts,
             policy,
@@ -584,8 +602,14 @@ impl Runtime {
         &self.policy_store
     }
 
-    pub fn loaded(&self) -> &LoadedCatalog {
-        &self.loaded
+    /// The ingested catalog (spec/catalog.md §8.4: entries are read as they are asked for).
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The directory of the ingested catalog, where its bodies are.
+    pub fn catalog_dir(&self) -> PathBuf {
+        self.layout.catalog()
     }
 
     pub fn now(&self) -> UtcMicros {
@@ -617,7 +641,7 @@ impl Runtime {
         let words: BTreeSet<String> = tokenize(prompt, TokenRule::Words).into_iter().collect();
         let mut signals: BTreeSet<String> = words
             .iter()
-            .filter(|w| self.loaded.catalog().knows_word(w))
+            .filter(|w| self.catalog.knows_word(w))
             .cloned()
             .collect();
         for signal in &request.signals {
@@ -656,29 +680,21 @@ impl Runtime {
         };
         let artifact = self
             .registry
-            .ingest(
-                &self.loaded,
+            .ingest_from_dir(
+                &self.catalog,
+                &self.layout.catalog(),
                 IngestInputs {
                     planning_environment_digest: self.planning_environment_digest.clone(),
-                    catalog_namespace_digest: self.loaded.catalog().namespace_digest().to_owned(),
-                    catalog_retrieval_digest: self
-                        .loaded
-                        .catalog()
-                        .retrieval_snapshot_digest()
-                        .to_owned(),
+                    catalog_namespace_digest: self.catalog.namespace_digest().to_owned(),
+                    catalog_retrieval_digest: self.catalog.retrieval_snapshot_digest().to_owned(),
                     benefit_facts_snapshot_digest: self
                         .facts
                         .benefit_facts_snapshot_digest()
                         .to_owned(),
                     benefit_policy_snapshot_digest: self.policy.policy_digest(),
-                    material_snapshot_digest: self
-                        .loaded
-                        .catalog()
-                        .material_snapshot_digest()
-                        .to_owned(),
+                    material_snapshot_digest: self.catalog.material_snapshot_digest().to_owned(),
                     installation_snapshot_digest: self
-                        .loaded
-                        .catalog()
+                        .catalog
                         .installation_snapshot_digest()
                         .to_owned(),
                     observation_surrogate: work.surrogate(),
@@ -780,12 +796,8 @@ impl ChallengeReader {
 /// the entry needs no install). Checked before a desired set: the service would publish a consent
 /// challenge and claim the install, and the store's eligibility gate would then refuse it on every
 /// attempt, leaving the claim indeterminate and the session busy.
-pub fn uninstallable(loaded: &LoadedCatalog, capability_id: &str) -> Option<String> {
-    let entry = loaded
-        .catalog()
-        .entries()
-        .iter()
-        .find(|e| e.id == capability_id)?;
+pub fn uninstallable(catalog: &Catalog, capability_id: &str) -> Option<String> {
+    let entry = catalog.entry(capability_id)?;
     let install = entry.install.as_ref()?;
     let kind = entry.kind.as_str();
     let (pe, cr) = (install.permission_expansion, install.credential_requirement);
