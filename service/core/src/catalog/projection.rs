@@ -22,6 +22,7 @@ use rkyv::util::AlignedVec;
 
 use super::format::{BodyRef, CatalogEntry, CatalogVersion, InstallSpec, MaterialSpec, SourceSpec};
 use super::open::{CatalogFileKind, open_catalog_file};
+use super::retrieval::{Posting, RetrievalIndex, RetrievalSource};
 
 /// File name of the projection inside a catalog directory or a registry artifact.
 pub const PROJECTION_FILE_NAME: &str = "catalog.projection";
@@ -36,7 +37,7 @@ pub const PROJECTION_ARCHIVE_MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// The magic at offset 0.
 const MAGIC: [u8; 8] = *b"CTXCATP\0";
 /// Sections of a format-1 body, in order (spec/catalog.md §8.2).
-const SECTION_COUNT: usize = 7;
+const SECTION_COUNT: usize = 14;
 const SECTION_META: usize = 0;
 const SECTION_ID_SLOTS: usize = 1;
 const SECTION_ID_BYTES: usize = 2;
@@ -44,6 +45,18 @@ const SECTION_ENTRY_SLOTS: usize = 3;
 const SECTION_ENTRY_ARCHIVES: usize = 4;
 const SECTION_TAG_SLOTS: usize = 5;
 const SECTION_TAG_BYTES: usize = 6;
+/// The retrieval index (spec/catalog.md §5.2, §8.2): sorted terms as slots and bytes, each term's
+/// posting range, postings as `(entry u32, weight u32)`, entry lengths, and the relation graph
+/// as neighbour ranges and neighbours; every integer a little-endian `u32`.
+const SECTION_TERM_SLOTS: usize = 7;
+const SECTION_TERM_BYTES: usize = 8;
+const SECTION_TERM_OFFSETS: usize = 9;
+const SECTION_POSTINGS: usize = 10;
+const SECTION_DOC_LENGTHS: usize = 11;
+const SECTION_NEIGHBOUR_OFFSETS: usize = 12;
+const SECTION_NEIGHBOURS: usize = 13;
+/// Width of one posting, in bytes: entry position and weight.
+const POSTING_BYTES: usize = 8;
 /// Alignment of every section and every entry archive, in bytes: rkyv's archived integers need
 /// at most 8, and the body itself starts 16-aligned in an aligned buffer.
 const ALIGN_BYTES: usize = 16;
@@ -102,6 +115,8 @@ pub enum ProjectionProblem {
     Slot { what: &'static str, index: usize },
     #[error("its {what} {value:?} is out of order or repeated")]
     Order { what: &'static str, value: String },
+    #[error("its retrieval index is not whole: {what}")]
+    Index { what: &'static str },
     #[error("its entry {index} does not validate: {detail}")]
     Entry { index: usize, detail: String },
     #[error("its entry {index} ({id:?}) disagrees with its id table")]
@@ -274,6 +289,7 @@ pub(crate) fn encode(
     namespace: &str,
     digests: [&str; 3],
     entries: &[CatalogEntry],
+    index: &RetrievalIndex,
 ) -> Result<Vec<u8>, ProjectionEncodeError> {
     let archive_error = |e: rancor::Error| ProjectionEncodeError::Archive(e.to_string());
     let [content, material, installation] = digests;
@@ -303,6 +319,18 @@ pub(crate) fn encode(
     tags.sort_unstable();
     tags.dedup();
     let (tag_slots, tag_bytes) = slots(tags.iter().map(|t| t.as_bytes()), "tags")?;
+    let parts = index.parts();
+    let (term_slots, term_bytes) = slots(parts.terms.iter().map(|t| t.as_bytes()), "terms")?;
+    let words =
+        |values: &[u32]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    let postings: Vec<u8> = parts
+        .postings
+        .iter()
+        .flat_map(|p| [p.entry.to_le_bytes(), p.weight.to_le_bytes()])
+        .flatten()
+        .collect();
+    let (term_offsets, doc_lengths) = (words(parts.term_offsets), words(parts.doc_lengths));
+    let (neighbour_offsets, neighbours) = (words(parts.neighbour_offsets), words(parts.neighbours));
     let sections: [&[u8]; SECTION_COUNT] = [
         &meta,
         &id_slots,
@@ -311,6 +339,13 @@ pub(crate) fn encode(
         &archives,
         &tag_slots,
         &tag_bytes,
+        &term_slots,
+        &term_bytes,
+        &term_offsets,
+        &postings,
+        &doc_lengths,
+        &neighbour_offsets,
+        &neighbours,
     ];
     let mut body = vec![0u8; SECTION_COUNT * 16];
     pad(&mut body);
@@ -344,6 +379,8 @@ pub(crate) struct Projection {
     version: CatalogVersion,
     namespace: String,
     digests: [String; 3],
+    /// Sum of the entries' retrieval lengths, computed when the file is decoded.
+    total_length: u64,
 }
 
 impl std::fmt::Debug for Projection {
@@ -483,13 +520,14 @@ impl Projection {
             meta.material_snapshot_digest.as_str().to_owned(),
             meta.installation_snapshot_digest.as_str().to_owned(),
         ];
-        let projection = Projection {
+        let mut projection = Projection {
             bytes,
             sections,
             count,
             version: catalog,
             namespace,
             digests,
+            total_length: 0,
         };
         // Every id and tag slot must name bytes of its section that are UTF-8, in strictly
         // increasing order; binary search relies on it.
@@ -500,6 +538,12 @@ impl Projection {
                 SECTION_TAG_BYTES,
                 "tag",
                 projection.tag_count(),
+            ),
+            (
+                SECTION_TERM_SLOTS,
+                SECTION_TERM_BYTES,
+                "term",
+                projection.term_count(),
             ),
         ] {
             let mut previous: Option<&str> = None;
@@ -516,7 +560,115 @@ impl Projection {
                 previous = Some(s);
             }
         }
+        projection.total_length = projection.check_index()?;
         Ok(projection)
+    }
+
+    /// Checks the retrieval index sections (invariant P7 of spec/catalog.md §8.3) and returns
+    /// the sum of the entry lengths: every range table has one more element than what it
+    /// indexes, starts at 0, never decreases and ends at the length of what it ranges over;
+    /// every posting and neighbour names an entry; every weight is positive.
+    fn check_index(&self) -> Result<u64, ProjectionProblem> {
+        let bad = |what| ProjectionProblem::Index { what };
+        for (section, width, what) in [
+            (SECTION_TERM_SLOTS, SLOT_BYTES, "term slots"),
+            (SECTION_TERM_OFFSETS, 4, "term offsets"),
+            (SECTION_POSTINGS, POSTING_BYTES, "postings"),
+            (SECTION_DOC_LENGTHS, 4, "entry lengths"),
+            (SECTION_NEIGHBOUR_OFFSETS, 4, "neighbour offsets"),
+            (SECTION_NEIGHBOURS, 4, "neighbours"),
+        ] {
+            if !self.section(section).len().is_multiple_of(width) {
+                return Err(bad(what));
+            }
+        }
+        let postings = self.section(SECTION_POSTINGS).len() / POSTING_BYTES;
+        let neighbours = self.section(SECTION_NEIGHBOURS).len() / 4;
+        for (offsets, items, ranges, what) in [
+            (
+                SECTION_TERM_OFFSETS,
+                postings,
+                self.term_count(),
+                "term offsets",
+            ),
+            (
+                SECTION_NEIGHBOUR_OFFSETS,
+                neighbours,
+                self.count,
+                "neighbour offsets",
+            ),
+        ] {
+            let table = self.section(offsets);
+            if table.len() / 4 != ranges + 1 {
+                return Err(bad(what));
+            }
+            let mut previous = 0u32;
+            for (i, word) in table.chunks_exact(4).enumerate() {
+                let v = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                if (i == 0 && v != 0) || v < previous {
+                    return Err(bad(what));
+                }
+                previous = v;
+            }
+            if previous as usize != items {
+                return Err(bad(what));
+            }
+        }
+        for posting in self.section(SECTION_POSTINGS).chunks_exact(POSTING_BYTES) {
+            let entry = u32::from_le_bytes([posting[0], posting[1], posting[2], posting[3]]);
+            let weight = u32::from_le_bytes([posting[4], posting[5], posting[6], posting[7]]);
+            if entry as usize >= self.count || weight == 0 {
+                return Err(bad("postings"));
+            }
+        }
+        for word in self.section(SECTION_NEIGHBOURS).chunks_exact(4) {
+            if u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize >= self.count {
+                return Err(bad("neighbours"));
+            }
+        }
+        let lengths = self.section(SECTION_DOC_LENGTHS);
+        if lengths.len() / 4 != self.count {
+            return Err(bad("entry lengths"));
+        }
+        Ok(lengths
+            .chunks_exact(4)
+            .map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+            .sum())
+    }
+
+    fn term_count(&self) -> usize {
+        self.section(SECTION_TERM_SLOTS).len() / SLOT_BYTES
+    }
+
+    /// The `i`th little-endian `u32` of a word section.
+    fn word(&self, section: usize, i: usize) -> u32 {
+        le_u32(self.section(section), i.saturating_mul(4)).unwrap_or(0)
+    }
+
+    /// Position of `term` among the sorted terms.
+    fn term_position(&self, term: &str) -> Option<usize> {
+        let (mut low, mut high) = (0usize, self.term_count());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self
+                .slot_str(SECTION_TERM_SLOTS, SECTION_TERM_BYTES, mid)?
+                .cmp(term)
+            {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+
+    /// The posting range of `term`, as posting indices.
+    fn posting_range(&self, term: &str) -> std::ops::Range<usize> {
+        self.term_position(term).map_or(0..0, |i| {
+            let start = self.word(SECTION_TERM_OFFSETS, i) as usize;
+            let end = self.word(SECTION_TERM_OFFSETS, i + 1) as usize;
+            start..end
+        })
     }
 
     fn section(&self, index: usize) -> &[u8] {
@@ -638,6 +790,49 @@ impl Projection {
     }
 }
 
+/// The projection's retrieval index read in place (spec/catalog.md §8.2): the ranges were
+/// checked when the file was decoded, so a read past them yields nothing rather than a panic.
+impl RetrievalSource for Projection {
+    fn entry_count(&self) -> u32 {
+        u32::try_from(self.count).unwrap_or(u32::MAX)
+    }
+
+    fn total_length(&self) -> u64 {
+        self.total_length
+    }
+
+    fn doc_length(&self, entry: u32) -> u32 {
+        self.word(SECTION_DOC_LENGTHS, entry as usize)
+    }
+
+    fn postings(&self, term: &str) -> impl Iterator<Item = Posting> + '_ {
+        let range = self.posting_range(term);
+        let bytes = self
+            .section(SECTION_POSTINGS)
+            .get(range.start * POSTING_BYTES..range.end * POSTING_BYTES)
+            .unwrap_or(&[]);
+        bytes.chunks_exact(POSTING_BYTES).map(|p| Posting {
+            entry: u32::from_le_bytes([p[0], p[1], p[2], p[3]]),
+            weight: u32::from_le_bytes([p[4], p[5], p[6], p[7]]),
+        })
+    }
+
+    fn document_frequency(&self, term: &str) -> u32 {
+        u32::try_from(self.posting_range(term).len()).unwrap_or(u32::MAX)
+    }
+
+    fn id(&self, entry: u32) -> &str {
+        Projection::id(self, entry as usize).unwrap_or("")
+    }
+
+    fn neighbours(&self, entry: u32) -> impl Iterator<Item = u32> + '_ {
+        let e = entry as usize;
+        let start = self.word(SECTION_NEIGHBOUR_OFFSETS, e) as usize;
+        let end = self.word(SECTION_NEIGHBOUR_OFFSETS, e + 1) as usize;
+        (start..end.max(start)).map(|i| self.word(SECTION_NEIGHBOURS, i))
+    }
+}
+
 fn strings(items: &rkyv::vec::ArchivedVec<rkyv::string::ArchivedString>) -> Vec<String> {
     items.iter().map(|s| s.as_str().to_owned()).collect()
 }
@@ -681,7 +876,9 @@ fn materialize(e: &ArchivedProjectedEntry, kind: CapabilityKind) -> CatalogEntry
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests panic on failure by design.
     use super::*;
-    use crate::catalog::{Catalog, load_catalog_dir, sample_catalog_dir};
+    use crate::catalog::{
+        Catalog, WorkObservation, load_catalog_dir, retrieve, sample_catalog_dir,
+    };
 
     fn sample() -> Catalog {
         load_catalog_dir(&sample_catalog_dir())
@@ -745,6 +942,29 @@ mod tests {
         ] {
             assert_eq!(a, b);
         }
+        // Retrieval reads the index in the file and answers as the parsed catalog's owned index.
+        for (signals, languages) in [
+            (&["testing"][..], &["rust"][..]),
+            (&["pull", "request", "review", "security"][..], &[][..]),
+            (&["python"][..], &["python"][..]),
+            (&["terraform"][..], &[][..]),
+            (&["excel", "spreadsheets"][..], &["python"][..]),
+            (&["nothing-known-here"][..], &[][..]),
+        ] {
+            let observation = WorkObservation::new(signals, languages).expect("observation");
+            assert_eq!(
+                retrieve(&projected, &observation),
+                retrieve(&parsed, &observation),
+                "{signals:?}"
+            );
+        }
+        for word in ["spreadsheet", "requests", "kubernetes", "haiku", "the", "x"] {
+            assert_eq!(
+                projected.knows_word(word),
+                parsed.knows_word(word),
+                "{word}"
+            );
+        }
         // The projection of a projected catalog is the same bytes.
         assert_eq!(
             projected.projection_bytes().expect("encodes"),
@@ -774,5 +994,25 @@ mod tests {
         let truncated = &bytes[..bytes.len() - 1];
         assert!(refused(truncated).contains("body bytes"));
         assert!(Projection::decode(aligned(&bytes)).is_ok());
+        // A retrieval index that names an entry the catalog does not hold is refused even when
+        // the digest was recomputed over it (invariant P7).
+        let body_at = |b: &[u8], i: usize| {
+            let at = PROJECTION_HEADER_BYTES + i;
+            u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes")) as usize
+        };
+        let rehash = |b: &mut Vec<u8>| {
+            let digest = blake3::hash(&b[PROJECTION_HEADER_BYTES..]);
+            b[24..56].copy_from_slice(digest.as_bytes());
+        };
+        let mut posting = bytes.clone();
+        let at = PROJECTION_HEADER_BYTES + body_at(&bytes, SECTION_POSTINGS * 16);
+        posting[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        rehash(&mut posting);
+        assert!(refused(&posting).contains("retrieval index is not whole: postings"));
+        let mut offsets = bytes.clone();
+        let at = PROJECTION_HEADER_BYTES + body_at(&bytes, SECTION_TERM_OFFSETS * 16) + 4;
+        offsets[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        rehash(&mut offsets);
+        assert!(refused(&offsets).contains("term offsets"));
     }
 }

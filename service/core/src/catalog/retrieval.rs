@@ -20,7 +20,7 @@ use ctx_model::CapabilityKind;
 #[path = "retrieval_index.rs"]
 mod index;
 
-pub(crate) use index::{RetrievalIndex, RetrievalSource};
+pub(crate) use index::{Posting, RetrievalIndex, RetrievalSource};
 use index::{is_term, runs, token_terms};
 
 use super::work::stem;
@@ -155,16 +155,12 @@ fn retrieve_bounded(
     if work.is_empty() {
         return Vec::new();
     }
-    let rows = score(
-        catalog.retrieval_index(),
-        &work,
-        observation.languages(),
-        limit,
-    );
+    let source = catalog.retrieval_source();
+    let rows = score(&source, &work, observation.languages(), limit);
     let candidates = rows
         .into_iter()
         .filter_map(|row| {
-            let entry = catalog.entry(catalog.retrieval_index().id(row.entry))?;
+            let entry = catalog.entry(source.id(row.entry))?;
             project(catalog, observation, entry, row.ppm)
         })
         .collect();

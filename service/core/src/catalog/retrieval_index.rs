@@ -46,6 +46,26 @@ pub(crate) trait RetrievalSource {
     fn id(&self, entry: u32) -> &str;
     /// The entries `entry` is related to, either way (spec/catalog.md §1.2), in entry order.
     fn neighbours(&self, entry: u32) -> impl Iterator<Item = u32> + '_;
+
+    /// Whether a prompt word stands for some term of the catalog (spec/catalog.md §5.4): the
+    /// test a producer of work observations can keep words by, so that only catalog vocabulary
+    /// is ever stored as a signal.
+    fn knows_word(&self, word: &str) -> bool {
+        token_terms(word)
+            .iter()
+            .any(|t| self.document_frequency(t) > 0)
+    }
+}
+
+/// The arrays of an owned index, for writing it into a projection (spec/catalog.md §8.2).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexParts<'a> {
+    pub terms: &'a [String],
+    pub term_offsets: &'a [u32],
+    pub postings: &'a [Posting],
+    pub doc_lengths: &'a [u32],
+    pub neighbour_offsets: &'a [u32],
+    pub neighbours: &'a [u32],
 }
 
 /// The owned retrieval index of one catalog.
@@ -176,16 +196,16 @@ impl RetrievalIndex {
         }
     }
 
-    /// Whether `term` (stemmed) is a term of some entry.
-    pub(crate) fn has_term(&self, term: &str) -> bool {
-        self.term_position(term).is_some()
-    }
-
-    /// Whether a prompt word stands for some term of the catalog (spec/catalog.md §5.4): the
-    /// test a producer of work observations can keep words by, so that only catalog vocabulary
-    /// is ever stored as a signal.
-    pub(crate) fn knows_word(&self, word: &str) -> bool {
-        token_terms(word).iter().any(|t| self.has_term(t))
+    /// The index's arrays (spec/catalog.md §8.2).
+    pub(crate) fn parts(&self) -> IndexParts<'_> {
+        IndexParts {
+            terms: &self.terms,
+            term_offsets: &self.term_offsets,
+            postings: &self.postings,
+            doc_lengths: &self.doc_lengths,
+            neighbour_offsets: &self.neighbour_offsets,
+            neighbours: &self.neighbours,
+        }
     }
 
     fn term_position(&self, term: &str) -> Option<usize> {

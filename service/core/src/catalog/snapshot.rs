@@ -17,10 +17,10 @@ use ctx_model::{
 
 use super::error::{CatalogError, EntryRef};
 use super::format::{CatalogEntry, CatalogVersion, parse_document, strs};
-use super::retrieval::RetrievalIndex;
 use super::projection::{
     PROJECTION_FILE_NAME, Projection, ProjectionEncodeError, ProjectionError, encode,
 };
+use super::retrieval::{Posting, RetrievalIndex, RetrievalSource};
 use ctx_model::CapabilityKind;
 
 /// Schema of the namespace document hashed into `catalog_namespace_digest`.
@@ -81,6 +81,81 @@ enum Entries {
         /// Every entry, read on the first call of [`Catalog::entries`].
         all: OnceLock<Vec<CatalogEntry>>,
     },
+}
+
+/// A catalog's retrieval index, wherever it lives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum IndexSource<'a> {
+    Owned(&'a RetrievalIndex),
+    Projected(&'a Projection),
+}
+
+/// One of two iterators of the same item.
+enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Either::Left(a) => a.next(),
+            Either::Right(b) => b.next(),
+        }
+    }
+}
+
+impl RetrievalSource for IndexSource<'_> {
+    fn entry_count(&self) -> u32 {
+        match self {
+            IndexSource::Owned(i) => i.entry_count(),
+            IndexSource::Projected(p) => p.entry_count(),
+        }
+    }
+
+    fn total_length(&self) -> u64 {
+        match self {
+            IndexSource::Owned(i) => i.total_length(),
+            IndexSource::Projected(p) => p.total_length(),
+        }
+    }
+
+    fn doc_length(&self, entry: u32) -> u32 {
+        match self {
+            IndexSource::Owned(i) => i.doc_length(entry),
+            IndexSource::Projected(p) => p.doc_length(entry),
+        }
+    }
+
+    fn postings(&self, term: &str) -> impl Iterator<Item = Posting> + '_ {
+        match self {
+            IndexSource::Owned(i) => Either::Left(i.postings(term)),
+            IndexSource::Projected(p) => Either::Right(p.postings(term)),
+        }
+    }
+
+    fn document_frequency(&self, term: &str) -> u32 {
+        match self {
+            IndexSource::Owned(i) => i.document_frequency(term),
+            IndexSource::Projected(p) => p.document_frequency(term),
+        }
+    }
+
+    fn id(&self, entry: u32) -> &str {
+        match self {
+            IndexSource::Owned(i) => i.id(entry),
+            IndexSource::Projected(p) => RetrievalSource::id(*p, entry),
+        }
+    }
+
+    fn neighbours(&self, entry: u32) -> impl Iterator<Item = u32> + '_ {
+        match self {
+            IndexSource::Owned(i) => Either::Left(i.neighbours(entry)),
+            IndexSource::Projected(p) => Either::Right(p.neighbours(entry)),
+        }
+    }
 }
 
 /// Two catalogs are equal when their content is: everything else (digests, descriptors) is
@@ -202,17 +277,28 @@ impl Catalog {
         })
     }
 
-    /// The retrieval index of the entries (spec/catalog.md §5.2), built once per catalog.
+    /// The retrieval index of the entries (spec/catalog.md §5.2) as an owned index, built once
+    /// per catalog (for a projected catalog, from every entry: the scorer reads
+    /// [`Catalog::retrieval_source`] instead).
     pub(crate) fn retrieval_index(&self) -> &RetrievalIndex {
         self.inner
             .retrieval_index
             .get_or_init(|| RetrievalIndex::build(self.entries()))
     }
 
+    /// What the scorer reads: a projected catalog's index in its file (spec/catalog.md §8.2),
+    /// read in place, else the owned index.
+    pub(crate) fn retrieval_source(&self) -> IndexSource<'_> {
+        match &self.inner.entries {
+            Entries::Projected { projection, .. } => IndexSource::Projected(projection),
+            Entries::Parsed { .. } => IndexSource::Owned(self.retrieval_index()),
+        }
+    }
+
     /// Whether a prompt word stands for a term of this catalog's retrieval index: a name, kind,
     /// tag or label word, plural-folded (spec/catalog.md §5.4). Only such words are evidence.
     pub fn knows_word(&self, word: &str) -> bool {
-        self.retrieval_index().knows_word(word)
+        self.retrieval_source().knows_word(word)
     }
 
     /// The projection file's bytes of this catalog (spec/catalog.md §8.1).
@@ -227,6 +313,7 @@ impl Catalog {
                 &i.installation_snapshot_digest,
             ],
             self.entries(),
+            self.retrieval_index(),
         )
     }
 
