@@ -13,8 +13,10 @@
 //! (`ctx catalog ingest`, artifact publication), and it is rebuilt from the catalog JSON whenever
 //! it is missing or refused.
 
+use std::borrow::Cow;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use ctx_model::{CapabilityKind, is_sha};
 use rkyv::rancor;
@@ -27,7 +29,9 @@ use super::retrieval::{Posting, RetrievalIndex, RetrievalSource};
 /// File name of the projection inside a catalog directory or a registry artifact.
 pub const PROJECTION_FILE_NAME: &str = "catalog.projection";
 /// The projection format version this build writes and reads.
-pub const PROJECTION_FORMAT_VERSION: u32 = 1;
+pub const PROJECTION_FORMAT_VERSION: u32 = 2;
+/// Size of one integrity chunk of the body, in bytes: the unit a reader reads and checks.
+pub const PROJECTION_CHUNK_BYTES: usize = 64 * 1024;
 /// Length of the fixed header, in bytes.
 pub const PROJECTION_HEADER_BYTES: usize = 64;
 /// Largest projection archive accepted, in bytes: a catalog's text limit plus room for the
@@ -93,12 +97,12 @@ pub enum ProjectionProblem {
     Magic,
     #[error("its format version is {found}; this build reads version {PROJECTION_FORMAT_VERSION}")]
     Version { found: u32 },
-    #[error("its header declares {declared} body bytes but {actual} follow")]
-    Length { declared: u64, actual: usize },
-    #[error("its reserved header bytes are not zero")]
-    Reserved,
-    #[error("its body does not match the BLAKE3 digest in its header")]
+    #[error("its header describes a file of {declared} bytes but it has {actual}")]
+    Length { declared: u64, actual: u64 },
+    #[error("its chunk table or a chunk of its body does not match its BLAKE3 digest")]
     Digest,
+    #[error("its chunk count or chunk size does not describe its body")]
+    Chunks,
     #[error("its section {index} lies outside the body or is misaligned")]
     Section { index: usize },
     #[error("its {what} slots do not number its {count} entries")]
@@ -140,6 +144,8 @@ pub(crate) struct ProjectionMeta {
     pub content_digest: String,
     pub material_snapshot_digest: String,
     pub installation_snapshot_digest: String,
+    /// Sum of the entries' retrieval lengths (spec/catalog.md §5.2).
+    pub total_length: u64,
 }
 
 /// One archived entry (section 4): each entry is its own small archive, validated when it is
@@ -253,6 +259,8 @@ pub enum ProjectionEncodeError {
     TooLarge { what: &'static str, limit: u64 },
     #[error("the catalog projection could not be archived: {0}")]
     Archive(String),
+    #[error("the catalog projection just encoded does not verify: {0}")]
+    Unverified(ProjectionProblem),
 }
 
 fn pad(out: &mut Vec<u8>) {
@@ -299,6 +307,12 @@ pub(crate) fn encode(
         content_digest: content.to_owned(),
         material_snapshot_digest: material.to_owned(),
         installation_snapshot_digest: installation.to_owned(),
+        total_length: index
+            .parts()
+            .doc_lengths
+            .iter()
+            .map(|&l| u64::from(l))
+            .sum(),
     })
     .map_err(archive_error)?;
     let (id_slots, id_bytes) = slots(entries.iter().map(|e| e.id.as_bytes()), "entry ids")?;
@@ -357,36 +371,45 @@ pub(crate) fn encode(
         body.extend_from_slice(section);
     }
     let count = u32_of(entries.len(), "entry count")?;
-    let mut out = Vec::with_capacity(PROJECTION_HEADER_BYTES + body.len());
+    let table: Vec<u8> = body
+        .chunks(PROJECTION_CHUNK_BYTES)
+        .flat_map(|c| *blake3::hash(c).as_bytes())
+        .collect();
+    let chunks = u32_of(table.len() / 32, "chunk table")?;
+    let mut out = Vec::with_capacity(PROJECTION_HEADER_BYTES + table.len() + body.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&PROJECTION_FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(blake3::hash(&body).as_bytes());
-    out.resize(PROJECTION_HEADER_BYTES, 0);
+    out.extend_from_slice(&chunks.to_le_bytes());
+    out.extend_from_slice(&(PROJECTION_CHUNK_BYTES as u32).to_le_bytes());
+    out.extend_from_slice(blake3::hash(&table).as_bytes());
+    out.extend_from_slice(&table);
     out.extend_from_slice(&body);
     Ok(out)
 }
 
-/// A validated projection, owned and aligned for zero-copy reads. Per-catalog facts are checked
-/// when the file is decoded; an entry's archive is checked each time it is read.
+/// A projection opened for reading (spec/catalog.md §8.3). Opening reads the header, the chunk
+/// table and the per-catalog facts; every other byte is read in its 64 KiB chunk, whose BLAKE3
+/// is checked against the table, the first time it is needed. So a prompt reads the chunks its
+/// lookups touch, the same few at 50 entries as at 100,000. Every read is bounds-checked: data
+/// that does not hold together yields nothing, never a panic, and [`Projection::verify_all`]
+/// (run where the projection is written) checks every invariant over every byte.
 pub(crate) struct Projection {
-    /// The whole file; the body starts at [`PROJECTION_HEADER_BYTES`], which is 16-aligned.
-    bytes: AlignedVec<ALIGN_BYTES>,
-    /// `(start, end)` of every section, as offsets into `bytes`, checked against its length.
+    body: Body,
+    /// `(start, end)` of every section, as offsets into the body, checked against its length.
     sections: [(usize, usize); SECTION_COUNT],
     count: usize,
     version: CatalogVersion,
     namespace: String,
     digests: [String; 3],
-    /// Sum of the entries' retrieval lengths, computed when the file is decoded.
     total_length: u64,
 }
 
 impl std::fmt::Debug for Projection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Projection")
-            .field("bytes", &self.bytes.len())
+            .field("body_bytes", &self.body.len)
             .field("entries", &self.count)
             .finish()
     }
@@ -402,94 +425,238 @@ fn le_u64(bytes: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(word))
 }
 
+/// Where a body's chunks are read from.
+enum BodySource {
+    /// An open projection file and the offset of the body in it.
+    File { file: std::fs::File, offset: u64 },
+    /// A whole file already in memory (tests, and decoding bytes just encoded).
+    Memory { bytes: Vec<u8>, offset: usize },
+}
+
+/// A projection body read chunk by chunk, each chunk checked against its digest once.
+struct Body {
+    source: BodySource,
+    len: usize,
+    digests: Vec<[u8; 32]>,
+    /// Each chunk once read: `None` when it could not be read or its digest differs.
+    chunks: Vec<OnceLock<Option<AlignedVec<ALIGN_BYTES>>>>,
+}
+
+/// Bytes of a body: borrowed from one chunk, or copied when they span several. Either way the
+/// first byte is as aligned as its body offset (chunks are 64 KiB-aligned in the body).
+enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(AlignedVec<ALIGN_BYTES>),
+}
+
+impl std::ops::Deref for Bytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Borrowed(b) => b,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+impl<'a> Bytes<'a> {
+    /// The bytes as UTF-8 text, borrowed when they lie in one chunk.
+    fn into_str(self) -> Option<Cow<'a, str>> {
+        match self {
+            Bytes::Borrowed(b) => std::str::from_utf8(b).ok().map(Cow::Borrowed),
+            Bytes::Owned(v) => std::str::from_utf8(&v)
+                .ok()
+                .map(|s| Cow::Owned(s.to_owned())),
+        }
+    }
+}
+
+impl Body {
+    /// Chunk `i`, read and checked on first use.
+    fn chunk(&self, i: usize) -> Option<&AlignedVec<ALIGN_BYTES>> {
+        let slot = self.chunks.get(i)?;
+        slot.get_or_init(|| {
+            let start = i.checked_mul(PROJECTION_CHUNK_BYTES)?;
+            let end = start.saturating_add(PROJECTION_CHUNK_BYTES).min(self.len);
+            let mut buffer = AlignedVec::<ALIGN_BYTES>::with_capacity(end.checked_sub(start)?);
+            buffer.resize(end - start, 0);
+            match &self.source {
+                BodySource::File { file, offset } => {
+                    use std::os::unix::fs::FileExt as _;
+                    file.read_exact_at(&mut buffer, offset.checked_add(start as u64)?)
+                        .ok()?;
+                }
+                BodySource::Memory { bytes, offset } => {
+                    buffer.copy_from_slice(bytes.get(offset + start..offset + end)?);
+                }
+            }
+            (blake3::hash(&buffer).as_bytes() == self.digests.get(i)?).then_some(buffer)
+        })
+        .as_ref()
+    }
+
+    /// The body bytes `start..end`.
+    fn get(&self, start: usize, end: usize) -> Option<Bytes<'_>> {
+        if start > end || end > self.len {
+            return None;
+        }
+        if start == end {
+            return Some(Bytes::Borrowed(&[]));
+        }
+        let (first, last) = (
+            start / PROJECTION_CHUNK_BYTES,
+            (end - 1) / PROJECTION_CHUNK_BYTES,
+        );
+        let base = first * PROJECTION_CHUNK_BYTES;
+        if first == last {
+            return self
+                .chunk(first)?
+                .get(start - base..end - base)
+                .map(Bytes::Borrowed);
+        }
+        let mut out = AlignedVec::<ALIGN_BYTES>::with_capacity(end - start);
+        for c in first..=last {
+            let chunk = self.chunk(c)?;
+            let chunk_start = c * PROJECTION_CHUNK_BYTES;
+            let from = start.max(chunk_start) - chunk_start;
+            let to = end.min(chunk_start + chunk.len()) - chunk_start;
+            out.extend_from_slice(chunk.get(from..to)?);
+        }
+        Some(Bytes::Owned(out))
+    }
+
+    fn u32_at(&self, at: usize) -> Option<u32> {
+        le_u32(&self.get(at, at.checked_add(4)?)?, 0)
+    }
+}
+
 impl Projection {
-    /// Reads and validates the projection file `relative` of the directory `dir`, opened under
-    /// the catalog file rules (spec/catalog.md §3).
+    /// Opens the projection file `relative` of the directory `dir`, opened under the catalog
+    /// file rules (spec/catalog.md §3), and checks what opening checks (§8.3).
     pub(crate) fn read(dir: &Path, relative: &str) -> Result<Projection, ProjectionError> {
         let path = dir.join(relative);
         let io = |source| ProjectionError::Io {
             path: path.clone(),
             source,
         };
-        let mut file = open_catalog_file(dir, relative, CatalogFileKind::Catalog)
-            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
-        let limit = PROJECTION_ARCHIVE_MAX_BYTES + PROJECTION_HEADER_BYTES as u64;
-        let mut bytes = AlignedVec::<ALIGN_BYTES>::new();
-        let read = bytes
-            .extend_from_reader(&mut (&mut file).take(limit + 1))
-            .map_err(io)?;
-        if read as u64 > limit {
-            return Err(ProjectionError::Invalid {
-                path,
-                problem: ProjectionProblem::TooLarge { limit_bytes: limit },
-            });
-        }
-        Projection::decode(bytes).map_err(|problem| ProjectionError::Invalid {
+        let invalid = |problem| ProjectionError::Invalid {
             path: path.clone(),
             problem,
-        })
+        };
+        let mut file = open_catalog_file(dir, relative, CatalogFileKind::Catalog)
+            .map_err(|e| io(std::io::Error::other(e.to_string())))?;
+        let size = file.metadata().map_err(io)?.len();
+        let mut header = [0u8; PROJECTION_HEADER_BYTES];
+        let got = (&mut file)
+            .take(PROJECTION_HEADER_BYTES as u64)
+            .read(&mut header)
+            .map_err(io)?;
+        let (chunk_count, body_len) = check_header(&header[..got], size).map_err(&invalid)?;
+        let mut table = vec![0u8; chunk_count * 32];
+        file.read_exact(&mut table).map_err(io)?;
+        let offset = (PROJECTION_HEADER_BYTES + table.len()) as u64;
+        Projection::open(BodySource::File { file, offset }, &header, &table, body_len)
+            .map_err(invalid)
     }
 
-    /// Validates a projection file's bytes: header, digest, section table, then the per-catalog
-    /// facts (invariants P1–P5 of spec/catalog.md §8.3).
-    pub(crate) fn decode(bytes: AlignedVec<ALIGN_BYTES>) -> Result<Projection, ProjectionProblem> {
-        let Some((header, body)) = bytes.split_at_checked(PROJECTION_HEADER_BYTES) else {
-            return Err(ProjectionProblem::Short {
+    /// Decodes a projection file's bytes (spec/catalog.md §8.3), as [`Projection::read`] does.
+    pub(crate) fn decode(bytes: Vec<u8>) -> Result<Projection, ProjectionProblem> {
+        let header: [u8; PROJECTION_HEADER_BYTES] = bytes
+            .get(..PROJECTION_HEADER_BYTES)
+            .and_then(|h| h.try_into().ok())
+            .ok_or(ProjectionProblem::Short {
                 size_bytes: bytes.len(),
-            });
-        };
-        if header[..8] != MAGIC {
-            return Err(ProjectionProblem::Magic);
-        }
-        let version = le_u32(header, 8).unwrap_or(0);
-        if version != PROJECTION_FORMAT_VERSION {
-            return Err(ProjectionProblem::Version { found: version });
-        }
-        let count = le_u32(header, 12).unwrap_or(0) as usize;
-        let length = le_u64(header, 16).unwrap_or(0);
-        if length != body.len() as u64 {
-            return Err(ProjectionProblem::Length {
-                declared: length,
-                actual: body.len(),
-            });
-        }
-        if header[56..].iter().any(|b| *b != 0) {
-            return Err(ProjectionProblem::Reserved);
-        }
-        if blake3::hash(body).as_bytes()[..] != header[24..56] {
+            })?;
+        let (chunk_count, body_len) = check_header(&header, bytes.len() as u64)?;
+        let offset = PROJECTION_HEADER_BYTES + chunk_count * 32;
+        let table = bytes
+            .get(PROJECTION_HEADER_BYTES..offset)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        Projection::open(
+            BodySource::Memory { bytes, offset },
+            &header,
+            &table,
+            body_len,
+        )
+    }
+
+    /// Checks the chunk table, the section table and the per-catalog facts (invariants P2–P4
+    /// of spec/catalog.md §8.3, and the O(1) part of P7).
+    fn open(
+        source: BodySource,
+        header: &[u8; PROJECTION_HEADER_BYTES],
+        table: &[u8],
+        body_len: usize,
+    ) -> Result<Projection, ProjectionProblem> {
+        if blake3::hash(table).as_bytes()[..] != header[32..64] {
             return Err(ProjectionProblem::Digest);
         }
+        let digests: Vec<[u8; 32]> = table
+            .chunks_exact(32)
+            .filter_map(|d| d.try_into().ok())
+            .collect();
+        let count = le_u32(header, 12).unwrap_or(0) as usize;
+        let body = Body {
+            source,
+            len: body_len,
+            chunks: (0..digests.len()).map(|_| OnceLock::new()).collect(),
+            digests,
+        };
+        let table_bytes = SECTION_COUNT * 16;
+        let section_table = body.get(0, table_bytes).ok_or(ProjectionProblem::Digest)?;
         let mut sections = [(0usize, 0usize); SECTION_COUNT];
         for (i, section) in sections.iter_mut().enumerate() {
-            let offset = le_u64(body, i * 16).unwrap_or(u64::MAX);
-            let len = le_u64(body, i * 16 + 8).unwrap_or(u64::MAX);
+            let offset = le_u64(&section_table, i * 16).unwrap_or(u64::MAX);
+            let len = le_u64(&section_table, i * 16 + 8).unwrap_or(u64::MAX);
             let end = offset.saturating_add(len);
-            if end > body.len() as u64
+            if end > body_len as u64
                 || !offset.is_multiple_of(ALIGN_BYTES as u64)
-                || offset < (SECTION_COUNT * 16) as u64
+                || offset < table_bytes as u64
             {
                 return Err(ProjectionProblem::Section { index: i });
             }
             // Both fit in usize: they are at most the body's length.
-            *section = (
-                PROJECTION_HEADER_BYTES + offset as usize,
-                PROJECTION_HEADER_BYTES + end as usize,
-            );
+            *section = (offset as usize, end as usize);
         }
+        drop(section_table);
+        let len = |s: usize| sections[s].1 - sections[s].0;
         for (slots, what) in [(SECTION_ID_SLOTS, "id"), (SECTION_ENTRY_SLOTS, "entry")] {
-            let (start, end) = sections[slots];
-            if end - start != count * SLOT_BYTES {
+            if len(slots) != count * SLOT_BYTES {
                 return Err(ProjectionProblem::SlotCount { what, count });
             }
         }
-        let (start, end) = sections[SECTION_TAG_SLOTS];
-        if !(end - start).is_multiple_of(SLOT_BYTES) {
+        if !len(SECTION_TAG_SLOTS).is_multiple_of(SLOT_BYTES) {
             return Err(ProjectionProblem::TagSlots);
         }
+        let bad = |what| ProjectionProblem::Index { what };
+        let terms = len(SECTION_TERM_SLOTS) / SLOT_BYTES;
+        for (section, width, items, what) in [
+            (SECTION_TERM_SLOTS, SLOT_BYTES, terms, "term slots"),
+            (SECTION_TERM_OFFSETS, 4, terms + 1, "term offsets"),
+            (SECTION_DOC_LENGTHS, 4, count, "entry lengths"),
+            (SECTION_NEIGHBOUR_OFFSETS, 4, count + 1, "neighbour offsets"),
+        ] {
+            if len(section) != width * items {
+                return Err(bad(what));
+            }
+        }
+        for (section, width, what) in [
+            (SECTION_POSTINGS, POSTING_BYTES, "postings"),
+            (SECTION_NEIGHBOURS, 4, "neighbours"),
+        ] {
+            if !len(section).is_multiple_of(width) {
+                return Err(bad(what));
+            }
+        }
         let (start, end) = sections[SECTION_META];
-        let meta = rkyv::access::<ArchivedProjectionMeta, rancor::Error>(&bytes[start..end])
-            .map_err(|e| ProjectionProblem::Facts {
-                detail: e.to_string(),
+        let meta_bytes = body.get(start, end).ok_or(ProjectionProblem::Digest)?;
+        let meta =
+            rkyv::access::<ArchivedProjectionMeta, rancor::Error>(&meta_bytes).map_err(|e| {
+                ProjectionProblem::Facts {
+                    detail: e.to_string(),
+                }
             })?;
         let Some(catalog) = catalog_version(meta.catalog_version) else {
             return Err(ProjectionProblem::CatalogVersion {
@@ -520,70 +687,63 @@ impl Projection {
             meta.material_snapshot_digest.as_str().to_owned(),
             meta.installation_snapshot_digest.as_str().to_owned(),
         ];
-        let mut projection = Projection {
-            bytes,
+        let total_length = meta.total_length.to_native();
+        drop(meta_bytes);
+        Ok(Projection {
+            body,
             sections,
             count,
             version: catalog,
             namespace,
             digests,
-            total_length: 0,
-        };
-        // Every id and tag slot must name bytes of its section that are UTF-8, in strictly
-        // increasing order; binary search relies on it.
+            total_length,
+        })
+    }
+
+    /// Checks every invariant of spec/catalog.md §8.3 over every byte: every chunk's digest,
+    /// P5 (ids, tags and terms UTF-8 and strictly increasing), P6 for every entry and P7 (every
+    /// range table, posting and neighbour). Run where a projection is written or published.
+    pub(crate) fn verify_all(&self) -> Result<(), ProjectionProblem> {
+        for c in 0..self.body.chunks.len() {
+            if self.body.chunk(c).is_none() {
+                return Err(ProjectionProblem::Digest);
+            }
+        }
         for (slots, bytes, what, n) in [
-            (SECTION_ID_SLOTS, SECTION_ID_BYTES, "id", count),
+            (SECTION_ID_SLOTS, SECTION_ID_BYTES, "id", self.count),
             (
                 SECTION_TAG_SLOTS,
                 SECTION_TAG_BYTES,
                 "tag",
-                projection.tag_count(),
+                self.tag_count(),
             ),
             (
                 SECTION_TERM_SLOTS,
                 SECTION_TERM_BYTES,
                 "term",
-                projection.term_count(),
+                self.term_count(),
             ),
         ] {
-            let mut previous: Option<&str> = None;
+            let mut previous: Option<Cow<'_, str>> = None;
             for i in 0..n {
-                let Some(s) = projection.slot_str(slots, bytes, i) else {
+                let Some(s) = self.slot_str(slots, bytes, i) else {
                     return Err(ProjectionProblem::Slot { what, index: i });
                 };
-                if previous.is_some_and(|p| p >= s) {
+                if previous.as_ref().is_some_and(|p| *p >= s) {
                     return Err(ProjectionProblem::Order {
                         what,
-                        value: s.to_owned(),
+                        value: s.into_owned(),
                     });
                 }
                 previous = Some(s);
             }
         }
-        projection.total_length = projection.check_index()?;
-        Ok(projection)
-    }
-
-    /// Checks the retrieval index sections (invariant P7 of spec/catalog.md §8.3) and returns
-    /// the sum of the entry lengths: every range table has one more element than what it
-    /// indexes, starts at 0, never decreases and ends at the length of what it ranges over;
-    /// every posting and neighbour names an entry; every weight is positive.
-    fn check_index(&self) -> Result<u64, ProjectionProblem> {
-        let bad = |what| ProjectionProblem::Index { what };
-        for (section, width, what) in [
-            (SECTION_TERM_SLOTS, SLOT_BYTES, "term slots"),
-            (SECTION_TERM_OFFSETS, 4, "term offsets"),
-            (SECTION_POSTINGS, POSTING_BYTES, "postings"),
-            (SECTION_DOC_LENGTHS, 4, "entry lengths"),
-            (SECTION_NEIGHBOUR_OFFSETS, 4, "neighbour offsets"),
-            (SECTION_NEIGHBOURS, 4, "neighbours"),
-        ] {
-            if !self.section(section).len().is_multiple_of(width) {
-                return Err(bad(what));
-            }
+        for i in 0..self.count {
+            self.entry(i)?;
         }
-        let postings = self.section(SECTION_POSTINGS).len() / POSTING_BYTES;
-        let neighbours = self.section(SECTION_NEIGHBOURS).len() / 4;
+        let bad = |what| ProjectionProblem::Index { what };
+        let postings = self.section_len(SECTION_POSTINGS) / POSTING_BYTES;
+        let neighbours = self.section_len(SECTION_NEIGHBOURS) / 4;
         for (offsets, items, ranges, what) in [
             (
                 SECTION_TERM_OFFSETS,
@@ -598,13 +758,9 @@ impl Projection {
                 "neighbour offsets",
             ),
         ] {
-            let table = self.section(offsets);
-            if table.len() / 4 != ranges + 1 {
-                return Err(bad(what));
-            }
             let mut previous = 0u32;
-            for (i, word) in table.chunks_exact(4).enumerate() {
-                let v = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            for i in 0..=ranges {
+                let v = self.word(offsets, i).ok_or(bad(what))?;
                 if (i == 0 && v != 0) || v < previous {
                     return Err(bad(what));
                 }
@@ -614,46 +770,84 @@ impl Projection {
                 return Err(bad(what));
             }
         }
-        for posting in self.section(SECTION_POSTINGS).chunks_exact(POSTING_BYTES) {
-            let entry = u32::from_le_bytes([posting[0], posting[1], posting[2], posting[3]]);
-            let weight = u32::from_le_bytes([posting[4], posting[5], posting[6], posting[7]]);
-            if entry as usize >= self.count || weight == 0 {
+        for i in 0..postings {
+            let posting = self.posting(i).ok_or(bad("postings"))?;
+            if posting.entry as usize >= self.count || posting.weight == 0 {
                 return Err(bad("postings"));
             }
         }
-        for word in self.section(SECTION_NEIGHBOURS).chunks_exact(4) {
-            if u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize >= self.count {
+        for i in 0..neighbours {
+            let n = self.word(SECTION_NEIGHBOURS, i).ok_or(bad("neighbours"))?;
+            if n as usize >= self.count {
                 return Err(bad("neighbours"));
             }
         }
-        let lengths = self.section(SECTION_DOC_LENGTHS);
-        if lengths.len() / 4 != self.count {
+        let mut total = 0u64;
+        for i in 0..self.count {
+            total += u64::from(
+                self.word(SECTION_DOC_LENGTHS, i)
+                    .ok_or(bad("entry lengths"))?,
+            );
+        }
+        if total != self.total_length {
             return Err(bad("entry lengths"));
         }
-        Ok(lengths
-            .chunks_exact(4)
-            .map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
-            .sum())
+        Ok(())
     }
 
-    fn term_count(&self) -> usize {
-        self.section(SECTION_TERM_SLOTS).len() / SLOT_BYTES
+    fn section_len(&self, index: usize) -> usize {
+        let (start, end) = self.sections[index];
+        end - start
+    }
+
+    /// The bytes `start..end` of section `index`, relative to the section.
+    fn section_bytes(&self, index: usize, start: usize, end: usize) -> Option<Bytes<'_>> {
+        let (base, limit) = self.sections[index];
+        let (from, to) = (base.checked_add(start)?, base.checked_add(end)?);
+        if to > limit {
+            return None;
+        }
+        self.body.get(from, to)
     }
 
     /// The `i`th little-endian `u32` of a word section.
-    fn word(&self, section: usize, i: usize) -> u32 {
-        le_u32(self.section(section), i.saturating_mul(4)).unwrap_or(0)
+    fn word(&self, section: usize, i: usize) -> Option<u32> {
+        let at = i.checked_mul(4)?;
+        if at.checked_add(4)? > self.section_len(section) {
+            return None;
+        }
+        self.body.u32_at(self.sections[section].0 + at)
     }
 
-    /// Position of `term` among the sorted terms.
-    fn term_position(&self, term: &str) -> Option<usize> {
-        let (mut low, mut high) = (0usize, self.term_count());
+    /// The `i`th posting.
+    fn posting(&self, i: usize) -> Option<Posting> {
+        let at = i.checked_mul(POSTING_BYTES)?;
+        let bytes = self.section_bytes(SECTION_POSTINGS, at, at.checked_add(POSTING_BYTES)?)?;
+        Some(Posting {
+            entry: le_u32(&bytes, 0)?,
+            weight: le_u32(&bytes, 4)?,
+        })
+    }
+
+    /// The `i`th `(offset, length)` slot of a slot section, as bytes of its byte section.
+    fn slot(&self, slots: usize, bytes: usize, i: usize) -> Option<Bytes<'_>> {
+        let at = i.checked_mul(SLOT_BYTES)?;
+        let slot = self.section_bytes(slots, at, at.checked_add(SLOT_BYTES)?)?;
+        let offset = le_u32(&slot, 0)? as usize;
+        let len = le_u32(&slot, 4)? as usize;
+        self.section_bytes(bytes, offset, offset.checked_add(len)?)
+    }
+
+    fn slot_str(&self, slots: usize, bytes: usize, i: usize) -> Option<Cow<'_, str>> {
+        self.slot(slots, bytes, i)?.into_str()
+    }
+
+    /// Binary search of `key` among the `n` sorted strings of a slot section.
+    fn search(&self, slots: usize, bytes: usize, n: usize, key: &str) -> Option<usize> {
+        let (mut low, mut high) = (0usize, n);
         while low < high {
             let mid = low + (high - low) / 2;
-            match self
-                .slot_str(SECTION_TERM_SLOTS, SECTION_TERM_BYTES, mid)?
-                .cmp(term)
-            {
+            match (*self.slot_str(slots, bytes, mid)?).cmp(key) {
                 std::cmp::Ordering::Less => low = mid + 1,
                 std::cmp::Ordering::Greater => high = mid,
                 std::cmp::Ordering::Equal => return Some(mid),
@@ -662,35 +856,12 @@ impl Projection {
         None
     }
 
-    /// The posting range of `term`, as posting indices.
-    fn posting_range(&self, term: &str) -> std::ops::Range<usize> {
-        self.term_position(term).map_or(0..0, |i| {
-            let start = self.word(SECTION_TERM_OFFSETS, i) as usize;
-            let end = self.word(SECTION_TERM_OFFSETS, i + 1) as usize;
-            start..end
-        })
-    }
-
-    fn section(&self, index: usize) -> &[u8] {
-        let (start, end) = self.sections[index];
-        &self.bytes[start..end]
-    }
-
-    /// The `i`th `(offset, length)` slot of a slot section, as a range of its byte section.
-    fn slot(&self, slots: usize, bytes: usize, i: usize) -> Option<&[u8]> {
-        let table = self.section(slots);
-        let at = i.checked_mul(SLOT_BYTES)?;
-        let offset = le_u32(table, at)? as usize;
-        let len = le_u32(table, at + 4)? as usize;
-        self.section(bytes).get(offset..offset.checked_add(len)?)
-    }
-
-    fn slot_str(&self, slots: usize, bytes: usize, i: usize) -> Option<&str> {
-        std::str::from_utf8(self.slot(slots, bytes, i)?).ok()
-    }
-
     fn tag_count(&self) -> usize {
-        self.section(SECTION_TAG_SLOTS).len() / SLOT_BYTES
+        self.section_len(SECTION_TAG_SLOTS) / SLOT_BYTES
+    }
+
+    fn term_count(&self) -> usize {
+        self.section_len(SECTION_TERM_SLOTS) / SLOT_BYTES
     }
 
     pub(crate) fn version(&self) -> CatalogVersion {
@@ -710,40 +881,20 @@ impl Projection {
         self.count
     }
 
-    /// The id at position `i` (ids were checked to be UTF-8 and sorted when decoded).
-    pub(crate) fn id(&self, i: usize) -> Option<&str> {
+    /// The id at position `i`.
+    pub(crate) fn id(&self, i: usize) -> Option<Cow<'_, str>> {
         self.slot_str(SECTION_ID_SLOTS, SECTION_ID_BYTES, i)
     }
 
     /// Position of the entry `id`, by binary search over the sorted ids.
     pub(crate) fn position(&self, id: &str) -> Option<usize> {
-        let (mut low, mut high) = (0usize, self.count);
-        while low < high {
-            let mid = low + (high - low) / 2;
-            match self.id(mid)?.cmp(id) {
-                std::cmp::Ordering::Less => low = mid + 1,
-                std::cmp::Ordering::Greater => high = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
-        }
-        None
+        self.search(SECTION_ID_SLOTS, SECTION_ID_BYTES, self.count, id)
     }
 
     /// Whether `tag` is a tag of some entry.
     pub(crate) fn has_tag(&self, tag: &str) -> bool {
-        let (mut low, mut high) = (0usize, self.tag_count());
-        while low < high {
-            let mid = low + (high - low) / 2;
-            let Some(t) = self.slot_str(SECTION_TAG_SLOTS, SECTION_TAG_BYTES, mid) else {
-                return false;
-            };
-            match t.cmp(tag) {
-                std::cmp::Ordering::Less => low = mid + 1,
-                std::cmp::Ordering::Greater => high = mid,
-                std::cmp::Ordering::Equal => return true,
-            }
-        }
-        false
+        self.search(SECTION_TAG_SLOTS, SECTION_TAG_BYTES, self.tag_count(), tag)
+            .is_some()
     }
 
     /// The entry at position `i` as the parser produced it, after its archive validates and
@@ -756,14 +907,14 @@ impl Projection {
                 index: i,
             })?;
         let archived =
-            rkyv::access::<ArchivedProjectedEntry, rancor::Error>(archive).map_err(|e| {
+            rkyv::access::<ArchivedProjectedEntry, rancor::Error>(&archive).map_err(|e| {
                 ProjectionProblem::Entry {
                     index: i,
                     detail: e.to_string(),
                 }
             })?;
         let id = archived.id.as_str();
-        if self.id(i) != Some(id) {
+        if self.id(i).as_deref() != Some(id) {
             return Err(ProjectionProblem::EntryId {
                 index: i,
                 id: id.to_owned(),
@@ -788,10 +939,64 @@ impl Projection {
         }
         Ok(materialize(archived, *kind))
     }
+
+    /// The posting range of `term`, as posting indices.
+    fn posting_range(&self, term: &str) -> std::ops::Range<usize> {
+        self.search(
+            SECTION_TERM_SLOTS,
+            SECTION_TERM_BYTES,
+            self.term_count(),
+            term,
+        )
+        .and_then(|i| {
+            let start = self.word(SECTION_TERM_OFFSETS, i)? as usize;
+            let end = self.word(SECTION_TERM_OFFSETS, i + 1)? as usize;
+            Some(start..end.max(start))
+        })
+        .unwrap_or(0..0)
+    }
 }
 
-/// The projection's retrieval index read in place (spec/catalog.md §8.2): the ranges were
-/// checked when the file was decoded, so a read past them yields nothing rather than a panic.
+/// Checks the header against the file's size (invariants P1, P2) and returns the chunk count and
+/// the body length.
+fn check_header(header: &[u8], size: u64) -> Result<(usize, usize), ProjectionProblem> {
+    if header.len() < PROJECTION_HEADER_BYTES {
+        return Err(ProjectionProblem::Short {
+            size_bytes: header.len(),
+        });
+    }
+    if header[..8] != MAGIC {
+        return Err(ProjectionProblem::Magic);
+    }
+    let version = le_u32(header, 8).unwrap_or(0);
+    if version != PROJECTION_FORMAT_VERSION {
+        return Err(ProjectionProblem::Version { found: version });
+    }
+    let body = le_u64(header, 16).unwrap_or(u64::MAX);
+    if body > PROJECTION_ARCHIVE_MAX_BYTES {
+        return Err(ProjectionProblem::TooLarge {
+            limit_bytes: PROJECTION_ARCHIVE_MAX_BYTES,
+        });
+    }
+    let chunks = u64::from(le_u32(header, 24).unwrap_or(0));
+    if chunks != body.div_ceil(PROJECTION_CHUNK_BYTES as u64)
+        || le_u32(header, 28) != Some(PROJECTION_CHUNK_BYTES as u32)
+    {
+        return Err(ProjectionProblem::Chunks);
+    }
+    let expected = PROJECTION_HEADER_BYTES as u64 + chunks * 32 + body;
+    if size != expected {
+        return Err(ProjectionProblem::Length {
+            declared: expected,
+            actual: size,
+        });
+    }
+    // Both are bounded by the archive limit, so they fit in usize.
+    Ok((chunks as usize, body as usize))
+}
+
+/// The projection's retrieval index read in place (spec/catalog.md §8.2). A range, posting or
+/// neighbour that does not hold together reads as absent.
 impl RetrievalSource for Projection {
     fn entry_count(&self) -> u32 {
         u32::try_from(self.count).unwrap_or(u32::MAX)
@@ -802,34 +1007,30 @@ impl RetrievalSource for Projection {
     }
 
     fn doc_length(&self, entry: u32) -> u32 {
-        self.word(SECTION_DOC_LENGTHS, entry as usize)
+        self.word(SECTION_DOC_LENGTHS, entry as usize).unwrap_or(0)
     }
 
     fn postings(&self, term: &str) -> impl Iterator<Item = Posting> + '_ {
-        let range = self.posting_range(term);
-        let bytes = self
-            .section(SECTION_POSTINGS)
-            .get(range.start * POSTING_BYTES..range.end * POSTING_BYTES)
-            .unwrap_or(&[]);
-        bytes.chunks_exact(POSTING_BYTES).map(|p| Posting {
-            entry: u32::from_le_bytes([p[0], p[1], p[2], p[3]]),
-            weight: u32::from_le_bytes([p[4], p[5], p[6], p[7]]),
-        })
+        self.posting_range(term)
+            .filter_map(|i| self.posting(i))
+            .filter(|p| (p.entry as usize) < self.count && p.weight > 0)
     }
 
     fn document_frequency(&self, term: &str) -> u32 {
         u32::try_from(self.posting_range(term).len()).unwrap_or(u32::MAX)
     }
 
-    fn id(&self, entry: u32) -> &str {
-        Projection::id(self, entry as usize).unwrap_or("")
+    fn id(&self, entry: u32) -> Cow<'_, str> {
+        Projection::id(self, entry as usize).unwrap_or(Cow::Borrowed(""))
     }
 
     fn neighbours(&self, entry: u32) -> impl Iterator<Item = u32> + '_ {
         let e = entry as usize;
-        let start = self.word(SECTION_NEIGHBOUR_OFFSETS, e) as usize;
-        let end = self.word(SECTION_NEIGHBOUR_OFFSETS, e + 1) as usize;
-        (start..end.max(start)).map(|i| self.word(SECTION_NEIGHBOURS, i))
+        let start = self.word(SECTION_NEIGHBOUR_OFFSETS, e).unwrap_or(0) as usize;
+        let end = self.word(SECTION_NEIGHBOUR_OFFSETS, e + 1).unwrap_or(0) as usize;
+        (start..end.max(start))
+            .filter_map(|i| self.word(SECTION_NEIGHBOURS, i))
+            .filter(|&n| (n as usize) < self.count)
     }
 }
 
@@ -879,18 +1080,13 @@ mod tests {
     use crate::catalog::{
         Catalog, WorkObservation, load_catalog_dir, retrieve, sample_catalog_dir,
     };
+    use ctx_model::Json;
 
     fn sample() -> Catalog {
         load_catalog_dir(&sample_catalog_dir())
             .expect("the sample loads")
             .catalog()
             .clone()
-    }
-
-    fn aligned(bytes: &[u8]) -> AlignedVec<ALIGN_BYTES> {
-        let mut v = AlignedVec::new();
-        v.extend_from_slice(bytes);
-        v
     }
 
     #[test]
@@ -972,13 +1168,91 @@ mod tests {
         );
     }
 
+    /// The body offset of a projection file's bytes (after the header and the chunk table).
+    fn body_offset(bytes: &[u8]) -> usize {
+        let chunks = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes")) as usize;
+        PROJECTION_HEADER_BYTES + chunks * 32
+    }
+
+    /// Recomputes the chunk table and its digest over a changed body, as a writer would.
+    fn rehash(bytes: &mut [u8]) {
+        let body = body_offset(bytes);
+        let table: Vec<u8> = bytes[body..]
+            .chunks(PROJECTION_CHUNK_BYTES)
+            .flat_map(|c| *blake3::hash(c).as_bytes())
+            .collect();
+        bytes[PROJECTION_HEADER_BYTES..body].copy_from_slice(&table);
+        bytes[32..64].copy_from_slice(blake3::hash(&table).as_bytes());
+    }
+
+    /// A catalog of `n` entries, big enough for a body of several chunks.
+    fn large(n: usize) -> Catalog {
+        let capabilities: Vec<Json> = (0..n)
+            .map(|i| {
+                Json::object([
+                    ("id", Json::str(format!("agent:helper-{i:05}"))),
+                    ("kind", Json::str("agent")),
+                    (
+                        "label",
+                        Json::str(format!("Helper number {i} for topic{}", i % 97)),
+                    ),
+                    (
+                        "tags",
+                        Json::Arr(vec![
+                            Json::str(format!("topic{}", i % 97)),
+                            Json::str(format!("area{}", i % 13)),
+                        ]),
+                    ),
+                ])
+            })
+            .collect();
+        let text = Json::object([
+            ("schema", Json::str("ctx.catalog-v2")),
+            ("namespace", Json::str("large")),
+            ("capabilities", Json::Arr(capabilities)),
+        ])
+        .to_string();
+        Catalog::parse(&text).expect("large catalog parses")
+    }
+
+    #[test]
+    fn a_projection_is_read_chunk_by_chunk_and_a_damaged_chunk_is_found_where_it_is_read() {
+        let catalog = large(3_000);
+        let bytes = catalog.projection_bytes().expect("encodes");
+        let projection = Projection::decode(bytes.clone()).expect("opens");
+        let chunks = projection.body.chunks.len();
+        assert!(chunks > 4, "{chunks} chunks");
+        // Opening read the section table and the facts; one lookup reads a few chunks more.
+        let read = |p: &Projection| p.body.chunks.iter().filter(|c| c.get().is_some()).count();
+        let opened = read(&projection);
+        assert!(opened <= 2, "{opened} chunks read to open");
+        let observation = WorkObservation::new(&["topic5"], &[]).expect("observation");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(PROJECTION_FILE_NAME), &bytes).expect("write");
+        let projected = Catalog::open_projection(dir.path()).expect("opens");
+        assert_eq!(
+            retrieve(&projected, &observation),
+            retrieve(&catalog, &observation)
+        );
+        let _ = projection.position("agent:helper-02999").expect("found");
+        assert!(read(&projection) < chunks, "a lookup reads what it touches");
+        // A flipped byte in the last chunk: opening succeeds, reading that chunk does not, and
+        // the full verification names the digest.
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x40;
+        let damaged = Projection::decode(flipped).expect("opens: the damage is not read yet");
+        assert_eq!(damaged.verify_all(), Err(ProjectionProblem::Digest));
+        assert!(damaged.body.chunk(chunks - 1).is_none());
+        assert!(damaged.body.chunk(0).is_some());
+    }
+
     #[test]
     fn a_damaged_projection_is_refused_with_its_reason() {
         let bytes = sample().projection_bytes().expect("encodes");
-        let refused = |b: &[u8]| {
-            Projection::decode(aligned(b))
-                .expect_err("refused")
-                .to_string()
+        let refused = |b: &[u8]| match Projection::decode(b.to_vec()) {
+            Err(problem) => problem.to_string(),
+            Ok(p) => p.verify_all().expect_err("refused").to_string(),
         };
         assert!(refused(&bytes[..10]).contains("fewer than its 64-byte header"));
         let mut magic = bytes.clone();
@@ -987,32 +1261,41 @@ mod tests {
         let mut version = bytes.clone();
         version[8] = 9;
         assert!(refused(&version).contains("format version is 9"));
+        let mut table = bytes.clone();
+        table[PROJECTION_HEADER_BYTES] ^= 1;
+        assert!(refused(&table).contains("chunk table"));
+        let mut chunk = bytes.clone();
+        chunk[28] = 1;
+        assert!(refused(&chunk).contains("chunk count or chunk size"));
         let mut body = bytes.clone();
         let last = body.len() - 1;
         body[last] ^= 0x40;
         assert!(refused(&body).contains("BLAKE3"));
         let truncated = &bytes[..bytes.len() - 1];
-        assert!(refused(truncated).contains("body bytes"));
-        assert!(Projection::decode(aligned(&bytes)).is_ok());
+        assert!(refused(truncated).contains("bytes but it has"));
+        let whole = Projection::decode(bytes.clone()).expect("opens");
+        assert_eq!(whole.verify_all(), Ok(()));
         // A retrieval index that names an entry the catalog does not hold is refused even when
-        // the digest was recomputed over it (invariant P7).
-        let body_at = |b: &[u8], i: usize| {
-            let at = PROJECTION_HEADER_BYTES + i;
-            u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes")) as usize
-        };
-        let rehash = |b: &mut Vec<u8>| {
-            let digest = blake3::hash(&b[PROJECTION_HEADER_BYTES..]);
-            b[24..56].copy_from_slice(digest.as_bytes());
+        // the digests were recomputed over it (invariant P7).
+        let section_at = |b: &[u8], i: usize| {
+            let at = body_offset(b) + i * 16;
+            body_offset(b) + u64::from_le_bytes(b[at..at + 8].try_into().expect("8")) as usize
         };
         let mut posting = bytes.clone();
-        let at = PROJECTION_HEADER_BYTES + body_at(&bytes, SECTION_POSTINGS * 16);
+        let at = section_at(&bytes, SECTION_POSTINGS);
         posting[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         rehash(&mut posting);
         assert!(refused(&posting).contains("retrieval index is not whole: postings"));
         let mut offsets = bytes.clone();
-        let at = PROJECTION_HEADER_BYTES + body_at(&bytes, SECTION_TERM_OFFSETS * 16) + 4;
+        let at = section_at(&bytes, SECTION_TERM_OFFSETS) + 4;
         offsets[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         rehash(&mut offsets);
         assert!(refused(&offsets).contains("term offsets"));
+        // Ids out of order.
+        let mut ids = bytes.clone();
+        let at = section_at(&bytes, SECTION_ID_BYTES);
+        ids[at] = b'z';
+        rehash(&mut ids);
+        assert!(refused(&ids).contains("out of order") || refused(&ids).contains("entry 0"));
     }
 }

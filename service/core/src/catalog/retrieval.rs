@@ -160,7 +160,7 @@ fn retrieve_bounded(
     let candidates = rows
         .into_iter()
         .filter_map(|row| {
-            let entry = catalog.entry(source.id(row.entry))?;
+            let entry = catalog.entry(&source.id(row.entry))?;
             project(catalog, observation, entry, row.ppm)
         })
         .collect();
@@ -330,10 +330,8 @@ fn evidence_scores<S: RetrievalSource>(
     scored
         .iter()
         .map(|(&entry, evidence)| {
-            let name = source
-                .id(entry)
-                .split_once(':')
-                .map_or("", |(_, name)| name);
+            let id = source.id(entry);
+            let name = id.split_once(':').map_or("", |(_, name)| name);
             let boost = entity_boost(name, evidence, &term_index, &idfs, terms.len());
             let best_neighbour = source
                 .neighbours(entry)

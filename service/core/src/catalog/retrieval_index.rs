@@ -6,6 +6,7 @@
 //! without parsing. The scorer reads it only through [`RetrievalSource`], which the owned
 //! [`RetrievalIndex`] implements and an archived form can implement too.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::format::CatalogEntry;
@@ -43,7 +44,7 @@ pub(crate) trait RetrievalSource {
     /// How many entries have `term`.
     fn document_frequency(&self, term: &str) -> u32;
     /// The capability id of `entry`.
-    fn id(&self, entry: u32) -> &str;
+    fn id(&self, entry: u32) -> Cow<'_, str>;
     /// The entries `entry` is related to, either way (spec/catalog.md §1.2), in entry order.
     fn neighbours(&self, entry: u32) -> impl Iterator<Item = u32> + '_;
 
@@ -244,8 +245,8 @@ impl RetrievalSource for RetrievalIndex {
         to_u32(self.term_postings(term).len())
     }
 
-    fn id(&self, entry: u32) -> &str {
-        self.ids.get(entry as usize).map_or("", String::as_str)
+    fn id(&self, entry: u32) -> Cow<'_, str> {
+        Cow::Borrowed(self.ids.get(entry as usize).map_or("", String::as_str))
     }
 
     fn neighbours(&self, entry: u32) -> impl Iterator<Item = u32> + '_ {

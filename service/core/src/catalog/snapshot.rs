@@ -143,7 +143,7 @@ impl RetrievalSource for IndexSource<'_> {
         }
     }
 
-    fn id(&self, entry: u32) -> &str {
+    fn id(&self, entry: u32) -> std::borrow::Cow<'_, str> {
         match self {
             IndexSource::Owned(i) => i.id(entry),
             IndexSource::Projected(p) => RetrievalSource::id(*p, entry),
@@ -301,10 +301,11 @@ impl Catalog {
         self.retrieval_source().knows_word(word)
     }
 
-    /// The projection file's bytes of this catalog (spec/catalog.md §8.1).
+    /// The projection file's bytes of this catalog (spec/catalog.md §8.1), decoded again and
+    /// checked against every invariant of §8.3 before they are handed out to be written.
     pub fn projection_bytes(&self) -> Result<Vec<u8>, ProjectionEncodeError> {
         let i = &self.inner;
-        encode(
+        let bytes = encode(
             i.version,
             &i.namespace,
             [
@@ -314,7 +315,11 @@ impl Catalog {
             ],
             self.entries(),
             self.retrieval_index(),
-        )
+        )?;
+        Projection::decode(bytes.clone())
+            .and_then(|p| p.verify_all())
+            .map_err(ProjectionEncodeError::Unverified)?;
+        Ok(bytes)
     }
 
     /// Whether this catalog was opened from its projection rather than parsed.
