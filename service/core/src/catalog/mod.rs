@@ -60,7 +60,7 @@ pub use open::{CatalogFileError, CatalogFileKind, open_catalog_file};
 pub use pack::{SKILL_PACK_MAX_BYTES, SKILL_PACK_SCHEMA, skill_pack, skill_pack_identity};
 pub use projection::{
     PROJECTION_FILE_NAME, PROJECTION_FORMAT_VERSION, ProjectionEncodeError, ProjectionError,
-    ProjectionProblem,
+    ProjectionProblem, projection_format_version,
 };
 pub use retrieval::{Actionability, CapabilityCandidate, retrieve, retrieve_with_limit};
 pub use snapshot::Catalog;

@@ -957,6 +957,16 @@ impl Projection {
     }
 }
 
+/// The format version a projection file declares, when it starts with the projection magic.
+pub fn projection_format_version(path: &Path) -> Option<u32> {
+    let mut header = [0u8; 12];
+    std::fs::File::open(path)
+        .ok()?
+        .read_exact(&mut header)
+        .ok()?;
+    (header[..8] == MAGIC).then(|| le_u32(&header, 8)).flatten()
+}
+
 /// Checks the header against the file's size (invariants P1, P2) and returns the chunk count and
 /// the body length.
 fn check_header(header: &[u8], size: u64) -> Result<(usize, usize), ProjectionProblem> {

@@ -22,7 +22,8 @@ use ctx_model::{Surrogate, is_safe_token, is_sha, sha256_hex_bytes};
 
 use crate::catalog::{
     CATALOG_FILE_NAME, CATALOG_TEXT_MAX_BYTES, Catalog, CatalogError, LoadedCatalog,
-    PROJECTION_FILE_NAME, load_catalog, load_catalog_dir,
+    PROJECTION_FILE_NAME, PROJECTION_FORMAT_VERSION, ProjectionError, ProjectionProblem,
+    load_catalog, load_catalog_dir, projection_format_version,
 };
 
 use super::error::RegistryError;
@@ -490,8 +491,17 @@ impl ArtifactRegistry {
         }
         check_read_only_file(&path)?;
         check_read_only_file(&dir.join(CATALOG_FILE_NAME))?;
-        let catalog = Catalog::open_projection(&dir)
-            .map_err(|e| RegistryError::corrupt(&path, e.to_string()))?;
+        let catalog = match Catalog::open_projection(&dir) {
+            Ok(catalog) => catalog,
+            // A projection of another format version is derived data this build does not
+            // read: the artifact is verified whole and its projection rewritten in this
+            // build's format, once (spec/registry.md §4).
+            Err(ProjectionError::Invalid {
+                problem: ProjectionProblem::Version { .. },
+                ..
+            }) => return self.upgrade_projection(graph_digest),
+            Err(e) => return Err(RegistryError::corrupt(&path, e.to_string())),
+        };
         if catalog.content_digest() != graph_digest {
             return Err(RegistryError::corrupt(
                 &path,
@@ -502,6 +512,29 @@ impl ArtifactRegistry {
             ));
         }
         Ok(catalog)
+    }
+
+    /// Verifies the artifact whole and replaces its projection of another format version with
+    /// this build's: written read-only as a stage beside the artifacts, then renamed over the
+    /// old one (a crash leaves a stage the next reconciliation removes, or the old file).
+    fn upgrade_projection(&self, graph_digest: &str) -> Result<Catalog, RegistryError> {
+        let loaded = self.verify_artifact(graph_digest)?;
+        let dir = self.artifacts.join(graph_digest);
+        let path = dir.join(PROJECTION_FILE_NAME);
+        let bytes = loaded
+            .catalog()
+            .projection_bytes()
+            .map_err(|e| RegistryError::corrupt(&path, e.to_string()))?;
+        let stage = self.stage_path(&self.artifacts);
+        let written = write_read_only_file(&stage, &bytes)
+            .and_then(|()| fs::rename(&stage, &path).map_err(RegistryError::io("replace", &path)));
+        if let Err(e) = written {
+            // Best effort: a stage left behind is removed by the next reconciliation anyway.
+            let _ = remove_stage(&stage);
+            return Err(e);
+        }
+        fsync_dir(&dir)?;
+        Ok(loaded.catalog().clone())
     }
 
     /// Re-authenticates every file of `artifacts/<graph digest>/`: private modes, no extra files,
@@ -556,8 +589,12 @@ impl ArtifactRegistry {
                 ));
             }
         }
-        // The projection is derived from the catalog, byte for byte (spec/catalog.md §8.1).
-        if files.contains_key(PROJECTION_FILE_NAME) {
+        // The projection is derived from the catalog, byte for byte (spec/catalog.md §8.1); one
+        // of another format version is replaced by `upgrade_projection`, not compared.
+        if files.contains_key(PROJECTION_FILE_NAME)
+            && projection_format_version(&dir.join(PROJECTION_FILE_NAME))
+                == Some(PROJECTION_FORMAT_VERSION)
+        {
             let path = dir.join(PROJECTION_FILE_NAME);
             let expected = loaded
                 .catalog()

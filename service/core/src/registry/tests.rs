@@ -319,10 +319,11 @@ fn a_tampered_projection_is_refused_by_a_reopen() {
         .join(handle.graph_artifact_digest())
         .join(crate::catalog::PROJECTION_FILE_NAME);
     let original = fs::read(&projection).unwrap();
-    // One flipped byte anywhere past the header fails its BLAKE3 digest.
+    // One flipped byte of the chunk the open reads (the section table and the facts) fails that
+    // chunk's BLAKE3 digest (spec/catalog.md §8.3).
+    let chunks = u32::from_le_bytes(original[24..28].try_into().unwrap()) as usize;
     let mut flipped = original.clone();
-    let last = flipped.len() - 1;
-    flipped[last] ^= 1;
+    flipped[64 + 32 * chunks + 3] ^= 1;
     tamper(&projection, &flipped);
     match registry.reopen(&md, &env) {
         Err(RegistryError::Corrupt { path, .. }) => assert_eq!(path, projection),
@@ -334,6 +335,63 @@ fn a_tampered_projection_is_refused_by_a_reopen() {
     assert!(registry.reopen(&md, &env).is_err());
     fs::set_permissions(&projection, fs::Permissions::from_mode(0o400)).unwrap();
     registry.reopen(&md, &env).unwrap();
+}
+
+#[test]
+fn a_projection_of_another_format_version_is_rewritten_once_after_a_full_verification() {
+    let (_dir, root) = root();
+    let registry = ArtifactRegistry::open(&root).unwrap();
+    let handle = ingest_sample(&registry);
+    let (md, env) = (
+        handle.manifest_digest().to_owned(),
+        handle.planning_environment_digest().to_owned(),
+    );
+    let projection = root
+        .join(ARTIFACTS_DIR)
+        .join(handle.graph_artifact_digest())
+        .join(crate::catalog::PROJECTION_FILE_NAME);
+    let current = fs::read(&projection).unwrap();
+    // What an earlier build wrote: the same magic, another format version.
+    let mut older = current.clone();
+    older[8..12].copy_from_slice(&1u32.to_le_bytes());
+    tamper(&projection, &older);
+    let reopened = registry.reopen(&md, &env).unwrap();
+    assert_eq!(
+        reopened.graph_artifact_digest(),
+        handle.graph_artifact_digest()
+    );
+    assert_eq!(
+        fs::read(&projection).unwrap(),
+        current,
+        "rewritten in this build's format"
+    );
+    let mode = fs::metadata(&projection).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o400);
+    // No stage is left beside the artifacts, and the artifact verifies whole.
+    let names: Vec<String> = fs::read_dir(root.join(ARTIFACTS_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    registry
+        .verify_artifact_files(handle.graph_artifact_digest())
+        .unwrap();
+    // A body changed under the old projection is found by that full verification.
+    tamper(&projection, &older);
+    let relative = some_body_path(&handle);
+    let body = root
+        .join(ARTIFACTS_DIR)
+        .join(handle.graph_artifact_digest())
+        .join(&relative);
+    let mut text = fs::read(&body).unwrap();
+    text.extend_from_slice(b"\nchanged\n");
+    tamper(&body, &text);
+    match registry.reopen(&md, &env) {
+        Err(e @ RegistryError::Corrupt { .. }) => {
+            assert!(e.to_string().contains(&relative), "{e}");
+        }
+        other => panic!("expected the changed body to be named, got {other:?}"),
+    }
 }
 
 #[test]
