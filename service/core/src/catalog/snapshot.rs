@@ -60,8 +60,8 @@ struct Inner {
     installation_snapshot_digest: String,
     retrieval_snapshot_digest: String,
     /// Descriptors by entry position: all set when parsed, set on first use when projected.
-    material_descriptors: Vec<OnceLock<Option<Json>>>,
-    install_descriptors: Vec<OnceLock<Option<Json>>>,
+    material_descriptors: LazySlots<Option<Json>>,
+    install_descriptors: LazySlots<Option<Json>>,
     /// The retrieval index of a parsed catalog (spec/catalog.md §5.2), built on first use; a
     /// projected catalog reads the one its projection holds.
     retrieval_index: OnceLock<RetrievalIndex>,
@@ -77,10 +77,50 @@ enum Entries {
     Projected {
         projection: Box<Projection>,
         /// Entries read so far, by position.
-        read: Vec<OnceLock<Option<CatalogEntry>>>,
+        read: LazySlots<Option<CatalogEntry>>,
         /// Every entry, read on the first call of [`Catalog::entries`].
         all: OnceLock<Vec<CatalogEntry>>,
     },
+}
+
+/// Slots of one value per entry, each set at most once, allocated a block of
+/// [`LAZY_BLOCK_SLOTS`] at a time when a slot of the block is first set: opening a projected
+/// catalog of 100,000 entries allocates one pointer per block, not three values per entry.
+struct LazySlots<T> {
+    blocks: Vec<OnceLock<Box<[OnceLock<T>]>>>,
+    len: usize,
+}
+
+/// Slots per block of a [`LazySlots`].
+const LAZY_BLOCK_SLOTS: usize = 256;
+
+impl<T> LazySlots<T> {
+    fn new(len: usize) -> LazySlots<T> {
+        LazySlots {
+            blocks: (0..len.div_ceil(LAZY_BLOCK_SLOTS))
+                .map(|_| OnceLock::new())
+                .collect(),
+            len,
+        }
+    }
+
+    /// Slot `i`, set by `init` if it is not set yet; `None` past the end.
+    fn get_or_init(&self, i: usize, init: impl FnOnce() -> T) -> Option<&T> {
+        if i >= self.len {
+            return None;
+        }
+        let block = self
+            .blocks
+            .get(i / LAZY_BLOCK_SLOTS)?
+            .get_or_init(|| (0..LAZY_BLOCK_SLOTS).map(|_| OnceLock::new()).collect());
+        Some(block.get(i % LAZY_BLOCK_SLOTS)?.get_or_init(init))
+    }
+}
+
+impl<T> std::fmt::Debug for LazySlots<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazySlots").field("len", &self.len).finish()
+    }
 }
 
 /// A catalog's retrieval index, wherever it lives.
@@ -210,9 +250,9 @@ impl Catalog {
             &installation_snapshot_digest,
         );
 
-        let mut material_descriptors = Vec::with_capacity(entries.len());
-        let mut install_descriptors = Vec::with_capacity(entries.len());
-        for (index, entry) in &parsed.entries {
+        let material_descriptors = LazySlots::new(parsed.entries.len());
+        let install_descriptors = LazySlots::new(parsed.entries.len());
+        for (position, (index, entry)) in parsed.entries.iter().enumerate() {
             let fail = |field: &str, e: ctx_model::ProtocolError| CatalogError::Entry {
                 entry: EntryRef {
                     index: *index,
@@ -221,14 +261,12 @@ impl Catalog {
                 field: field.to_owned(),
                 problem: format!("does not form a valid descriptor: {}", e.message()),
             };
-            material_descriptors.push(OnceLock::from(Some(
-                describe_material(entry, &material_snapshot_digest)
-                    .map_err(|e| fail("material", e))?,
-            )));
-            install_descriptors.push(OnceLock::from(
-                describe_install(entry, &installation_snapshot_digest)
-                    .map_err(|e| fail("install", e))?,
-            ));
+            let material = describe_material(entry, &material_snapshot_digest)
+                .map_err(|e| fail("material", e))?;
+            let install = describe_install(entry, &installation_snapshot_digest)
+                .map_err(|e| fail("install", e))?;
+            material_descriptors.get_or_init(position, || Some(material));
+            install_descriptors.get_or_init(position, || install);
         }
         let (positions, entries): (Vec<usize>, Vec<CatalogEntry>) =
             parsed.entries.into_iter().unzip();
@@ -265,12 +303,12 @@ impl Catalog {
                 content_digest: content,
                 material_snapshot_digest: material,
                 installation_snapshot_digest: installation,
-                material_descriptors: (0..count).map(|_| OnceLock::new()).collect(),
-                install_descriptors: (0..count).map(|_| OnceLock::new()).collect(),
+                material_descriptors: LazySlots::new(count),
+                install_descriptors: LazySlots::new(count),
                 retrieval_index: OnceLock::new(),
                 entries: Entries::Projected {
                     projection: Box::new(projection),
-                    read: (0..count).map(|_| OnceLock::new()).collect(),
+                    read: LazySlots::new(count),
                     all: OnceLock::new(),
                 },
             }),
@@ -373,10 +411,7 @@ impl Catalog {
             Entries::Parsed { entries, .. } => entries.get(i),
             Entries::Projected {
                 projection, read, ..
-            } => read
-                .get(i)?
-                .get_or_init(|| projection.entry(i).ok())
-                .as_ref(),
+            } => read.get_or_init(i, || projection.entry(i).ok())?.as_ref(),
         }
     }
 
@@ -462,11 +497,10 @@ impl Catalog {
         let i = self.position(capability_id)?;
         self.inner
             .material_descriptors
-            .get(i)?
-            .get_or_init(|| {
+            .get_or_init(i, || {
                 let entry = self.entry_at(i)?;
                 describe_material(entry, &self.inner.material_snapshot_digest).ok()
-            })
+            })?
             .as_ref()
     }
 
@@ -476,13 +510,12 @@ impl Catalog {
         let i = self.position(capability_id)?;
         self.inner
             .install_descriptors
-            .get(i)?
-            .get_or_init(|| {
+            .get_or_init(i, || {
                 let entry = self.entry_at(i)?;
                 describe_install(entry, &self.inner.installation_snapshot_digest)
                     .ok()
                     .flatten()
-            })
+            })?
             .as_ref()
     }
 
