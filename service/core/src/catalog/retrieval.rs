@@ -186,13 +186,37 @@ struct Scored {
     entry: u32,
 }
 
+/// Most query terms a retrieval weighs (spec/catalog.md §5.2): the first ones in term order.
+/// At most 32 signals and a few languages give far fewer in practice.
+pub const QUERY_TERMS_MAX: usize = 256;
+
+/// A set of query term indices below [`QUERY_TERMS_MAX`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct TermSet([u64; QUERY_TERMS_MAX / 64]);
+
+impl TermSet {
+    fn insert(&mut self, i: usize) {
+        if let Some(word) = self.0.get_mut(i / 64) {
+            *word |= 1 << (i % 64);
+        }
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn meets(&self, other: &TermSet) -> bool {
+        self.0.iter().zip(&other.0).any(|(a, b)| a & b != 0)
+    }
+}
+
 /// What the scorer accumulates for one entry.
 #[derive(Debug, Default)]
 struct Evidence {
     /// BM25 over the matched terms, in micro-points.
     bm25: i64,
     /// The matched terms, as indices into the query's terms.
-    terms: BTreeSet<usize>,
+    terms: TermSet,
 }
 
 /// `ln(x)` in micro-units.
@@ -246,7 +270,7 @@ fn minimum_score<S: RetrievalSource>(source: &S) -> i64 {
 /// The query terms of the work tokens (spec/catalog.md §5.2): each token's terms, deduplicated.
 fn query_terms(work: &[String]) -> Vec<String> {
     let set: BTreeSet<String> = work.iter().flat_map(|t| token_terms(t)).collect();
-    set.into_iter().collect()
+    set.into_iter().take(QUERY_TERMS_MAX).collect()
 }
 
 /// The scorer (spec/catalog.md §5.2): the rows that pass the cut, in score order, at most
@@ -258,17 +282,52 @@ fn score<S: RetrievalSource>(
     limit: usize,
 ) -> Vec<Row> {
     let minimum = minimum_score(source);
-    let mut totals = evidence_scores(source, work, languages);
-    // A match on a language of the work is evidence however many entries share it: the
-    // language was observed in the work, not guessed from a word (spec/catalog.md §5.2).
-    totals.retain(|s| s.language || s.score >= minimum);
+    let evidence = evidence_scores(source, work, languages);
+    // The boost needs the entry's name, so it is computed only where it can change the outcome
+    // (the result is the same as computing it everywhere): an entry already at the minimum, or
+    // matching a language, passes (1) without it; one below 70 % of the best unboosted score of
+    // those cannot pass (2) whatever its boost; one below the minimum by more than the largest
+    // possible boost cannot pass (1).
+    let passes = |s: &Scored| s.language || s.unboosted >= minimum;
+    let best_passing = evidence
+        .scored
+        .iter()
+        .filter(|s| passes(s))
+        .map(|s| s.unboosted)
+        .max()
+        .unwrap_or(0);
+    let comparable = |unboosted: i64, best: i64| {
+        i128::from(unboosted) * 100 >= i128::from(best) * i128::from(RELATIVE_CUT_PERCENT)
+    };
+    let mut totals: Vec<Scored> = evidence
+        .scored
+        .iter()
+        .filter_map(|s| {
+            if passes(s) {
+                return Some(*s);
+            }
+            if s.unboosted.saturating_add(evidence.boost_max) < minimum
+                || !comparable(s.unboosted, best_passing)
+            {
+                return None;
+            }
+            let boosted = s.unboosted.saturating_add(evidence.boost(source, s.entry));
+            (boosted >= minimum).then_some(Scored {
+                score: boosted,
+                ..*s
+            })
+        })
+        .collect();
     // The cut compares evidence without the entity boost: naming one entry outright ranks it
     // first, but does not make the other entries' evidence less comparable (spec/catalog.md
     // §5.2).
     let best = totals.iter().map(|s| s.unboosted).max().unwrap_or(0).max(1);
-    totals.retain(|s| {
-        i128::from(s.unboosted) * 100 >= i128::from(best) * i128::from(RELATIVE_CUT_PERCENT)
-    });
+    totals.retain(|s| comparable(s.unboosted, best));
+    for s in &mut totals {
+        if s.score == s.unboosted {
+            s.score = s.unboosted.saturating_add(evidence.boost(source, s.entry));
+        }
+    }
     let top = totals.iter().map(|s| s.score).max().unwrap_or(0).max(1);
     totals.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.entry.cmp(&b.entry)));
     totals.truncate(limit);
@@ -285,21 +344,47 @@ fn score<S: RetrievalSource>(
         .collect()
 }
 
-/// Every entry with a posting of a query term and its score, before any cut, in entry order.
-/// Only the postings of the query's terms are read, and only entries with a posting are scored
-/// further (spec/catalog.md §5.2).
+/// The scorer's evidence: every entry with a posting of a query term, unboosted, and what the
+/// entity boost of one of them needs.
+struct EvidenceScores {
+    /// In entry order; `score` is the unboosted score until a boost is added.
+    scored: Vec<Scored>,
+    terms: Vec<String>,
+    idfs: Vec<i64>,
+    evidence: BTreeMap<u32, Evidence>,
+    /// The largest boost any entry can get: every query term's idf.
+    boost_max: i64,
+}
+
+impl EvidenceScores {
+    /// The entity boost of `entry`.
+    fn boost<S: RetrievalSource>(&self, source: &S, entry: u32) -> i64 {
+        let Some(evidence) = self.evidence.get(&entry) else {
+            return 0;
+        };
+        let id = source.id(entry);
+        let name = id.split_once(':').map_or("", |(_, name)| name);
+        entity_boost(name, evidence, &self.terms, &self.idfs)
+    }
+}
+
+/// Every entry with a posting of a query term and its unboosted score, before any cut, in
+/// entry order. Only the postings of the query's terms are read, and only entries with a
+/// posting are scored further (spec/catalog.md §5.2).
 fn evidence_scores<S: RetrievalSource>(
     source: &S,
     work: &[String],
     languages: &[String],
-) -> Vec<Scored> {
+) -> EvidenceScores {
     let n = source.entry_count();
     let total = source.total_length();
     let terms = query_terms(work);
-    let language_terms: BTreeSet<usize> = query_terms(languages)
-        .iter()
-        .filter_map(|l| terms.iter().position(|t| t == l))
-        .collect();
+    let mut language_terms = TermSet::default();
+    for l in query_terms(languages) {
+        if let Some(i) = terms.iter().position(|t| *t == l) {
+            language_terms.insert(i);
+        }
+    }
     let mut idfs: Vec<i64> = Vec::with_capacity(terms.len());
     let mut scored: BTreeMap<u32, Evidence> = BTreeMap::new();
     for (t, term) in terms.iter().enumerate() {
@@ -322,17 +407,9 @@ fn evidence_scores<S: RetrievalSource>(
             evidence.terms.insert(t);
         }
     }
-    let term_index: BTreeMap<&str, usize> = terms
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_str(), i))
-        .collect();
-    scored
+    let unboosted: Vec<Scored> = scored
         .iter()
         .map(|(&entry, evidence)| {
-            let id = source.id(entry);
-            let name = id.split_once(':').map_or("", |(_, name)| name);
-            let boost = entity_boost(name, evidence, &term_index, &idfs, terms.len());
             let best_neighbour = source
                 .neighbours(entry)
                 .filter_map(|m| scored.get(&m).map(|e| e.bm25))
@@ -341,13 +418,20 @@ fn evidence_scores<S: RetrievalSource>(
             let graph = best_neighbour.saturating_mul(GRAPH_BONUS_PERCENT) / 100;
             let unboosted = evidence.bm25.saturating_add(graph);
             Scored {
-                score: unboosted.saturating_add(boost),
+                score: unboosted,
                 unboosted,
-                language: !evidence.terms.is_disjoint(&language_terms),
+                language: evidence.terms.meets(&language_terms),
                 entry,
             }
         })
-        .collect()
+        .collect();
+    EvidenceScores {
+        scored: unboosted,
+        boost_max: idfs.iter().fold(0i64, |a, &b| a.saturating_add(b)),
+        terms,
+        idfs,
+        evidence: scored,
+    }
 }
 
 /// `score / top` rounded half-up to four decimal places, in parts per million.
@@ -364,13 +448,7 @@ fn normalized_ppm(score: i64, top: i64) -> u32 {
 ///
 /// Deviation: the reference's phrase rules look at word order in the host's raw query; here
 /// the query is a set of work tokens, where order means nothing.
-fn entity_boost(
-    name: &str,
-    evidence: &Evidence,
-    term_index: &BTreeMap<&str, usize>,
-    idfs: &[i64],
-    term_count: usize,
-) -> i64 {
+fn entity_boost(name: &str, evidence: &Evidence, terms: &[String], idfs: &[i64]) -> i64 {
     let words: Vec<String> = runs(name)
         .filter(|r| is_term(r))
         .map(|r| stem(&r))
@@ -378,20 +456,17 @@ fn entity_boost(
     if words.is_empty() {
         return 0;
     }
-    let matched = |term: &str| {
-        term_index
-            .get(term)
-            .is_some_and(|i| evidence.terms.contains(i))
-    };
+    let index = |term: &str| terms.binary_search_by(|t| t.as_str().cmp(term)).ok();
+    let matched = |term: &str| index(term).is_some_and(|i| evidence.terms.contains(i));
     let compound = runs(name).count() > 1 && matched(&stem(name));
     let all_words = words.iter().all(|w| matched(w));
-    let ok = compound || (all_words && (words.len() >= 2 || term_count == 1));
+    let ok = compound || (all_words && (words.len() >= 2 || terms.len() == 1));
     if !ok {
         return 0;
     }
     words
         .iter()
-        .filter_map(|w| term_index.get(w.as_str()).and_then(|&i| idfs.get(i)))
+        .filter_map(|w| index(w).and_then(|i| idfs.get(i)))
         .sum()
 }
 
