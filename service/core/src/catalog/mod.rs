@@ -69,6 +69,7 @@ pub use tree::{
     SKILL_TREE_MAX_DEPTH, SKILL_TREE_MAX_ENTRIES, SKILL_TREE_MAX_FILES, SkillFile, SkillTree,
     SkillTreeDifference, SkillTreeError, read_skill_tree, read_skill_tree_at, verify_skill_tree,
 };
+pub(crate) use work::is_credential_like;
 pub(crate) use work::{Spellings, TokenRule, language, tokenize, truncate};
 // Used by this module's unit tests only.
 #[cfg(test)]

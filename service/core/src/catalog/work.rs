@@ -360,17 +360,18 @@ const CREDENTIAL_WORDS: [&str; 10] = [
     "private-key",
     "secret",
 ];
-/// Shortest signal, in characters, that the registry's screen takes for a key.
-const SCREENED_TOKEN_MIN_CHARS: usize = 32;
+/// A `signals` or `languages` token this long, in characters, is more likely a key than a word.
+const FREE_TOKEN_MAX_CHARS: usize = 31;
 
-/// Whether the registry's credential screen (spec/registry.md §3) would refuse `word` as a
-/// signal. A prompt word it refuses is dropped from the signals, never stored: the screen keeps
-/// secrets out of the journal, and dropping the word keeps them out just the same.
-pub(crate) fn is_screened_word(word: &str) -> bool {
-    let lower = word.to_ascii_lowercase();
-    if CREDENTIAL_PREFIXES.iter().any(|p| lower.starts_with(p))
-        || lower.chars().count() >= SCREENED_TOKEN_MIN_CHARS
-    {
+/// The registry's credential screen (spec/registry.md §3): whether `token` is credential-like —
+/// a secret format's prefix, a credential word or pair of words, or, for a free-text token
+/// (`free`: a signal or a language), more than [`FREE_TOKEN_MAX_CHARS`] characters.
+pub(crate) fn is_credential_like(token: &str, free: bool) -> bool {
+    let lower = token.to_ascii_lowercase();
+    if CREDENTIAL_PREFIXES.iter().any(|p| lower.starts_with(p)) {
+        return true;
+    }
+    if free && token.chars().count() > FREE_TOKEN_MAX_CHARS {
         return true;
     }
     let normalized = lower.replace(['_', '.', ':'], "-");
@@ -379,4 +380,11 @@ pub(crate) fn is_screened_word(word: &str) -> bool {
         || parts
             .windows(2)
             .any(|w| CREDENTIAL_WORDS.contains(&format!("{}-{}", w[0], w[1]).as_str()))
+}
+
+/// Whether the registry's credential screen would refuse `word` as a signal. A prompt word it
+/// refuses is dropped from the signals, never stored: the screen keeps secrets out of the
+/// journal, and dropping the word keeps them out just the same.
+pub(crate) fn is_screened_word(word: &str) -> bool {
+    is_credential_like(word, true)
 }

@@ -9,26 +9,8 @@ use ctx_model::{
     CURRENT_WORK_SCHEMA, Json, ReplayError, Surrogate, SurrogateRole, validate_surrogate,
 };
 
-use crate::catalog::ObservationError;
 use crate::catalog::WorkObservation;
-
-/// Prefixes of well-known secret formats.
-const CREDENTIAL_PREFIXES: [&str; 5] = ["ghp-", "github-pat-", "sk-", "xoxb-", "xoxp-"];
-/// Words (or adjacent word pairs joined by `-`) that mark a token as credential-like.
-const CREDENTIAL_WORDS: [&str; 10] = [
-    "api-key",
-    "apikey",
-    "auth-token",
-    "bearer",
-    "credential",
-    "credentials",
-    "passwd",
-    "password",
-    "private-key",
-    "secret",
-];
-/// A `signals` or `languages` token this long is more likely a key than a word.
-const FREE_TOKEN_MAX_CHARS: usize = 31;
+use crate::catalog::{ObservationError, is_credential_like};
 
 const LIST_FIELDS: [&str; 5] = [
     "active_capability_ids",
@@ -101,20 +83,4 @@ pub(crate) fn check_observation_surrogate(s: &Surrogate) -> Result<(), Surrogate
         .and_then(|o| o.with_requested_limit(limit))
         .map_err(SurrogateError::Facts)?;
     Ok(())
-}
-
-fn is_credential_like(token: &str, free: bool) -> bool {
-    let lower = token.to_ascii_lowercase();
-    if CREDENTIAL_PREFIXES.iter().any(|p| lower.starts_with(p)) {
-        return true;
-    }
-    if free && token.chars().count() > FREE_TOKEN_MAX_CHARS {
-        return true;
-    }
-    let normalized = lower.replace(['_', '.', ':'], "-");
-    let parts: Vec<&str> = normalized.split('-').collect();
-    parts.iter().any(|p| CREDENTIAL_WORDS.contains(p))
-        || parts
-            .windows(2)
-            .any(|w| CREDENTIAL_WORDS.contains(&format!("{}-{}", w[0], w[1]).as_str()))
 }
