@@ -507,6 +507,20 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                 .ok_or_else(|| CliError::Usage("`ctx key sign` needs --key FILE".into()))?,
         }),
         [group, rest @ ..] if KNOWN_GROUPS.contains(group) => {
+            // `ctx catalog ingest DIR`: the command is known and the extra word is the fault.
+            if let [command, extra, ..] = rest {
+                let without: Vec<OsString> = words
+                    .iter()
+                    .filter(|w| w.as_str() != *extra)
+                    .map(OsString::from)
+                    .collect();
+                if parse_args(without).is_ok() {
+                    return Err(CliError::Usage(format!(
+                        "`ctx {group} {command}` takes no argument {extra:?}; its inputs are \
+                         options (try `ctx --help`)"
+                    )));
+                }
+            }
             return Err(CliError::Usage(match rest.first() {
                 Some(word) => format!("unknown `ctx {group}` command {word:?}; try `ctx --help`"),
                 None => format!("`ctx {group}` needs a command; try `ctx --help`"),
@@ -840,6 +854,19 @@ mod tests {
             Err(CliError::Usage(message)) => message,
             other => panic!("{words:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_extra_word_after_a_known_command_is_named_as_the_fault() {
+        assert_eq!(
+            usage_error(&["catalog", "ingest", "/some/dir"]),
+            "`ctx catalog ingest` takes no argument \"/some/dir\"; its inputs are options (try \
+             `ctx --help`)"
+        );
+        assert!(
+            usage_error(&["catalog", "frobnicate", "x"])
+                .contains("unknown `ctx catalog` command \"frobnicate\"")
+        );
     }
 
     #[test]
