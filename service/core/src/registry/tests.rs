@@ -305,9 +305,18 @@ fn a_modified_body_is_named_by_the_full_verification_and_never_read_by_a_reopen(
     assert!(err.to_string().contains(&body), "{err}");
 }
 
-#[test]
-fn a_tampered_projection_is_refused_by_a_reopen() {
-    let (_dir, root) = root();
+/// A registry with the sample catalog published: the temporary directory that holds it, its
+/// root, the registry, the handle, its manifest and environment digests and its projection.
+fn published_sample() -> (
+    tempfile::TempDir,
+    PathBuf,
+    ArtifactRegistry,
+    ArtifactHandle,
+    String,
+    String,
+    PathBuf,
+) {
+    let (dir, root) = root();
     let registry = ArtifactRegistry::open(&root).unwrap();
     let handle = ingest_sample(&registry);
     let (md, env) = (
@@ -318,6 +327,12 @@ fn a_tampered_projection_is_refused_by_a_reopen() {
         .join(ARTIFACTS_DIR)
         .join(handle.graph_artifact_digest())
         .join(crate::catalog::PROJECTION_FILE_NAME);
+    (dir, root, registry, handle, md, env, projection)
+}
+
+#[test]
+fn a_tampered_projection_is_refused_by_a_reopen() {
+    let (_dir, _, registry, _, md, env, projection) = published_sample();
     let original = fs::read(&projection).unwrap();
     // One flipped byte of the chunk the open reads (the section table and the facts) fails that
     // chunk's BLAKE3 digest (spec/catalog.md §8.3).
@@ -339,17 +354,7 @@ fn a_tampered_projection_is_refused_by_a_reopen() {
 
 #[test]
 fn a_projection_of_another_format_version_is_rewritten_once_after_a_full_verification() {
-    let (_dir, root) = root();
-    let registry = ArtifactRegistry::open(&root).unwrap();
-    let handle = ingest_sample(&registry);
-    let (md, env) = (
-        handle.manifest_digest().to_owned(),
-        handle.planning_environment_digest().to_owned(),
-    );
-    let projection = root
-        .join(ARTIFACTS_DIR)
-        .join(handle.graph_artifact_digest())
-        .join(crate::catalog::PROJECTION_FILE_NAME);
+    let (_dir, root, registry, handle, md, env, projection) = published_sample();
     let current = fs::read(&projection).unwrap();
     // What an earlier build wrote: the same magic, another format version.
     let mut older = current.clone();
