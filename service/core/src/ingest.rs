@@ -11,6 +11,7 @@ use crate::catalog::{
     open_catalog_file, sample_catalog_files,
 };
 use crate::data_dir::Layout;
+use crate::registry::{ArtifactRegistry, RegistryError};
 use ctx_fs::{create_private_dir_all, read_bounded_file};
 
 use crate::runtime::{CatalogLock, RuntimeError, read_error_source};
@@ -60,6 +61,10 @@ pub enum IngestError {
     /// The data directory refused (its catalog lock, a private directory, an atomic write).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The catalog is in place, but its registry artifact could not be published; the first
+    /// prompt publishes it instead.
+    #[error("the catalog is in place, but the artifact registry refused to publish it: {0}")]
+    Publish(RegistryError),
 }
 
 impl IngestError {
@@ -68,7 +73,9 @@ impl IngestError {
     pub fn code(&self) -> &'static str {
         match self {
             IngestError::Load { .. } | IngestError::File(_) => "invalid",
-            IngestError::Io { .. } | IngestError::Runtime(_) => "internal",
+            IngestError::Io { .. } | IngestError::Runtime(_) | IngestError::Publish(_) => {
+                "internal"
+            }
         }
     }
 }
@@ -110,17 +117,27 @@ pub fn ingest_catalog(
             c.installation_snapshot_digest().to_owned(),
         )
     };
-    // Held across the comparison and the swap: concurrent first ingests then write once, and no
-    // open sees the catalog between the swap's two renames.
-    let _catalog = CatalogLock::acquire(layout, true)?;
-    // The projection answers the comparison without reading a body (spec/catalog.md §8.4); a
-    // data directory without one, or with one this build refuses, is rewritten, which writes it.
-    let unchanged = target.join(CATALOG_FILE_NAME).is_file()
-        && Catalog::open_projection(&target)
-            .is_ok_and(|current| identity(&current) == identity(loaded.catalog()));
-    if !unchanged {
-        write_catalog(layout, &source_dir, &loaded)?;
-    }
+    let unchanged = {
+        // Held across the comparison and the swap: concurrent first ingests then write once, and
+        // no open sees the catalog between the swap's two renames.
+        let _catalog = CatalogLock::acquire(layout, true)?;
+        // The projection answers the comparison without reading a body (spec/catalog.md §8.4);
+        // a data directory without one, or with one this build refuses, is rewritten, which
+        // writes it.
+        let unchanged = target.join(CATALOG_FILE_NAME).is_file()
+            && Catalog::open_projection(&target)
+                .is_ok_and(|current| identity(&current) == identity(loaded.catalog()));
+        if !unchanged {
+            write_catalog(layout, &source_dir, &loaded)?;
+        }
+        unchanged
+    };
+    // Published after the catalog lock is released (the registry has its own lock); an
+    // unchanged catalog whose artifact is published costs one projection open.
+    create_private_dir_all(&layout.registry()).map_err(RuntimeError::from)?;
+    ArtifactRegistry::open(&layout.registry())
+        .and_then(|registry| registry.publish(&loaded))
+        .map_err(IngestError::Publish)?;
     let catalog = loaded.catalog();
     Ok(CatalogIngest {
         capabilities: catalog.entries().len(),

@@ -88,3 +88,32 @@ fn a_source_file_replaced_by_a_link_after_it_loaded_is_refused_by_the_copy() {
         )
     );
 }
+
+#[test]
+fn an_ingest_publishes_the_catalogs_artifact_so_the_first_prompt_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(&dir.path().join("ctx"));
+    let first = ingest_catalog(&layout, None).unwrap();
+    assert!(first.changed);
+    let catalog = Catalog::open_projection(&layout.catalog()).unwrap();
+    let artifact = layout
+        .registry()
+        .join("artifacts")
+        .join(catalog.content_digest());
+    assert!(artifact.join(CATALOG_FILE_NAME).is_file(), "{artifact:?}");
+    let projection = std::fs::read(artifact.join(PROJECTION_FILE_NAME)).unwrap();
+    assert_eq!(projection, catalog.projection_bytes().unwrap());
+    // The registry verifies what it published, whole.
+    ArtifactRegistry::open(&layout.registry())
+        .unwrap()
+        .verify_artifact_files(catalog.content_digest())
+        .unwrap();
+    // An unchanged ingest leaves the one artifact as it is.
+    let again = ingest_catalog(&layout, None).unwrap();
+    assert!(!again.changed);
+    let artifacts: Vec<_> = std::fs::read_dir(layout.registry().join("artifacts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+}

@@ -230,6 +230,19 @@ impl ArtifactRegistry {
         Ok(handle)
     }
 
+    /// Publishes the artifact of `loaded` alone (spec/registry.md §4.2): what `ctx catalog
+    /// ingest` does once a catalog is in place, so that the first prompt on a new catalog binds
+    /// its work to a published artifact instead of copying and verifying every body while the
+    /// person waits. An artifact already published is opened by its projection (and an older
+    /// projection rewritten), as by [`ArtifactRegistry::ingest`].
+    pub fn publish(&self, loaded: &LoadedCatalog) -> Result<(), RegistryError> {
+        self.assert_current()?;
+        let _lock = self.lock()?;
+        self.assert_current()?;
+        self.reconcile()?;
+        self.publish_artifact(&|| Ok(loaded.clone()), loaded.catalog().content_digest())
+    }
+
     /// Re-authenticates the manifest `manifest_digest` and every file of its artifact (digests,
     /// sizes, modes) and returns a fresh handle issued by this registry.
     pub fn reopen(
