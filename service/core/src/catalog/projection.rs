@@ -40,25 +40,23 @@ pub const PROJECTION_ARCHIVE_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The magic at offset 0.
 const MAGIC: [u8; 8] = *b"CTXCATP\0";
-/// Sections of a format-1 body, in order (spec/catalog.md §8.2).
-const SECTION_COUNT: usize = 14;
+/// Sections of a format-2 body, in order (spec/catalog.md §8.2).
+const SECTION_COUNT: usize = 12;
 const SECTION_META: usize = 0;
 const SECTION_ID_SLOTS: usize = 1;
 const SECTION_ID_BYTES: usize = 2;
 const SECTION_ENTRY_SLOTS: usize = 3;
 const SECTION_ENTRY_ARCHIVES: usize = 4;
-const SECTION_TAG_SLOTS: usize = 5;
-const SECTION_TAG_BYTES: usize = 6;
 /// The retrieval index (spec/catalog.md §5.2, §8.2): sorted terms as slots and bytes, each term's
 /// posting range, postings as `(entry u32, weight u32)`, entry lengths, and the relation graph
 /// as neighbour ranges and neighbours; every integer a little-endian `u32`.
-const SECTION_TERM_SLOTS: usize = 7;
-const SECTION_TERM_BYTES: usize = 8;
-const SECTION_TERM_OFFSETS: usize = 9;
-const SECTION_POSTINGS: usize = 10;
-const SECTION_DOC_LENGTHS: usize = 11;
-const SECTION_NEIGHBOUR_OFFSETS: usize = 12;
-const SECTION_NEIGHBOURS: usize = 13;
+const SECTION_TERM_SLOTS: usize = 5;
+const SECTION_TERM_BYTES: usize = 6;
+const SECTION_TERM_OFFSETS: usize = 7;
+const SECTION_POSTINGS: usize = 8;
+const SECTION_DOC_LENGTHS: usize = 9;
+const SECTION_NEIGHBOUR_OFFSETS: usize = 10;
+const SECTION_NEIGHBOURS: usize = 11;
 /// Width of one posting, in bytes: entry position and weight.
 const POSTING_BYTES: usize = 8;
 /// Alignment of every section and every entry archive, in bytes: rkyv's archived integers need
@@ -107,8 +105,6 @@ pub enum ProjectionProblem {
     Section { index: usize },
     #[error("its {what} slots do not number its {count} entries")]
     SlotCount { what: &'static str, count: usize },
-    #[error("its tag slots are not whole")]
-    TagSlots,
     #[error("its catalog facts do not validate: {detail}")]
     Facts { detail: String },
     #[error("its catalog version {found} is neither 1 nor 2")]
@@ -326,13 +322,6 @@ pub(crate) fn encode(
         entry_slots.extend_from_slice(&u32_of(archived.len(), "entry archives")?.to_le_bytes());
         archives.extend_from_slice(&archived);
     }
-    let mut tags: Vec<&str> = entries
-        .iter()
-        .flat_map(|e| e.tags.iter().map(String::as_str))
-        .collect();
-    tags.sort_unstable();
-    tags.dedup();
-    let (tag_slots, tag_bytes) = slots(tags.iter().map(|t| t.as_bytes()), "tags")?;
     let parts = index.parts();
     let (term_slots, term_bytes) = slots(parts.terms.iter().map(|t| t.as_bytes()), "terms")?;
     let words =
@@ -351,8 +340,6 @@ pub(crate) fn encode(
         &id_bytes,
         &entry_slots,
         &archives,
-        &tag_slots,
-        &tag_bytes,
         &term_slots,
         &term_bytes,
         &term_offsets,
@@ -627,9 +614,6 @@ impl Projection {
                 return Err(ProjectionProblem::SlotCount { what, count });
             }
         }
-        if !len(SECTION_TAG_SLOTS).is_multiple_of(SLOT_BYTES) {
-            return Err(ProjectionProblem::TagSlots);
-        }
         let bad = |what| ProjectionProblem::Index { what };
         let terms = len(SECTION_TERM_SLOTS) / SLOT_BYTES;
         for (section, width, items, what) in [
@@ -701,7 +685,7 @@ impl Projection {
     }
 
     /// Checks every invariant of spec/catalog.md §8.3 over every byte: every chunk's digest,
-    /// P5 (ids, tags and terms UTF-8 and strictly increasing), P6 for every entry and P7 (every
+    /// P5 (ids and terms UTF-8 and strictly increasing), P6 for every entry and P7 (every
     /// range table, posting and neighbour). Run where a projection is written or published.
     pub(crate) fn verify_all(&self) -> Result<(), ProjectionProblem> {
         for c in 0..self.body.chunks.len() {
@@ -711,12 +695,6 @@ impl Projection {
         }
         for (slots, bytes, what, n) in [
             (SECTION_ID_SLOTS, SECTION_ID_BYTES, "id", self.count),
-            (
-                SECTION_TAG_SLOTS,
-                SECTION_TAG_BYTES,
-                "tag",
-                self.tag_count(),
-            ),
             (
                 SECTION_TERM_SLOTS,
                 SECTION_TERM_BYTES,
@@ -856,10 +834,6 @@ impl Projection {
         None
     }
 
-    fn tag_count(&self) -> usize {
-        self.section_len(SECTION_TAG_SLOTS) / SLOT_BYTES
-    }
-
     fn term_count(&self) -> usize {
         self.section_len(SECTION_TERM_SLOTS) / SLOT_BYTES
     }
@@ -889,12 +863,6 @@ impl Projection {
     /// Position of the entry `id`, by binary search over the sorted ids.
     pub(crate) fn position(&self, id: &str) -> Option<usize> {
         self.search(SECTION_ID_SLOTS, SECTION_ID_BYTES, self.count, id)
-    }
-
-    /// Whether `tag` is a tag of some entry.
-    pub(crate) fn has_tag(&self, tag: &str) -> bool {
-        self.search(SECTION_TAG_SLOTS, SECTION_TAG_BYTES, self.tag_count(), tag)
-            .is_some()
     }
 
     /// The entry at position `i` as the parser produced it, after its archive validates and
@@ -1124,12 +1092,12 @@ mod tests {
                 parsed.install_descriptor(id)
             );
             for tag in &entry.tags {
-                assert!(projected.has_tag(tag), "{tag}");
+                assert!(projected.knows_word(tag), "{tag}");
             }
         }
         assert_eq!(projected.entries(), parsed.entries());
         assert_eq!(projected.entry("skill:no-such-entry"), None);
-        assert!(!projected.has_tag("no-such-tag-anywhere"));
+        assert!(!projected.knows_word("no-such-tag-anywhere"));
         for (a, b) in [
             (projected.content_digest(), parsed.content_digest()),
             (projected.namespace_digest(), parsed.namespace_digest()),

@@ -378,16 +378,6 @@ impl Catalog {
         self.len() == 0
     }
 
-    /// Whether `tag` is a tag of some entry (spec/catalog.md §5.4).
-    pub fn has_tag(&self, tag: &str) -> bool {
-        match &self.inner.entries {
-            Entries::Parsed { entries, .. } => entries
-                .iter()
-                .any(|e| e.tags.binary_search_by(|t| t.as_str().cmp(tag)).is_ok()),
-            Entries::Projected { projection, .. } => projection.has_tag(tag),
-        }
-    }
-
     /// Position of the entry `capability_id` in id order (in [`Catalog::entries`]).
     pub(crate) fn position_of(&self, capability_id: &str) -> Option<usize> {
         self.position(capability_id)
