@@ -99,6 +99,21 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
     ) -> Result<Finish, CommitError>;
+
+    /// Starts a unit of work (spec/journal.md §14): later commits stay atomic, ordered and
+    /// visible to this process, but become durable together only at [`Backend::make_durable`]
+    /// (or when the backend closes); a crash before that loses all of them and none of the
+    /// commits before the unit. Returns false when this backend cannot defer, and then every
+    /// commit stays durable on its own. The default cannot.
+    fn defer_durability(&self) -> bool {
+        false
+    }
+
+    /// Makes every commit so far durable: one sync when a deferred commit is pending, nothing
+    /// otherwise. Deferral stays on.
+    fn make_durable(&self) -> Result<(), CommitError> {
+        Ok(())
+    }
 }
 
 /// Reads inside a transaction. Bytes passed to callbacks have alignment 1.

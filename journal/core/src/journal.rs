@@ -309,6 +309,43 @@ impl Journal {
         self.shared.append_batch(batch)
     }
 
+    /// Opens a unit of work (spec/journal.md §14): the appends that follow stay atomic, ordered
+    /// and visible to this process, but become durable together at [`Journal::make_durable`] or
+    /// when the journal closes; a crash before that loses all of them, never one in the middle
+    /// and nothing before the unit. A caller makes the unit durable before every effect outside
+    /// the journal that its records describe. Returns false on a backend that cannot defer
+    /// (PostgreSQL), where every append stays durable on its own.
+    pub fn defer_durability(&self) -> bool {
+        self.check_process() && self.shared.backend.defer_durability()
+    }
+
+    /// Makes every append so far durable: one sync when a deferred append is pending, nothing
+    /// otherwise (so it may be called before every effect). A sync that may have failed half-way
+    /// fail-stops the journal, as a failed append does.
+    pub fn make_durable(&self) -> Result<(), AppendError> {
+        if !self.check_process() {
+            return Err(AppendError::ForkedProcess);
+        }
+        if self.shared.is_fail_stopped() {
+            return Err(AppendError::FailStopped);
+        }
+        let _commit = lock(&self.shared.commit);
+        match self.shared.backend.make_durable() {
+            Ok(()) => Ok(()),
+            Err(crate::backend::CommitError::NotCommitted(e)) => Err(AppendError::NotCommitted {
+                reason: e.to_string(),
+            }),
+            Err(crate::backend::CommitError::MaybeCommitted(e)) => {
+                self.shared
+                    .failed
+                    .store(true, std::sync::atomic::Ordering::Release);
+                Err(AppendError::MaybeCommitted {
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
     // ----- reads -----
 
     /// Runs `f` in one read transaction of the backend and returns its result.

@@ -9,3 +9,4 @@ mod limits;
 mod model;
 mod open;
 mod tamper;
+mod unit_of_work;

@@ -239,6 +239,8 @@ fn initialize(
             recent,
             quick_repair: false,
             commits_since_size_check: 0,
+            deferred: false,
+            pending: false,
         },
         refusal,
     ))

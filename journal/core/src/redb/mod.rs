@@ -62,6 +62,7 @@ macro_rules! storage_from {
 }
 storage_from!(
     redb::Error,
+    redb::SetDurabilityError,
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
@@ -80,6 +81,10 @@ pub(crate) struct Writer {
     pub(crate) quick_repair: bool,
     /// Commits since the file's size was last looked at.
     pub(crate) commits_since_size_check: u64,
+    /// A unit of work is open: commits are not synced (spec/journal.md §14).
+    pub(crate) deferred: bool,
+    /// A commit of the unit is not durable yet.
+    pub(crate) pending: bool,
 }
 
 /// Whether the database file at `path` is large enough for quick repair. A file whose size cannot
@@ -181,6 +186,10 @@ impl Backend for RedbBackend {
             .begin_write()
             .map_err(|e| CommitError::NotCommitted(e.into()))?;
         txn.set_quick_repair(writer.quick_repair);
+        if writer.deferred {
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| CommitError::NotCommitted(e.into()))?;
+        }
         let staged = {
             let tables = Tables::open(&txn).map_err(CommitError::NotCommitted)?;
             let mut write = RedbWrite {
@@ -212,6 +221,7 @@ impl Backend for RedbBackend {
         // redb cannot say whether a failed commit reached the disk.
         txn.commit()
             .map_err(|e| CommitError::MaybeCommitted(e.into()))?;
+        writer.pending |= writer.deferred;
         let merged = staged.next_position - writer.event_index_upto >= EVENT_INDEX_MERGE_RECORDS;
         writer.next_position = staged.next_position;
         if merged {
@@ -223,6 +233,29 @@ impl Backend for RedbBackend {
             }
         }
         Ok(Finish::Commit)
+    }
+
+    fn defer_durability(&self) -> bool {
+        lock(&self.writer).deferred = true;
+        true
+    }
+
+    fn make_durable(&self) -> Result<(), CommitError> {
+        let mut writer = lock(&self.writer);
+        if !writer.pending {
+            return Ok(());
+        }
+        // An empty transaction committed with redb's default (immediate) durability makes the
+        // current root, and so every non-durable commit before it, durable at once.
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| CommitError::NotCommitted(e.into()))?;
+        txn.set_quick_repair(writer.quick_repair);
+        txn.commit()
+            .map_err(|e| CommitError::MaybeCommitted(e.into()))?;
+        writer.pending = false;
+        Ok(())
     }
 }
 

@@ -67,6 +67,8 @@ pub(crate) fn scratch_backend(path: &Path) -> Arc<dyn Backend> {
             recent: HashMap::new(),
             quick_repair: false,
             commits_since_size_check: 0,
+            deferred: false,
+            pending: false,
         },
         path.display().to_string(),
         Some(path.to_path_buf()),
