@@ -387,6 +387,9 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     let prompt = input.str("prompt").unwrap_or_default().to_owned();
     ensure_catalog(ctx.layout)?;
     let journal = open_journal(ctx.layout)?;
+    // The prompt is one unit of work: its records share one sync, made before its first effect
+    // outside the journal and after its last (spec/journal.md §14; spec/service.md §13).
+    journal.defer_durability();
     let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
     ensure_policy(&runtime)?;
     let earlier = read_session(&journal, ctx.host, &input.session)?;
@@ -602,6 +605,8 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
             ("workspace_digest", Json::str(workspace_digest(&cwd))),
         ],
     )?;
+    // What the reply tells the person and the model is durable before they read it.
+    journal.make_durable().map_err(SessionError::Record)?;
     let mut context = format!("ctx plan {plan_id}:");
     if selections.is_empty() {
         context.push_str(" no capability is worth offering for this prompt.");

@@ -236,6 +236,11 @@ fn activate(
     else {
         return Err(execution("activation action names no material identity"));
     };
+    // The claim is durable before the host changes (spec/journal.md §14, U2).
+    engine
+        .journal()
+        .make_durable()
+        .map_err(ServiceError::Durability)?;
     let verification = match driver.activate(action, claim_was_new) {
         ActuatorObservation::Applied {
             verification_digest,
@@ -299,6 +304,11 @@ fn deactivate(
     action: &HostAction,
     now: &str,
 ) -> Result<Step, ServiceError> {
+    // What led to the deactivation is durable before the host changes (spec/journal.md §14, U2).
+    engine
+        .journal()
+        .make_durable()
+        .map_err(ServiceError::Durability)?;
     let (kind, step) = match driver.deactivate(action) {
         ActuatorObservation::Applied { .. } => (EventKind::ActionApplied, Step::Settled),
         ActuatorObservation::Refused { reason } => (EventKind::ActionFailed, Step::Refused(reason)),

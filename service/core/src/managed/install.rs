@@ -244,6 +244,11 @@ pub fn execute_install(
     {
         Some(guard) => guard,
         None => {
+            // The claim is durable before the install runs (spec/journal.md §14, U2).
+            engine
+                .journal()
+                .make_durable()
+                .map_err(ServiceError::Durability)?;
             let observation = observe(actuators, authority, binding, claim_was_new)?;
             let outcome = match observation.as_ref().map(|o| o.state) {
                 Some(ObservationState::InstalledExact) => InstallOutcome::Applied,

@@ -158,6 +158,10 @@ impl ArtifactRegistry {
             })?;
         let artifacts = root.join(ARTIFACTS_DIR);
         let manifests = root.join(MANIFESTS_DIR);
+        // The root is synced only when it gains a directory: a sync at every open was a durable
+        // sync per prompt hook for nothing (spec/service.md §13).
+        let creates = fs::symlink_metadata(&artifacts).is_err()
+            || fs::symlink_metadata(&manifests).is_err();
         let artifacts_meta = ensure_private_dir(&artifacts).map_err(dir_error)?;
         let manifests_meta = ensure_private_dir(&manifests).map_err(dir_error)?;
         let lock_path = root.join(PUBLICATION_LOCK_FILE);
@@ -178,7 +182,9 @@ impl ArtifactRegistry {
         let _lock = registry.lock()?;
         registry.assert_current()?;
         registry.reconcile()?;
-        fsync_dir(&registry.root)?;
+        if creates {
+            fsync_dir(&registry.root)?;
+        }
         Ok(registry)
     }
 

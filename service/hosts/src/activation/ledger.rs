@@ -516,7 +516,14 @@ impl ActivationLedger for JournalLedger {
             ));
         }
         match self.journal.append_batch(batch) {
-            Ok(outcomes) => Ok(outcomes.first().map_or(expected, |o| o.last_revision())),
+            Ok(outcomes) => {
+                // An intent alone comes right before the host's files change: inside a unit of
+                // work it is made durable first (spec/journal.md §14, U2; spec/activation.md §4).
+                if records.last().is_some_and(|r| r.outcome.is_none()) {
+                    self.journal.make_durable()?;
+                }
+                Ok(outcomes.first().map_or(expected, |o| o.last_revision()))
+            }
             Err(AppendError::WrongRevision { .. }) => Err(LedgerError::Moved {
                 path: target.display(),
                 expected,
