@@ -293,6 +293,12 @@ fn holder_of(action: &HostAction) -> String {
 }
 
 impl ActivationDriver for HostActivationDriver<'_> {
+    /// The actuator appends its ledger intent before every host change, and the ledger makes
+    /// it durable (spec/activation.md §4; spec/journal.md §14, U2).
+    fn makes_its_intent_durable(&self) -> bool {
+        true
+    }
+
     fn binding(&self) -> Result<InstallExecutionBinding, ProtocolError> {
         let home = self.home.home().display().to_string();
         let project = self

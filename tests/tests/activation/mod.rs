@@ -9,3 +9,4 @@ mod ledger;
 mod mcp;
 mod skills;
 mod trees;
+mod unit;

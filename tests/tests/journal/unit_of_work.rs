@@ -113,7 +113,9 @@ fn a_process_killed_inside_a_unit_loses_the_unit_and_keeps_everything_made_durab
     let (mut child, mut lines) = run_child("kill", dir.path());
     let mut seen = None;
     loop {
-        let line = lines.next_line().expect("the child ended before it was ready");
+        let line = lines
+            .next_line()
+            .expect("the child ended before it was ready");
         if let Some(ids) = line.strip_prefix("SEEN ") {
             seen = Some(ids.to_owned());
         }

@@ -50,6 +50,14 @@ pub trait ActivationDriver: std::fmt::Debug {
     /// Removes the action's capability from the host when the host still reads exactly what
     /// ctx activated.
     fn deactivate(&self, action: &HostAction) -> ActuatorObservation;
+    /// True when the driver appends an intent of its own to this service's journal and makes
+    /// it durable before it changes the host (the host actuator's ledger, spec/activation.md
+    /// §4): the engine's claim, committed before that intent, becomes durable with it, so the
+    /// engine does not sync the claim separately (spec/journal.md §14, U2). The default is
+    /// false: the claim is made durable before the driver is called.
+    fn makes_its_intent_durable(&self) -> bool {
+        false
+    }
 }
 
 /// What one [`QueryService::advance_activations`] did, by capability id.
@@ -237,10 +245,12 @@ fn activate(
         return Err(execution("activation action names no material identity"));
     };
     // The claim is durable before the host changes (spec/journal.md §14, U2).
-    engine
-        .journal()
-        .make_durable()
-        .map_err(ServiceError::Durability)?;
+    if !driver.makes_its_intent_durable() {
+        engine
+            .journal()
+            .make_durable()
+            .map_err(ServiceError::Durability)?;
+    }
     let verification = match driver.activate(action, claim_was_new) {
         ActuatorObservation::Applied {
             verification_digest,
@@ -305,10 +315,12 @@ fn deactivate(
     now: &str,
 ) -> Result<Step, ServiceError> {
     // What led to the deactivation is durable before the host changes (spec/journal.md §14, U2).
-    engine
-        .journal()
-        .make_durable()
-        .map_err(ServiceError::Durability)?;
+    if !driver.makes_its_intent_durable() {
+        engine
+            .journal()
+            .make_durable()
+            .map_err(ServiceError::Durability)?;
+    }
     let (kind, step) = match driver.deactivate(action) {
         ActuatorObservation::Applied { .. } => (EventKind::ActionApplied, Step::Settled),
         ActuatorObservation::Refused { reason } => (EventKind::ActionFailed, Step::Refused(reason)),

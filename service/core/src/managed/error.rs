@@ -81,7 +81,9 @@ pub enum ServiceError {
     Execution(String),
     /// The journal could not make the records of a unit of work durable before an effect they
     /// describe (spec/journal.md §14, invariant U2); the effect was not started.
-    #[error("the journal could not make the claim durable before its effect, so the effect was not started: {0}")]
+    #[error(
+        "the journal could not make the claim durable before its effect, so the effect was not started: {0}"
+    )]
     Durability(#[source] ctx_journal::AppendError),
     /// The engine refused an install or activation claim.
     #[error(transparent)]

@@ -160,8 +160,8 @@ impl ArtifactRegistry {
         let manifests = root.join(MANIFESTS_DIR);
         // The root is synced only when it gains a directory: a sync at every open was a durable
         // sync per prompt hook for nothing (spec/service.md §13).
-        let creates = fs::symlink_metadata(&artifacts).is_err()
-            || fs::symlink_metadata(&manifests).is_err();
+        let creates =
+            fs::symlink_metadata(&artifacts).is_err() || fs::symlink_metadata(&manifests).is_err();
         let artifacts_meta = ensure_private_dir(&artifacts).map_err(dir_error)?;
         let manifests_meta = ensure_private_dir(&manifests).map_err(dir_error)?;
         let lock_path = root.join(PUBLICATION_LOCK_FILE);
