@@ -68,6 +68,169 @@ pub fn shape_of(index: usize) -> Shape {
     }
 }
 
+/// A fixed entry that a bench prompt is written to select (`ctx-bench hook-latency`): the same
+/// at every catalog size, so every size plans, activates and asks for the same capabilities,
+/// and a size's cost is the catalog's alone. Its words are outside the generated vocabulary
+/// ([`indexed_words`]), and so are the prompts' (test `hook_prompts_match_only_anchors`).
+#[derive(Debug, Clone, Copy)]
+pub struct Anchor {
+    pub name: &'static str,
+    pub shape: Shape,
+    pub label: &'static str,
+    pub tags: &'static [&'static str],
+}
+
+const fn anchor(
+    name: &'static str,
+    shape: Shape,
+    label: &'static str,
+    tags: &'static [&'static str],
+) -> Anchor {
+    Anchor {
+        name,
+        shape,
+        label,
+        tags,
+    }
+}
+
+/// Two loadable skills per timed prompt of `ctx-bench hook-latency` ([`ANCHOR_PROMPTS`]), then
+/// a skill and two agents (installs the person decides) for its traced prompt
+/// ([`ANCHOR_TRACED_PROMPT`]).
+pub const ANCHORS: &[Anchor] = &[
+    anchor(
+        "storybook-stories",
+        Shape::SkillMaterial,
+        "Storybook stories for a component",
+        &["storybook", "stories", "component"],
+    ),
+    anchor(
+        "navbar-component",
+        Shape::SkillMaterial,
+        "Navbar component conventions and stories",
+        &["navbar", "component", "stories"],
+    ),
+    anchor(
+        "ffmpeg-transcode",
+        Shape::SkillMaterial,
+        "Transcode clips with ffmpeg",
+        &["ffmpeg", "transcode", "clips"],
+    ),
+    anchor(
+        "lecture-clips",
+        Shape::SkillMaterial,
+        "Lecture clips: cut, transcode and caption",
+        &["lecture", "clips", "transcode"],
+    ),
+    anchor(
+        "valgrind-leaks",
+        Shape::SkillMaterial,
+        "Find a memory leak with valgrind",
+        &["valgrind", "leak", "memory"],
+    ),
+    anchor(
+        "memory-leak-hunt",
+        Shape::SkillMaterial,
+        "Hunt a memory leak down to its allocation",
+        &["memory", "leak", "valgrind"],
+    ),
+    anchor(
+        "tailwind-palette",
+        Shape::SkillMaterial,
+        "Tailwind palette and dark mode tokens",
+        &["tailwind", "palette", "dark"],
+    ),
+    anchor(
+        "dark-mode",
+        Shape::SkillMaterial,
+        "Dark mode for a tailwind palette",
+        &["dark", "mode", "tailwind"],
+    ),
+    anchor(
+        "sentry-alerts",
+        Shape::SkillMaterial,
+        "Sentry alerts routed into a pager rotation",
+        &["sentry", "alerts", "pager"],
+    ),
+    anchor(
+        "pager-rotation",
+        Shape::SkillMaterial,
+        "Pager rotation and sentry alert routing",
+        &["pager", "rotation", "sentry"],
+    ),
+    anchor(
+        "renovate-bumps",
+        Shape::SkillMaterial,
+        "Renovate dependency bumps",
+        &["renovate", "bumps", "dependency"],
+    ),
+    anchor(
+        "dependency-bumps",
+        Shape::SkillMaterial,
+        "Dependency bumps with renovate",
+        &["dependency", "bumps", "renovate"],
+    ),
+    anchor(
+        "pandas-dataframe",
+        Shape::SkillMaterial,
+        "Pandas dataframe outliers",
+        &["pandas", "dataframe", "outliers"],
+    ),
+    anchor(
+        "outlier-scrub",
+        Shape::SkillMaterial,
+        "Scrub outliers from a pandas dataframe",
+        &["outliers", "scrub", "pandas"],
+    ),
+    anchor(
+        "mermaid-diagrams",
+        Shape::SkillMaterial,
+        "Mermaid sequence diagrams",
+        &["mermaid", "diagram", "sequence"],
+    ),
+    anchor(
+        "sequence-diagram",
+        Shape::SkillMaterial,
+        "Sequence diagram drawn with mermaid",
+        &["sequence", "diagram", "mermaid"],
+    ),
+    anchor(
+        "protobuf-contracts",
+        Shape::SkillMaterial,
+        "Protobuf contracts vetted with buf",
+        &["protobuf", "contracts", "buf"],
+    ),
+    anchor(
+        "buf-reviewer",
+        Shape::Agent,
+        "Buf reviewer of protobuf contracts",
+        &["buf", "protobuf", "contracts"],
+    ),
+    anchor(
+        "contract-vetting",
+        Shape::Agent,
+        "Vet protobuf contracts before they ship",
+        &["contracts", "vet", "protobuf"],
+    ),
+];
+
+/// The timed prompts of `ctx-bench hook-latency --catalog-size`: each selects its two
+/// [`ANCHORS`] and nothing else, at every size.
+pub const ANCHOR_PROMPTS: &[&str] = &[
+    "add storybook stories for the navbar component",
+    "transcode the lecture clips with ffmpeg",
+    "find the memory leak with valgrind",
+    "tune the tailwind palette for dark mode",
+    "wire sentry alerts into the pager rotation",
+    "set up renovate for dependency bumps",
+    "scrub the pandas dataframe of outliers",
+    "draw the sequence diagram with mermaid",
+];
+
+/// The traced prompt of `ctx-bench hook-latency --catalog-size`: one skill to load and two
+/// agents to ask for.
+pub const ANCHOR_TRACED_PROMPT: &str = "vet the protobuf contracts with buf";
+
 /// What the generator wrote.
 #[derive(Debug, Clone, Default)]
 pub struct Generated {
@@ -645,6 +808,12 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 /// Writes a catalog of `entries` entries into the empty or missing directory `dir`: the bodies,
 /// then `catalog.json` (compact, one entry at a time).
 pub fn generate(dir: &Path, entries: usize) -> BenchResult<Generated> {
+    generate_with(dir, entries, &[])
+}
+
+/// [`generate`] with `anchors` as the first entries (as many as fit in `entries`); the generated
+/// entries follow them, numbered from there.
+pub fn generate_with(dir: &Path, entries: usize, anchors: &[Anchor]) -> BenchResult<Generated> {
     if entries == 0 {
         return Err("a catalog needs at least one entry (spec/catalog.md §1.1)".into());
     }
@@ -665,8 +834,12 @@ pub fn generate(dir: &Path, entries: usize) -> BenchResult<Generated> {
         format!("{{\"schema\":\"ctx.catalog-v2\",\"namespace\":\"{NAMESPACE}\",\"capabilities\":[")
             .as_bytes(),
     )?;
+    let anchored = anchors.len().min(entries);
     for index in 0..entries {
-        let entry = entry(dir, index, &vocabulary, &mut generated)?;
+        let entry = match anchors.get(index).filter(|_| index < anchored) {
+            Some(anchor) => anchor_entry(dir, index, anchor, &mut generated)?,
+            None => entry(dir, index, &vocabulary, &mut generated)?,
+        };
         if index > 0 {
             catalog.write_all(b",")?;
         }
@@ -706,8 +879,45 @@ fn entry(
 ) -> BenchResult<Value> {
     let mut rng = Rng::new(index as u64);
     let words = Words::new(index, vocabulary, &mut rng);
-    let name = &words.name;
     let label = words.label(&mut rng);
+    entry_of(dir, &words, label, shape_of(index), &mut rng, generated)
+}
+
+/// Anchor `anchor` as entry `index` (its body text drawn as a generated entry's).
+fn anchor_entry(
+    dir: &Path,
+    index: usize,
+    anchor: &Anchor,
+    generated: &mut Generated,
+) -> BenchResult<Value> {
+    let mut rng = Rng::new(index as u64);
+    let words = Words {
+        name: anchor.name.to_owned(),
+        topic: anchor.tags.first().copied().unwrap_or("bench"),
+        verb: "review",
+        tags: anchor.tags.iter().map(|t| (*t).to_owned()).collect(),
+    };
+    entry_of(
+        dir,
+        &words,
+        anchor.label.to_owned(),
+        anchor.shape,
+        &mut rng,
+        generated,
+    )
+}
+
+/// The entry of `words` with `label` and `shape`: its files written under `dir`, its catalog
+/// JSON returned.
+fn entry_of(
+    dir: &Path,
+    words: &Words,
+    label: String,
+    shape: Shape,
+    rng: &mut Rng,
+    generated: &mut Generated,
+) -> BenchResult<Value> {
+    let name = &words.name;
     let plan_digest = |id: &str, sha: &str| sha256_hex(format!("bench-plan:{id}:{sha}").as_bytes());
     let install = |id: &str, expansion: bool, result: Value, sha: &str| {
         json!({
@@ -718,12 +928,11 @@ fn entry(
             "result": result,
         })
     };
-    let value = match shape_of(index) {
+    let value = match shape {
         Shape::SkillMaterial => {
             generated.skill_material += 1;
             let path = format!("skills/{name}/SKILL.md");
-            let (sha, size) =
-                write_body(dir, &path, &skill_md(&words, &mut rng, false), generated)?;
+            let (sha, size) = write_body(dir, &path, &skill_md(words, rng, false), generated)?;
             generated.declared_bytes += size;
             json!({
                 "id": format!("skill:{name}"),
@@ -744,17 +953,17 @@ fn entry(
             write_body(
                 dir,
                 &format!("{tree}/SKILL.md"),
-                &skill_md(&words, &mut rng, true),
+                &skill_md(words, rng, true),
                 generated,
             )?;
             write_body(
                 dir,
                 &format!("{tree}/references/guide.md"),
-                &guide_md(&words, &mut rng),
+                &guide_md(words, rng),
                 generated,
             )?;
             let script = format!("{tree}/scripts/run.sh");
-            write_body(dir, &script, &run_sh(&words), generated)?;
+            write_body(dir, &script, &run_sh(words), generated)?;
             {
                 use std::os::unix::fs::PermissionsExt as _;
                 std::fs::set_permissions(
@@ -783,7 +992,7 @@ fn entry(
         Shape::Agent => {
             generated.agents += 1;
             let path = format!("agents/{name}.md");
-            let (sha, size) = write_body(dir, &path, &agent_md(&words, &mut rng), generated)?;
+            let (sha, size) = write_body(dir, &path, &agent_md(words, rng), generated)?;
             generated.declared_bytes += size;
             let id = format!("agent:{name}");
             json!({
@@ -1435,6 +1644,99 @@ mod tests {
             std::fs::read_to_string(again.join("catalog.json")).unwrap(),
             text
         );
+    }
+
+    /// The words a generated (not anchored) entry's name, label and tags can hold.
+    fn generated_words() -> std::collections::BTreeSet<String> {
+        let mut words = std::collections::BTreeSet::new();
+        let lists = [TOPICS, VERBS, NOUNS, TECH, TAG_SUFFIXES];
+        for word in lists.iter().flat_map(|l| l.iter()) {
+            for part in word.split(|c: char| !c.is_ascii_alphanumeric()) {
+                words.insert(part.to_ascii_lowercase());
+            }
+        }
+        words
+    }
+
+    fn prompt_words(prompt: &str) -> Vec<String> {
+        prompt
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect()
+    }
+
+    /// The anchored prompts share no word with generated entries, so at every catalog size
+    /// they select their anchors and nothing else; planned in process at 120 entries.
+    #[test]
+    fn hook_prompts_match_only_anchors() {
+        let generated = generated_words();
+        let prompts = ANCHOR_PROMPTS.iter().chain([&ANCHOR_TRACED_PROMPT]);
+        for prompt in prompts.clone() {
+            for word in prompt_words(prompt) {
+                assert!(!generated.contains(&word), "{word:?} of {prompt:?}");
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = dir.path().join("catalog");
+        generate_with(&catalog, 120, ANCHORS).unwrap();
+        let layout = ctx_service::Layout::new(&dir.path().join("data"));
+        ctx_service::ingest_catalog(&layout, Some(&catalog)).unwrap();
+        let runtime =
+            ctx_service::Runtime::open(&layout, ctx_model::UtcMicros(1_800_000_000_000_000))
+                .unwrap();
+        runtime
+            .policy_store()
+            .persist(&ctx_service::InstallConsentPolicy::safe_default())
+            .unwrap();
+        let anchors_of = |prompt: &str| -> Vec<String> {
+            let words = prompt_words(prompt);
+            let mut ids: Vec<String> = ANCHORS
+                .iter()
+                .filter(|a| {
+                    a.name.split('-').all(|w| words.contains(&w.to_owned())) || {
+                        a.tags
+                            .iter()
+                            .filter(|t| words.contains(&(**t).to_owned()))
+                            .count()
+                            >= 2
+                    }
+                })
+                .map(|a| match a.shape {
+                    Shape::Agent => format!("agent:{}", a.name),
+                    _ => format!("skill:{}", a.name),
+                })
+                .collect();
+            ids.sort();
+            ids
+        };
+        for (i, prompt) in prompts.enumerate() {
+            let work = ctx_service::WorkRequest {
+                session_id: format!("anchors-{i}"),
+                workspace: dir.path().display().to_string(),
+                prompt: format!("{prompt} (run {})", crate::hook_latency::run_code(i)),
+                signals: Vec::new(),
+                languages: Vec::new(),
+                requested_limit: 5,
+            };
+            let work_ref = runtime.observe_work(&work).unwrap();
+            let query = ctx_service::QueryRequest::new(
+                &ctx_service::logical_id("query", &work_ref),
+                &work_ref,
+            )
+            .unwrap();
+            let prepared = runtime.service().prepare(&query).unwrap();
+            let mut selected: Vec<String> = prepared
+                .prepared()
+                .selections()
+                .iter()
+                .map(|s| s.capability_id().to_owned())
+                .collect();
+            selected.sort();
+            let expected = anchors_of(prompt);
+            assert!(expected.len() >= 2, "{prompt:?}: {expected:?}");
+            assert_eq!(selected, expected, "{prompt:?}");
+        }
     }
 
     #[test]

@@ -124,6 +124,21 @@ pub(crate) const PROMPTS: &[&str] = &[
     "add a Kubernetes readiness probe to the api deployment",
 ];
 
+/// A word that makes run `i`'s prompt an input of its own: letters, not digits, since a number
+/// is a term that a generated entry's name (`<topic>-<verb>-<index>`) holds, and a prompt that
+/// matched one would plan differently at each catalog size.
+pub(crate) fn run_code(i: usize) -> String {
+    let mut code = String::from("zq");
+    let mut n = i;
+    loop {
+        code.push(char::from(b'a' + (n % 26) as u8));
+        n /= 26;
+        if n == 0 {
+            return code;
+        }
+    }
+}
+
 /// A follow-up prompt without a catalog tag (the generated vocabulary and the sample catalog's
 /// tags are technical words), numbered per run so that no two are the same input.
 const NOTHING_PLANNED_PROMPT: &str = "yes, continue";
@@ -1311,7 +1326,13 @@ fn measure_catalog(
                 .prefix("ctx-bench-hook-catalog-")
                 .tempdir_in(&config.disk_dir)?;
             eprintln!("generating a catalog of {n} entries ...");
-            let generated = catalog_scale::generate(&dir.path().join("catalog"), n)?;
+            // The same anchors at every size, so every size runs the same plans (their
+            // prompts share no word with the generated entries).
+            let generated = catalog_scale::generate_with(
+                &dir.path().join("catalog"),
+                n,
+                catalog_scale::ANCHORS,
+            )?;
             Some((dir, generated))
         }
         None => None,
@@ -1377,7 +1398,11 @@ fn measure_catalog(
         let (wall, _) = version_run(ctx)?;
         floor.latencies.push(wall);
         let session = format!("bench-session-{}", i / PROMPTS_PER_SESSION);
-        let prompt = format!("{} (run {i})", PROMPTS[i % PROMPTS.len()]);
+        let prompts = match entries {
+            Some(_) => catalog_scale::ANCHOR_PROMPTS,
+            None => PROMPTS,
+        };
+        let prompt = format!("{} (run {})", prompts[i % prompts.len()], run_code(i));
         for (world, case) in worlds.iter().zip(cases.iter_mut()) {
             let (wall, reply) = hook_run(ctx, world, &session, &prompt)?;
             case.all.latencies.push(wall);
@@ -1444,7 +1469,7 @@ fn measure_catalog(
     let mut traced = Vec::new();
     if let Some(tools) = tools {
         let prompt = match entries {
-            Some(_) => catalog_scale::PROMPT,
+            Some(_) => catalog_scale::ANCHOR_TRACED_PROMPT,
             None => SAMPLE_TRACED_PROMPT,
         };
         for (world, case) in worlds.iter().zip(&cases) {
