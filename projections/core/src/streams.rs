@@ -114,6 +114,12 @@ pub const INSTALL_GRANTS_NAMESPACE: &str = "ctx.install-grants";
 /// Kind of one indexed grant: the challenge where the person signed it.
 pub const INSTALL_GRANT_KIND: &str = "ctx.install-grant.v1";
 
+/// Stream namespace of a stored work observation; the key is its work reference (spec/cli.md
+/// §4, "Work observations").
+pub const WORK_STREAM_NAMESPACE: &str = "ctx.work";
+/// Kind of a work observation: what a host observed, as the query's input authority reads it.
+pub const WORK_OBSERVATION_KIND: &str = "ctx.work-observation.v1";
+
 /// Every stream namespace ctx writes, with its record kinds.
 pub const STREAMS: &[StreamSpec] = &[
     StreamSpec {
@@ -194,6 +200,11 @@ pub const STREAMS: &[StreamSpec] = &[
         namespace: DECISION_EVIDENCE_NAMESPACE,
         kinds: &[DECISION_EVIDENCE_KIND],
         what: "one challenge's decision evidence: each verified signed assertion and its assurance",
+    },
+    StreamSpec {
+        namespace: WORK_STREAM_NAMESPACE,
+        kinds: &[WORK_OBSERVATION_KIND],
+        what: "one work observation a current-work reference resolves to",
     },
     StreamSpec {
         namespace: INSTALL_GRANTS_NAMESPACE,

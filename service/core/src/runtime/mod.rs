@@ -39,10 +39,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ctx_fs::{
-    FILE_MODE_PRIVATE, PrivateError, ReadError, WriteError, create_private_dir_all,
-    read_bounded_file, write_durable_with_temp,
-};
+use ctx_fs::{PrivateError, ReadError, create_private_dir_all, read_bounded_file};
 
 use ctx_journal::OpenOptions;
 use ctx_model::{
@@ -143,6 +140,12 @@ pub enum RuntimeError {
     /// The data directory's workspace identity could not be read or created (spec/cli.md §2).
     #[error(transparent)]
     WorkspaceIdentity(#[from] WorkspaceIdentityError),
+    /// The work observation could not be recorded in the journal (spec/cli.md §4).
+    #[error("the work observation {work_ref} could not be recorded in the journal: {source}")]
+    WorkRecord {
+        work_ref: String,
+        source: ctx_journal::AppendError,
+    },
 }
 
 impl RuntimeError {
@@ -282,29 +285,6 @@ impl BenefitAuditSink for IdentitySink {
 // ------------------------------------------------------------------------------------------------
 // Files
 // ------------------------------------------------------------------------------------------------
-
-/// Writes `bytes` to `path` through a synced temporary file and a rename, then syncs the
-/// directory: a reader sees the old file or the new one, never a part.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
-    let dir = path.parent().ok_or_else(|| {
-        RuntimeError::Invalid(format!("{} has no parent directory", path.display()))
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    write_durable_with_temp(path, &tmp, bytes, FILE_MODE_PRIVATE).map_err(|e| match e {
-        WriteError::Io { path, source, .. } => RuntimeError::Io { path, source },
-        WriteError::NoParent { path } => {
-            RuntimeError::Invalid(format!("{} has no parent directory", path.display()))
-        }
-        other => RuntimeError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(other),
-        },
-    })
-}
 
 // ------------------------------------------------------------------------------------------------
 // The runtime
@@ -490,6 +470,7 @@ impl Runtime {
             registry: registry.clone(),
             input_authority: Arc::new(WorkDirAuthority {
                 dir: layout.work(),
+                journal_dir: layout.journal(),
                 registry: registry.clone(),
             }),
             ports,
@@ -704,10 +685,16 @@ impl Runtime {
             .map_err(|e| component("the artifact registry refused the work")(e.to_string()))?;
         work.manifest_digest = artifact.manifest_digest().to_owned();
         let work_ref = work.work_ref();
-        let path = self.layout.work().join(format!("{work_ref}.json"));
-        // An observation already stored keeps its first time, so its events never change.
-        if !path.exists() {
-            write_atomically(&path, work.to_json().to_string().as_bytes())?;
+        // An observation already stored keeps its first time, so its events never change: one
+        // an earlier version filed stands, and the journal keeps a recorded one's first record.
+        if !work::is_filed(&self.layout.work(), &work_ref) {
+            let journal = crate::managed::open_service_journal(&self.layout.journal())?;
+            work::record_work(&journal, &work_ref, &work).map_err(|source| {
+                RuntimeError::WorkRecord {
+                    work_ref: work_ref.clone(),
+                    source,
+                }
+            })?;
         }
         Ok(work_ref)
     }

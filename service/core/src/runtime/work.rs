@@ -1,9 +1,15 @@
-//! Stored work observations of a data directory (`work/<work ref>.json`, spec/cli.md §4): what a
-//! host observed, its work reference, the planning events it stands for, and the current-work
-//! authority that resolves a reference to them (`QueryInputAuthority`, spec/service.md §1 and §3).
+//! Stored work observations of a data directory (journal records, and `work/<work ref>.json`
+//! files of earlier versions; spec/cli.md §4): what a host observed, its work reference, the
+//! planning events it stands for, and the current-work authority that resolves a reference to
+//! them (`QueryInputAuthority`, spec/service.md §1 and §3).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use ctx_journal::{
+    AppendError, ExpectedRevision, Journal, NewRecord, StreamAppend, StreamId, Timestamp,
+};
+use ctx_projections::streams::{WORK_OBSERVATION_KIND, WORK_STREAM_NAMESPACE};
 
 use ctx_model::{
     CURRENT_WORK_SCHEMA, EngineEvent, Json, ScopeRef, Surrogate, UtcMicros, is_token, sha256_hex,
@@ -223,9 +229,69 @@ impl StoredWork {
 }
 
 /// Resolves current-work references to the stored observations of `work/`.
+/// The journal stream of the work observation `work_ref`.
+fn work_stream(work_ref: &str) -> Option<StreamId> {
+    StreamId::derive(WORK_STREAM_NAMESPACE, work_ref.as_bytes()).ok()
+}
+
+/// Records `work` as the observation `work_ref` in `journal`, unless one is recorded already: an
+/// observation keeps its first time, so its events never change. Inside a prompt's unit of work
+/// the record shares the unit's sync (spec/service.md §13), where a file needed two of its own.
+pub(super) fn record_work(
+    journal: &Journal,
+    work_ref: &str,
+    work: &StoredWork,
+) -> Result<(), AppendError> {
+    let Some(stream) = work_stream(work_ref) else {
+        return Err(AppendError::NotCommitted {
+            reason: format!("work reference {work_ref:?} names no stream"),
+        });
+    };
+    let record = NewRecord::new(
+        format!("ctx-work:{work_ref}"),
+        WORK_OBSERVATION_KIND,
+        Timestamp(work.observed_at.0),
+        work.to_json().to_string().into_bytes(),
+    );
+    match journal.append(StreamAppend::new(
+        stream,
+        ExpectedRevision::NoStream,
+        vec![record],
+    )) {
+        Ok(_) | Err(AppendError::WrongRevision { .. } | AppendError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The observation `work_ref` as recorded in `journal`, if it is there and well formed.
+fn recorded_work(journal: &Journal, work_ref: &str) -> Option<StoredWork> {
+    let records = journal.read_stream(&work_stream(work_ref)?, 1, 1).ok()?;
+    let record = records.first()?;
+    if record.kind != WORK_OBSERVATION_KIND || record.payload.len() as u64 > WORK_FILE_MAX_BYTES {
+        return None;
+    }
+    let value = Json::parse(std::str::from_utf8(&record.payload).ok()?).ok()?;
+    StoredWork::from_json(&value).ok()
+}
+
+/// The observation `work_ref` as an earlier version stored it, in `dir/<work ref>.json`.
+fn filed_work(dir: &Path, work_ref: &str) -> Option<StoredWork> {
+    let path = dir.join(format!("{work_ref}.json"));
+    let text = read_limited(&path, WORK_FILE_MAX_BYTES)
+        .and_then(|bytes| utf8(&path, bytes))
+        .ok()?;
+    StoredWork::from_json(&Json::parse(&text).ok()?).ok()
+}
+
+/// True when `work_ref` is stored as a file of an earlier version (its first time stands).
+pub(super) fn is_filed(dir: &Path, work_ref: &str) -> bool {
+    dir.join(format!("{work_ref}.json")).exists()
+}
+
 #[derive(Debug)]
 pub(super) struct WorkDirAuthority {
     pub(super) dir: PathBuf,
+    pub(super) journal_dir: PathBuf,
     pub(super) registry: Arc<ArtifactRegistry>,
 }
 
@@ -235,13 +301,13 @@ impl QueryInputAuthority for WorkDirAuthority {
         if !is_token(current_work_ref) || !current_work_ref.starts_with("work-") {
             return Err(unavailable());
         }
-        let path = self.dir.join(format!("{current_work_ref}.json"));
-        let text = read_limited(&path, WORK_FILE_MAX_BYTES)
-            .and_then(|bytes| utf8(&path, bytes))
-            .map_err(|_| unavailable())?;
-        let work = Json::parse(&text)
+        // The journal first (this version records observations there); a file for what an
+        // earlier version observed.
+        let recorded = crate::managed::open_service_journal(&self.journal_dir)
             .ok()
-            .and_then(|v| StoredWork::from_json(&v).ok())
+            .and_then(|journal| recorded_work(&journal, current_work_ref));
+        let work = recorded
+            .or_else(|| filed_work(&self.dir, current_work_ref))
             .ok_or_else(unavailable)?;
         if work.work_ref() != current_work_ref {
             return Err(unavailable());
@@ -257,6 +323,8 @@ impl QueryInputAuthority for WorkDirAuthority {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     fn work() -> StoredWork {
@@ -287,6 +355,40 @@ mod tests {
             ..original.clone()
         };
         assert_ne!(other.work_ref(), original.work_ref());
+    }
+
+    #[test]
+    fn a_recorded_observation_keeps_its_first_time_and_a_filed_one_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path().join("journal"), &Default::default()).unwrap();
+        let first = work();
+        let work_ref = first.work_ref();
+        assert_eq!(recorded_work(&journal, &work_ref), None);
+        record_work(&journal, &work_ref, &first).unwrap();
+        let later = StoredWork {
+            observed_at: UtcMicros(9_000_000),
+            ..first.clone()
+        };
+        record_work(&journal, &work_ref, &later).unwrap();
+        assert_eq!(recorded_work(&journal, &work_ref), Some(first.clone()));
+        let stream = work_stream(&work_ref).unwrap();
+        assert_eq!(journal.read_stream(&stream, 1, 10).unwrap().len(), 1);
+
+        // What an earlier version filed is read from its file.
+        let other = StoredWork {
+            signals: vec!["go".to_owned()],
+            ..first.clone()
+        };
+        let files = dir.path().join("work");
+        std::fs::create_dir_all(&files).unwrap();
+        assert!(!is_filed(&files, &other.work_ref()));
+        std::fs::write(
+            files.join(format!("{}.json", other.work_ref())),
+            other.to_json().to_string(),
+        )
+        .unwrap();
+        assert!(is_filed(&files, &other.work_ref()));
+        assert_eq!(filed_work(&files, &other.work_ref()), Some(other));
     }
 
     #[test]
