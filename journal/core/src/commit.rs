@@ -754,6 +754,59 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_with_a_small_merge_threshold_keeps_the_unmerged_tail_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = OpenOptions::new().event_index_merge_records(8);
+        let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();
+        let s = StreamId::derive("unit", b"small-merge").unwrap();
+        for i in 1..=20 {
+            j.append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![record(&format!("d{i}"), b"p")],
+            ))
+            .unwrap();
+        }
+        assert_eq!(
+            RedbBackend::of(&j).event_index_upto(),
+            1,
+            "the default threshold merges nothing of 20 records"
+        );
+        drop(j);
+        // The first commit of a handle with threshold 8 merges the 20 unmerged ids, and the
+        // tail then never reaches 8.
+        let j = Journal::open(dir.path(), &small).unwrap();
+        for i in 21..=40 {
+            j.append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![record(&format!("d{i}"), b"p")],
+            ))
+            .unwrap();
+            let unmerged = i + 1 - RedbBackend::of(&j).event_index_upto();
+            assert!(unmerged < 8, "{unmerged} unmerged after record {i}");
+        }
+        // Old ids are still found, through the merged index.
+        let replay = j
+            .append(StreamAppend::new(
+                s,
+                ExpectedRevision::Any,
+                vec![record("d3", b"p")],
+            ))
+            .unwrap();
+        assert!(replay.replayed);
+        assert_eq!(replay.records[0].revision, 3);
+        let report = j.verify().unwrap();
+        assert!(report.is_ok(), "{report:?}");
+    }
+
+    #[test]
+    #[should_panic(expected = "event_index_merge_records must be between 1 and")]
+    fn a_merge_threshold_above_the_limit_is_a_programmer_error() {
+        let _ = OpenOptions::new().event_index_merge_records(EVENT_INDEX_MERGE_RECORDS + 1);
+    }
+
+    #[test]
     fn an_event_index_hash_collision_is_resolved_by_the_record() {
         let dir = tempfile::tempdir().unwrap();
         let j = Journal::open(dir.path(), &OpenOptions::new()).unwrap();

@@ -28,6 +28,7 @@ pub struct OpenOptions {
     lock_wait: Duration,
     key_source: Arc<KeySource>,
     ignore_integrity_verdict: bool,
+    event_index_merge_records: u64,
     #[cfg(feature = "testing")]
     storage_wrapper: Option<Arc<dyn crate::StorageWrapper>>,
 }
@@ -48,6 +49,7 @@ impl Default for OpenOptions {
             lock_wait: Duration::ZERO,
             key_source: Arc::new(key::os_random_key),
             ignore_integrity_verdict: false,
+            event_index_merge_records: crate::limits::EVENT_INDEX_MERGE_RECORDS,
             #[cfg(feature = "testing")]
             storage_wrapper: None,
         }
@@ -70,6 +72,24 @@ impl OpenOptions {
     /// does not make this open refuse writes, so the audit judges the journal as it is now.
     pub fn ignore_integrity_verdict(mut self) -> OpenOptions {
         self.ignore_integrity_verdict = true;
+        self
+    }
+
+    /// How many unmerged event ids this handle's commits let accumulate before they merge them
+    /// into the on-disk event-id index (spec/journal.md §4, invariant J9): at most
+    /// [`crate::EVENT_INDEX_MERGE_RECORDS`], the default. Every open authenticates the unmerged
+    /// tail, so a program that reopens the journal per short call (ctx's hooks) keeps it small;
+    /// a long-lived writer keeps the default, which merges least often.
+    ///
+    /// # Panics
+    /// When `records` is 0 or above [`crate::EVENT_INDEX_MERGE_RECORDS`]: a programmer error.
+    pub fn event_index_merge_records(mut self, records: u64) -> OpenOptions {
+        assert!(
+            (1..=crate::limits::EVENT_INDEX_MERGE_RECORDS).contains(&records),
+            "event_index_merge_records must be between 1 and {}, not {records}",
+            crate::limits::EVENT_INDEX_MERGE_RECORDS
+        );
+        self.event_index_merge_records = records;
         self
     }
 
@@ -160,7 +180,13 @@ impl Journal {
         let wrapper = options.storage_wrapper.as_deref();
         #[cfg(not(feature = "testing"))]
         let wrapper = None;
-        let (backend, write_refusal) = open_backend(&dir, !exists, &mac, wrapper)?;
+        let (backend, write_refusal) = open_backend(
+            &dir,
+            !exists,
+            &mac,
+            wrapper,
+            options.event_index_merge_records,
+        )?;
         // The audit's verdict outranks what this open could check (spec/journal.md §13).
         let verdict = if options.ignore_integrity_verdict {
             None

@@ -27,13 +27,15 @@ pub(crate) fn open_backend(
     create: bool,
     mac: &MacKey,
     wrapper: Option<&Wrapper>,
+    merge_records: u64,
 ) -> Result<(Arc<RedbBackend>, Option<String>), OpenError> {
     let db_path = dir.join(DATABASE_FILE);
     if create {
         create_database(dir, &db_path, mac, wrapper)?;
     }
     let db = open_database(&db_path, wrapper)?;
-    let (writer, write_refusal) = initialize(&db, mac, &db_path)?;
+    let (mut writer, write_refusal) = initialize(&db, mac, &db_path)?;
+    writer.merge_records = merge_records;
     let on_disk = wrapper.is_none().then(|| db_path.clone());
     let backend = RedbBackend::new(db, writer, db_path.display().to_string(), on_disk);
     Ok((Arc::new(backend), write_refusal))
@@ -241,6 +243,7 @@ fn initialize(
             commits_since_size_check: 0,
             deferred: false,
             pending: false,
+            merge_records: crate::limits::EVENT_INDEX_MERGE_RECORDS,
         },
         refusal,
     ))

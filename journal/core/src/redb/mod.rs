@@ -37,7 +37,7 @@ use crate::backend::{
 };
 use crate::codec::{HeadState, chunk_key, chunk_position, decode_record, encode_chunk, event_key};
 use crate::error::{ReadError, StorageError};
-use crate::limits::{EVENT_INDEX_MERGE_RECORDS, STREAM_CHUNK_REVISIONS};
+use crate::limits::STREAM_CHUNK_REVISIONS;
 use crate::sync::lock;
 use crate::types::{Digest, StreamHead, StreamId};
 
@@ -85,6 +85,8 @@ pub(crate) struct Writer {
     pub(crate) deferred: bool,
     /// A commit of the unit is not durable yet.
     pub(crate) pending: bool,
+    /// Unmerged event ids at which a commit merges them (`OpenOptions::event_index_merge_records`).
+    pub(crate) merge_records: u64,
 }
 
 /// Whether the database file at `path` is large enough for quick repair. A file whose size cannot
@@ -222,7 +224,7 @@ impl Backend for RedbBackend {
         txn.commit()
             .map_err(|e| CommitError::MaybeCommitted(e.into()))?;
         writer.pending |= writer.deferred;
-        let merged = staged.next_position - writer.event_index_upto >= EVENT_INDEX_MERGE_RECORDS;
+        let merged = staged.next_position - writer.event_index_upto >= writer.merge_records;
         writer.next_position = staged.next_position;
         if merged {
             writer.event_index_upto = staged.next_position;
@@ -587,7 +589,7 @@ impl RedbWrite<'_, '_> {
     /// Writes the staged heads, and merges the event-id index when enough ids are unmerged.
     fn finish(&mut self) -> Result<(), StorageError> {
         self.staged.flush(&mut self.tables)?;
-        if self.staged.next_position - self.writer.event_index_upto >= EVENT_INDEX_MERGE_RECORDS {
+        if self.staged.next_position - self.writer.event_index_upto >= self.writer.merge_records {
             merge_event_index(&mut self.tables, self.writer, &self.staged)?;
         }
         Ok(())

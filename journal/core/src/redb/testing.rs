@@ -69,6 +69,7 @@ pub(crate) fn scratch_backend(path: &Path) -> Arc<dyn Backend> {
             commits_since_size_check: 0,
             deferred: false,
             pending: false,
+            merge_records: crate::limits::EVENT_INDEX_MERGE_RECORDS,
         },
         path.display().to_string(),
         Some(path.to_path_buf()),

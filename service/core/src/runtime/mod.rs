@@ -144,7 +144,7 @@ pub enum RuntimeError {
     #[error("the work observation {work_ref} could not be recorded in the journal: {source}")]
     WorkRecord {
         work_ref: String,
-        source: ctx_journal::AppendError,
+        source: Box<ctx_journal::AppendError>,
     },
 }
 
@@ -692,7 +692,7 @@ impl Runtime {
             work::record_work(&journal, &work_ref, &work).map_err(|source| {
                 RuntimeError::WorkRecord {
                     work_ref: work_ref.clone(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
         }
