@@ -110,8 +110,9 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Makes every commit so far durable: one sync when a deferred commit is pending, nothing
-    /// otherwise. Deferral stays on.
-    fn make_durable(&self) -> Result<(), CommitError> {
+    /// otherwise. With `end`, the unit ends too: later commits are durable on their own again.
+    fn make_durable(&self, end: bool) -> Result<(), CommitError> {
+        let _ = end;
         Ok(())
     }
 }

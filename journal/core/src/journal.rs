@@ -349,6 +349,18 @@ impl Journal {
     /// otherwise (so it may be called before every effect). A sync that may have failed half-way
     /// fail-stops the journal, as a failed append does.
     pub fn make_durable(&self) -> Result<(), AppendError> {
+        self.sync_unit(false)
+    }
+
+    /// Ends the unit of work: makes it durable as [`Journal::make_durable`] does, and every
+    /// later append is durable on its own again. A process that goes on after the unit (an
+    /// embedding host that runs many hooks) must end it, or its later appends would wait for
+    /// the next sync.
+    pub fn end_unit(&self) -> Result<(), AppendError> {
+        self.sync_unit(true)
+    }
+
+    fn sync_unit(&self, end: bool) -> Result<(), AppendError> {
         if !self.check_process() {
             return Err(AppendError::ForkedProcess);
         }
@@ -356,7 +368,7 @@ impl Journal {
             return Err(AppendError::FailStopped);
         }
         let _commit = lock(&self.shared.commit);
-        match self.shared.backend.make_durable() {
+        match self.shared.backend.make_durable(end) {
             Ok(()) => Ok(()),
             Err(crate::backend::CommitError::NotCommitted(e)) => Err(AppendError::NotCommitted {
                 reason: e.to_string(),

@@ -389,7 +389,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
     let journal = open_journal(ctx.layout)?;
     // The prompt is one unit of work: its records share one sync, made before its first effect
     // outside the journal and after its last (spec/journal.md §14; spec/service.md §13).
-    journal.defer_durability();
+    let unit = PromptUnit::begin(&journal);
     let runtime = Runtime::open(ctx.layout, UtcMicros(ctx.now.0))?;
     ensure_policy(&runtime)?;
     let earlier = read_session(&journal, ctx.host, &input.session)?;
@@ -606,7 +606,7 @@ fn prompt(ctx: &HookContext<'_>, input: &HookInput) -> Result<HookReply, Session
         ],
     )?;
     // What the reply tells the person and the model is durable before they read it.
-    journal.make_durable().map_err(SessionError::Record)?;
+    unit.end().map_err(SessionError::Record)?;
     let mut context = format!("ctx plan {plan_id}:");
     if selections.is_empty() {
         context.push_str(" no capability is worth offering for this prompt.");
@@ -1047,6 +1047,39 @@ pub fn is_hook_session(session_id: &str) -> bool {
     AgentHost::ALL
         .iter()
         .any(|host| session_id.starts_with(&format!("{}:", host.as_str())))
+}
+
+/// A prompt's unit of work (spec/journal.md §14). It ends on every way out of the prompt, so
+/// that a process that goes on (a platform that runs hooks in its own process) appends durably
+/// again: [`PromptUnit::end`] on the normal way, reporting a failed sync; on an early return the
+/// drop ends it, syncing what the unit committed (each commit is whole, so that is a consistent
+/// state). A panic leaves the unit to the journal's close, as a crash would.
+struct PromptUnit<'j> {
+    journal: &'j Journal,
+    ended: bool,
+}
+
+impl<'j> PromptUnit<'j> {
+    fn begin(journal: &'j Journal) -> PromptUnit<'j> {
+        journal.defer_durability();
+        PromptUnit {
+            journal,
+            ended: false,
+        }
+    }
+
+    fn end(mut self) -> Result<(), AppendError> {
+        self.ended = true;
+        self.journal.end_unit()
+    }
+}
+
+impl Drop for PromptUnit<'_> {
+    fn drop(&mut self) {
+        if !self.ended && !std::thread::panicking() {
+            let _ = self.journal.end_unit();
+        }
+    }
 }
 
 /// The journal stream of a host session (`session` is `<host>:<session_id>`).

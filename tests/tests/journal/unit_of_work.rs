@@ -66,7 +66,8 @@ fn say(line: &str) {
 }
 
 /// The hidden child. "kill": a durable append, a unit made durable, then a unit left pending
-/// until the parent kills the process. "close": a unit left pending when the journal closes.
+/// until the parent kills the process. "end": a unit ended, then an append after it, until the
+/// parent kills the process. "close": a unit left pending when the journal closes.
 #[test]
 fn unit_child() {
     let Some(spec) = support::child_role(CHILD_ENV) else {
@@ -86,6 +87,15 @@ fn unit_child() {
             batch(&journal, &[("a", "v2"), ("c", "v3")]);
             // Deferred appends are read back at once by this process.
             say(&format!("SEEN {}", event_ids(&journal).join(",")));
+            say("READY");
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "end" => {
+            assert!(journal.defer_durability());
+            append(&journal, "a", &["e1"]);
+            journal.end_unit().unwrap();
+            // After the unit, an append is durable on its own again.
+            append(&journal, "b", &["e2"]);
             say("READY");
             std::thread::sleep(Duration::from_secs(60));
         }
@@ -145,6 +155,19 @@ fn a_process_killed_inside_a_unit_loses_the_unit_and_keeps_everything_made_durab
     let records = journal.read_all(1, 10).unwrap();
     let last = records.last().unwrap();
     assert_eq!((last.event_id.as_str(), last.position), ("after", 5));
+}
+
+#[test]
+fn after_the_unit_ends_every_append_is_durable_on_its_own() {
+    let dir = support::tempdir();
+    let (mut child, mut lines) = run_child("end", dir.path());
+    let ready = std::iter::from_fn(|| lines.next_line()).any(|line| line == "READY");
+    assert!(ready, "the child got ready");
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child was killed: {status}");
+    let journal = support::open(dir.path());
+    assert_eq!(event_ids(&journal), ["e1", "e2"]);
 }
 
 #[test]

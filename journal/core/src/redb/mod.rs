@@ -242,8 +242,12 @@ impl Backend for RedbBackend {
         true
     }
 
-    fn make_durable(&self) -> Result<(), CommitError> {
+    fn make_durable(&self, end: bool) -> Result<(), CommitError> {
         let mut writer = lock(&self.writer);
+        // Under the writer's lock, so no commit of the unit lands after this sync undeferred.
+        if end {
+            writer.deferred = false;
+        }
         if !writer.pending {
             return Ok(());
         }
