@@ -89,6 +89,13 @@ pub(crate) struct Writer {
     pub(crate) merge_records: u64,
 }
 
+impl Writer {
+    /// Whether a commit whose records end before `next_position` merges the event-id index.
+    fn merge_due(&self, next_position: u64) -> bool {
+        next_position - self.event_index_upto >= self.merge_records
+    }
+}
+
 /// Whether the database file at `path` is large enough for quick repair. A file whose size cannot
 /// be read gets it: the cost is a second sync per commit, the risk of not having it a long open.
 fn quick_repair_wanted(path: Option<&std::path::Path>) -> bool {
@@ -224,7 +231,7 @@ impl Backend for RedbBackend {
         txn.commit()
             .map_err(|e| CommitError::MaybeCommitted(e.into()))?;
         writer.pending |= writer.deferred;
-        let merged = staged.next_position - writer.event_index_upto >= writer.merge_records;
+        let merged = writer.merge_due(staged.next_position);
         writer.next_position = staged.next_position;
         if merged {
             writer.event_index_upto = staged.next_position;
@@ -593,7 +600,7 @@ impl RedbWrite<'_, '_> {
     /// Writes the staged heads, and merges the event-id index when enough ids are unmerged.
     fn finish(&mut self) -> Result<(), StorageError> {
         self.staged.flush(&mut self.tables)?;
-        if self.staged.next_position - self.writer.event_index_upto >= self.writer.merge_records {
+        if self.writer.merge_due(self.staged.next_position) {
             merge_event_index(&mut self.tables, self.writer, &self.staged)?;
         }
         Ok(())

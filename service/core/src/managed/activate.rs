@@ -204,6 +204,21 @@ fn execution(e: impl std::fmt::Display) -> ServiceError {
     ServiceError::Execution(e.to_string())
 }
 
+/// Makes what the engine recorded durable before `driver` changes the host (spec/journal.md §14,
+/// U2), unless the driver's own intent sync covers it.
+fn durable_before_host_change(
+    engine: &Engine,
+    driver: &dyn ActivationDriver,
+) -> Result<(), ServiceError> {
+    if driver.makes_its_intent_durable() {
+        return Ok(());
+    }
+    engine
+        .journal()
+        .make_durable()
+        .map_err(ServiceError::Durability)
+}
+
 /// One activation: claim → actuator → outcome → receipt.
 fn activate(
     engine: &Engine,
@@ -244,13 +259,7 @@ fn activate(
     else {
         return Err(execution("activation action names no material identity"));
     };
-    // The claim is durable before the host changes (spec/journal.md §14, U2).
-    if !driver.makes_its_intent_durable() {
-        engine
-            .journal()
-            .make_durable()
-            .map_err(ServiceError::Durability)?;
-    }
+    durable_before_host_change(engine, driver)?;
     let verification = match driver.activate(action, claim_was_new) {
         ActuatorObservation::Applied {
             verification_digest,
@@ -314,13 +323,7 @@ fn deactivate(
     action: &HostAction,
     now: &str,
 ) -> Result<Step, ServiceError> {
-    // What led to the deactivation is durable before the host changes (spec/journal.md §14, U2).
-    if !driver.makes_its_intent_durable() {
-        engine
-            .journal()
-            .make_durable()
-            .map_err(ServiceError::Durability)?;
-    }
+    durable_before_host_change(engine, driver)?;
     let (kind, step) = match driver.deactivate(action) {
         ActuatorObservation::Applied { .. } => (EventKind::ActionApplied, Step::Settled),
         ActuatorObservation::Refused { reason } => (EventKind::ActionFailed, Step::Refused(reason)),

@@ -274,9 +274,14 @@ fn recorded_work(journal: &Journal, work_ref: &str) -> Option<StoredWork> {
     StoredWork::from_json(&value).ok()
 }
 
+/// Where an earlier version filed the observation `work_ref`.
+fn filed_path(dir: &Path, work_ref: &str) -> PathBuf {
+    dir.join(format!("{work_ref}.json"))
+}
+
 /// The observation `work_ref` as an earlier version stored it, in `dir/<work ref>.json`.
 fn filed_work(dir: &Path, work_ref: &str) -> Option<StoredWork> {
-    let path = dir.join(format!("{work_ref}.json"));
+    let path = filed_path(dir, work_ref);
     let text = read_limited(&path, WORK_FILE_MAX_BYTES)
         .and_then(|bytes| utf8(&path, bytes))
         .ok()?;
@@ -285,7 +290,7 @@ fn filed_work(dir: &Path, work_ref: &str) -> Option<StoredWork> {
 
 /// True when `work_ref` is stored as a file of an earlier version (its first time stands).
 pub(super) fn is_filed(dir: &Path, work_ref: &str) -> bool {
-    dir.join(format!("{work_ref}.json")).exists()
+    filed_path(dir, work_ref).exists()
 }
 
 #[derive(Debug)]
