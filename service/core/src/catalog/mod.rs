@@ -8,6 +8,7 @@
 //! computed whatever tool wrote it. Material and install descriptors are built with
 //! ctx-model's identity documents, so the engine and the catalog agree on every digest formula.
 
+mod common_words;
 mod error;
 #[cfg(test)]
 mod flag_tests;

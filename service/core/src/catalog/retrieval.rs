@@ -23,6 +23,7 @@ mod index;
 pub(crate) use index::{Posting, RetrievalIndex, RetrievalSource};
 use index::{is_term, runs, token_terms};
 
+use super::common_words::{COMMON_WORD_IDF_PERCENT, is_common_word};
 use super::work::stem;
 
 /// Default size of the candidate pool, in entries (reference `candidate_limit`).
@@ -232,6 +233,17 @@ fn idf_micro(n: u32, df: u32) -> i64 {
     ln_micro(1.0 + (n - df + 0.5) / (df + 0.5))
 }
 
+/// A query term's idf in micro-units: BM25's, damped for an everyday English word
+/// (spec/catalog.md §5.2).
+fn term_idf(term: &str, n: u32, df: u32) -> i64 {
+    let idf = idf_micro(n, df);
+    if is_common_word(term) {
+        idf * COMMON_WORD_IDF_PERCENT / 100
+    } else {
+        idf
+    }
+}
+
 /// BM25's saturation parameter k1, in hundredths.
 const K1_HUNDREDTHS: i128 = 120;
 /// BM25's length normalization b, in hundredths.
@@ -283,51 +295,50 @@ fn score<S: RetrievalSource>(
 ) -> Vec<Row> {
     let minimum = minimum_score(source);
     let evidence = evidence_scores(source, work, languages);
-    // The boost needs the entry's name, so it is computed only where it can change the outcome
-    // (the result is the same as computing it everywhere): an entry already at the minimum, or
-    // matching a language, passes (1) without it; one below 70 % of the best unboosted score of
-    // those cannot pass (2) whatever its boost; one below the minimum by more than the largest
-    // possible boost cannot pass (1).
-    let passes = |s: &Scored| s.language || s.unboosted >= minimum;
-    let best_passing = evidence
+    // The boost needs the entry's name, so it is computed only for the `limit` entries with the
+    // best unboosted evidence among those it could lift to the minimum: a named entry has its
+    // name's terms (weighted ×3) among its evidence, so it ranks there, and a catalog of
+    // thousands of entries sharing a common word costs `limit` name look-ups, not thousands.
+    let mut boostable: Vec<&Scored> = evidence
         .scored
         .iter()
-        .filter(|s| passes(s))
-        .map(|s| s.unboosted)
-        .max()
-        .unwrap_or(0);
-    let comparable = |unboosted: i64, best: i64| {
-        i128::from(unboosted) * 100 >= i128::from(best) * i128::from(RELATIVE_CUT_PERCENT)
-    };
-    let mut totals: Vec<Scored> = evidence
+        .filter(|s| s.unboosted.saturating_add(evidence.boost_max) >= minimum)
+        .collect();
+    boostable.sort_by(|a, b| {
+        b.unboosted
+            .cmp(&a.unboosted)
+            .then_with(|| a.entry.cmp(&b.entry))
+    });
+    let boosts: BTreeMap<u32, i64> = boostable
+        .iter()
+        .take(limit)
+        .map(|s| (s.entry, evidence.boost(source, s.entry)))
+        .filter(|&(_, boost)| boost > 0)
+        .collect();
+    let mut totals: Vec<(Scored, bool)> = evidence
         .scored
         .iter()
         .filter_map(|s| {
-            if passes(s) {
-                return Some(*s);
-            }
-            if s.unboosted.saturating_add(evidence.boost_max) < minimum
-                || !comparable(s.unboosted, best_passing)
-            {
-                return None;
-            }
-            let boosted = s.unboosted.saturating_add(evidence.boost(source, s.entry));
-            (boosted >= minimum).then_some(Scored {
-                score: boosted,
-                ..*s
-            })
+            let boost = boosts.get(&s.entry).copied().unwrap_or(0);
+            let score = s.unboosted.saturating_add(boost);
+            (s.language || score >= minimum).then_some((Scored { score, ..*s }, boost > 0))
         })
         .collect();
-    // The cut compares evidence without the entity boost: naming one entry outright ranks it
-    // first, but does not make the other entries' evidence less comparable (spec/catalog.md
-    // §5.2).
-    let best = totals.iter().map(|s| s.unboosted).max().unwrap_or(0).max(1);
-    totals.retain(|s| comparable(s.unboosted, best));
-    for s in &mut totals {
-        if s.score == s.unboosted {
-            s.score = s.unboosted.saturating_add(evidence.boost(source, s.entry));
-        }
-    }
+    // The relative cut compares evidence without the entity boost: naming one entry outright
+    // ranks it first, but does not make the other entries' evidence less comparable; and an
+    // entry the work names is never cut for being less supported than another topic's entries
+    // (spec/catalog.md §5.2).
+    let best = totals
+        .iter()
+        .map(|(s, _)| s.unboosted)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let comparable = |unboosted: i64| {
+        i128::from(unboosted) * 100 >= i128::from(best) * i128::from(RELATIVE_CUT_PERCENT)
+    };
+    totals.retain(|(s, named)| *named || comparable(s.unboosted));
+    let mut totals: Vec<Scored> = totals.into_iter().map(|(s, _)| s).collect();
     let top = totals.iter().map(|s| s.score).max().unwrap_or(0).max(1);
     totals.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.entry.cmp(&b.entry)));
     totals.truncate(limit);
@@ -393,7 +404,12 @@ fn evidence_scores<S: RetrievalSource>(
             idfs.push(0);
             continue;
         }
-        let idf = idf_micro(n, df);
+        // A language is observed in the work, never an everyday word there (§5.2).
+        let idf = if language_terms.contains(t) {
+            idf_micro(n, df)
+        } else {
+            term_idf(term, n, df)
+        };
         idfs.push(idf);
         for posting in source.postings(term) {
             let evidence = scored.entry(posting.entry).or_default();

@@ -331,7 +331,7 @@ fn weak_candidates_are_cut_against_the_top_score() {
 #[test]
 fn the_pool_is_bounded_by_its_limit_in_score_then_catalog_order() {
     let names = [
-        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "india",
     ];
     let entries: Vec<(String, String, Vec<&str>)> = names
         .iter()
@@ -393,4 +393,59 @@ fn the_sample_catalog_keeps_its_pinned_answers() {
     assert!(ids(&found).contains(&"skill:go") && ids(&found).contains(&"skill:go-testing"));
     let found = retrieve(c, &observe(&["terraform"], &[]));
     assert_eq!(ids(&found), ["skill:terraform"]);
+}
+
+#[test]
+fn an_everyday_word_alone_carries_no_candidate_but_a_specific_one_does() {
+    let c = catalog(&[
+        ("skill:app-release", "Publish apps", &["store"], &[]),
+        (
+            "skill:cluster-ops",
+            "Operate clusters",
+            &["kubernetes"],
+            &[],
+        ),
+        ("skill:pdf-reader", "Read documents", &["pdf"], &[]),
+        ("skill:sql-queries", "Query tables", &["sql"], &[]),
+    ]);
+    // Entries of equal length. `store` and `kubernetes` are each one entry's tag, so the catalog alone rates them the
+    // same; only the specific one is evidence on its own.
+    assert!(retrieve(&c, &observe(&["store"], &[])).is_empty());
+    assert_eq!(
+        ids(&retrieve(&c, &observe(&["kubernetes"], &[]))),
+        ["skill:cluster-ops"]
+    );
+    // Beside specific evidence the everyday word still counts.
+    let found = retrieve(&c, &observe(&["kubernetes", "store"], &[]));
+    assert_eq!(ids(&found)[0], "skill:cluster-ops");
+}
+
+#[test]
+fn an_entry_the_work_names_survives_the_relative_cut() {
+    let c = catalog(&[
+        (
+            "skill:object-storage",
+            "Buckets and objects",
+            &["bucket", "s3", "versioning", "lifecycle"],
+            &[],
+        ),
+        ("skill:infra-code", "Infrastructure as code", &["hcl"], &[]),
+        ("skill:pdf", "Read documents", &["pdf"], &[]),
+        ("skill:sql", "Query tables", &["sql"], &[]),
+    ]);
+    // Four tags of one entry against the two name words of the other: without the exemption
+    // the named entry's evidence is far below 70 % of the storage entry's.
+    let found = retrieve(
+        &c,
+        &observe(
+            &["bucket", "code", "infra", "lifecycle", "s3", "versioning"],
+            &[],
+        ),
+    );
+    assert!(
+        ids(&found).contains(&"skill:infra-code"),
+        "{:?}",
+        ids(&found)
+    );
+    assert_eq!(found.len(), 2, "{:?}", ids(&found));
 }

@@ -30,7 +30,7 @@ pub const MATERIAL_MANIFEST_SCHEMA: &str = "ctx.material-manifest-v1";
 /// Schema of the installation manifest.
 pub const INSTALLATION_MANIFEST_SCHEMA: &str = "ctx.installation-manifest-v1";
 /// Adapter version hashed into the retrieval snapshot digest; bump it when the scorer changes.
-pub const RETRIEVAL_ADAPTER_VERSION: &str = "ctx.catalog-retrieval-v2";
+pub const RETRIEVAL_ADAPTER_VERSION: &str = "ctx.catalog-retrieval-v3";
 /// Projection version of a candidate's source digest (spec/catalog.md §5.3).
 pub const CATALOG_ENTRY_PROJECTION: &str = "ctx.catalog-entry.graph-v4";
 
