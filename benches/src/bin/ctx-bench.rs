@@ -297,6 +297,7 @@ struct CompareChildArgs {
     store: String,
     dir: PathBuf,
     records: u64,
+    then: compare::After,
 }
 
 struct HookArgs {
@@ -389,10 +390,15 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             let store = next("a store")?;
             let dir = next("a directory")?.into();
             let records = positive("compare-child", &next("a record count")?)? as u64;
+            let then = match it.next() {
+                Some(word) => compare::After::parse(word)?,
+                None => compare::After::AppendUntilKilled,
+            };
             return Ok(Some(Args::CompareChild(CompareChildArgs {
                 store,
                 dir,
                 records,
+                then,
             })));
         }
         Some("hook-latency") => Args::HookLatency(HookArgs {
@@ -783,7 +789,7 @@ fn run_storage_growth(args: StorageArgs) -> BenchResult<()> {
 fn run(args: Args) -> BenchResult<()> {
     match args {
         Args::Compare(args) => run_compare(args),
-        Args::CompareChild(args) => compare::child(&args.store, &args.dir, args.records),
+        Args::CompareChild(args) => compare::child(&args.store, &args.dir, args.records, args.then),
         Args::HookLatency(args) => run_hook_latency(args),
         Args::SeamAb(args) => run_seam_ab(args),
         Args::PgAppend(args) => run_pg_append(args),

@@ -249,11 +249,27 @@ pub fn replay(loaded: Arc<Loaded>, work: ReplayWork) -> Round<'static> {
 }
 
 /// The child of the reopen-after-kill measurement: loads `records` records with the windowed
-/// batch shape, says `ready` on stdout, then appends single records (exact expected revisions)
-/// until it is killed, so the kill lands in or between durable commits.
-pub fn fill_until_killed(dir: &Path, payloads: &Payloads, records: u64) -> BenchResult<()> {
+/// batch shape, says `ready` on stdout, then does what `then` says; by default it appends single
+/// records (exact expected revisions) until it is killed, so the kill lands in or between
+/// durable commits.
+pub fn fill_until_killed(
+    dir: &Path,
+    payloads: &Payloads,
+    records: u64,
+    then: super::After,
+) -> BenchResult<()> {
     let loaded = load(dir, payloads, records)?;
     super::say_ready(records)?;
+    match then {
+        super::After::Exit | super::After::Reopen(_) => return Ok(()),
+        super::After::Replay(budget) => {
+            return super::child_replay(
+                replay(Arc::new(loaded), ReplayWork::AccessPayload),
+                budget,
+            );
+        }
+        super::After::AppendUntilKilled => {}
+    }
     // Streams of their own, so the tracked heads start at zero.
     let streams = (0..STREAMS)
         .map(|i| {

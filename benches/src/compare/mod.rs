@@ -562,18 +562,18 @@ pub fn run(config: &Config) -> BenchResult<Report> {
                     store.name(),
                     config.reopen_records
                 );
-                let (took, head) = reopen_after_kill(config, exe, store)?;
+                let (took, clean, head) = reopen_after_kill(config, exe, store)?;
                 eprintln!(
-                    "  {} reopened + first read in {:.1} ms ({head} records)",
+                    "  {} reopened + first read in {:.1} ms ({head} records), clean reopen {:.1} \
+                     ms",
                     store.name(),
-                    took.as_secs_f64() * 1e3
+                    took.as_secs_f64() * 1e3,
+                    clean.as_secs_f64() * 1e3
                 );
                 heads.insert(store.name().into(), json!(head));
-                figs.push(one_figure(
-                    store.reopen_meta(),
-                    took.as_secs_f64() * 1e3,
-                    head,
-                ));
+                let (killed_meta, clean_meta) = store.reopen_metas();
+                figs.push(one_figure(killed_meta, took.as_secs_f64() * 1e3, head));
+                figs.push(one_figure(clean_meta, clean.as_secs_f64() * 1e3, head));
             }
             env.insert("reopen_records_at_reopen".into(), Value::Object(heads));
         }
@@ -690,7 +690,7 @@ pub fn run(config: &Config) -> BenchResult<Report> {
              records. Reopen after kill -9: a child ctx-bench process loads {} records in \
              1000-record commits, says ready, then appends single durable records until the \
              parent SIGKILLs it about 50 ms later; the figure is one in-process open plus the \
-             read of the first record.",
+             read of the first record, and the clean reopen is the same again right after.",
             config.replay_records, config.reopen_records
         ),
     ]);
@@ -777,23 +777,44 @@ impl Store {
         }
     }
 
-    /// The figure of the reopen after kill -9.
-    fn reopen_meta(self) -> Meta {
+    /// The figures of the reopen after kill -9 and of the clean reopen right after it.
+    fn reopen_metas(self) -> (Meta, Meta) {
         match self {
             Store::Journal | Store::Sqlite => (
-                "journal_reopen_after_kill_ms",
-                "journal: reopen after kill -9 + first read",
-                "ms",
+                (
+                    "journal_reopen_after_kill_ms",
+                    "journal: reopen after kill -9 + first read",
+                    "ms",
+                ),
+                (
+                    "journal_reopen_clean_ms",
+                    "journal: clean reopen + first read (right after)",
+                    "ms",
+                ),
             ),
             Store::Varvedb => (
-                "varvedb_reopen_after_kill_ms",
-                "VarveDB: reopen after kill -9 + first read",
-                "ms",
+                (
+                    "varvedb_reopen_after_kill_ms",
+                    "VarveDB: reopen after kill -9 + first read",
+                    "ms",
+                ),
+                (
+                    "varvedb_reopen_clean_ms",
+                    "VarveDB: clean reopen + first read (right after)",
+                    "ms",
+                ),
             ),
             Store::Umadb => (
-                "umadb_reopen_after_kill_ms",
-                "umadb-core: reopen after kill -9 + first read",
-                "ms",
+                (
+                    "umadb_reopen_after_kill_ms",
+                    "umadb-core: reopen after kill -9 + first read",
+                    "ms",
+                ),
+                (
+                    "umadb_reopen_clean_ms",
+                    "umadb-core: clean reopen + first read (right after)",
+                    "ms",
+                ),
             ),
         }
     }
@@ -840,21 +861,116 @@ fn say_ready(records: u64) -> BenchResult<()> {
     Ok(())
 }
 
-/// The hidden `ctx-bench compare-child STORE DIR RECORDS`: loads `records` records into a new
-/// store of kind `store` in `dir`, prints `ready`, then appends single records until killed.
-pub fn child(store: &str, dir: &Path, records: u64) -> BenchResult<()> {
-    let payloads = Payloads::new()?;
-    match store {
-        "journal" => journal::fill_until_killed(dir, &payloads, records),
-        "varvedb" => varvedb::fill_until_killed(&dir.join("varvedb"), &payloads, records),
-        "umadb" => umadb::fill_until_killed(dir, &payloads, records),
-        other => Err(format!("compare-child: unknown store {other:?}").into()),
+/// What the child does once its records are loaded and it has said `ready`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// Appends single durable records until it is killed (the reopen measurement).
+    AppendUntilKilled,
+    /// Exits, after printing to stderr what the load wrote (`/proc/self/io` write_bytes): for
+    /// strace and perf runs of the load alone.
+    Exit,
+    /// Replays the store for this long and prints the rate to stderr: for perf runs of replay.
+    Replay(Duration),
+    /// Closes the store and reopens it (open + first read) this many times, printing the median
+    /// to stderr: for perf runs of the open.
+    Reopen(usize),
+}
+
+impl After {
+    /// `append` (the default), `exit` or `replay`.
+    pub fn parse(word: &str) -> Result<After, String> {
+        match word {
+            "append" => Ok(After::AppendUntilKilled),
+            "exit" => Ok(After::Exit),
+            "replay" => Ok(After::Replay(Duration::from_secs(10))),
+            "reopen" => Ok(After::Reopen(50)),
+            other => Err(format!(
+                "compare-child: unknown mode {other:?} (append, exit, replay, reopen)"
+            )),
+        }
     }
 }
 
+/// Runs a replay round for `budget` in the child and prints its rate.
+fn child_replay(mut round: Round<'_>, budget: Duration) -> BenchResult<()> {
+    let limits = Limits {
+        budget,
+        single_ops_max: 0,
+        batch_records_max: 0,
+    };
+    let sample = round(&limits)?;
+    eprintln!(
+        "compare-child: replayed {} records in {:.2} s, {:.0} records/s",
+        sample.units,
+        sample.timed.as_secs_f64(),
+        sample.rate()
+    );
+    Ok(())
+}
+
+/// This process's `write_bytes` from /proc/self/io: bytes it caused to be sent to storage.
+fn write_bytes() -> BenchResult<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| "no write_bytes in /proc/self/io".into())
+}
+
+/// The hidden `ctx-bench compare-child STORE DIR RECORDS [append|exit|replay]`: loads `records`
+/// records into a new store of kind `store` in `dir` in 1000-record commits, prints `ready`,
+/// then does what `then` says.
+pub fn child(store: &str, dir: &Path, records: u64, then: After) -> BenchResult<()> {
+    let payloads = Payloads::new()?;
+    let p = &payloads;
+    let (before, started) = (write_bytes()?, Instant::now());
+    let fill_then = match then {
+        After::Reopen(_) => After::Exit,
+        other => other,
+    };
+    match store {
+        "journal" => journal::fill_until_killed(dir, p, records, fill_then),
+        "varvedb" => varvedb::fill_until_killed(&dir.join("varvedb"), p, records, fill_then),
+        "umadb" => umadb::fill_until_killed(dir, p, records, fill_then),
+        other => Err(format!("compare-child: unknown store {other:?}").into()),
+    }?;
+    if let After::Reopen(times) = then {
+        let mut took = Vec::with_capacity(times);
+        for _ in 0..times {
+            let (t, _) = match store {
+                "journal" => journal::reopen(dir)?,
+                "varvedb" => varvedb::reopen(&dir.join("varvedb"))?,
+                _ => umadb::reopen(dir)?,
+            };
+            took.push(t.as_secs_f64() * 1e3);
+        }
+        eprintln!(
+            "compare-child: {store} clean reopen + first read, median of {times}: {:.3} ms",
+            crate::measure::median(&took)
+        );
+    }
+    if then == After::Exit {
+        let written = write_bytes()?.saturating_sub(before);
+        let commits = records.div_ceil(BATCH_RECORDS as u64).max(1);
+        eprintln!(
+            "compare-child: {store} loaded {records} records in {commits} commits in {:.2} s: \
+             write_bytes {written} ({} per commit, {} per record)",
+            started.elapsed().as_secs_f64(),
+            written / commits,
+            written / records.max(1)
+        );
+    }
+    Ok(())
+}
+
 /// Runs the child for `store`, SIGKILLs it once it has loaded its records and is appending, and
-/// times the reopen and first read of what it left: (time, records found).
-fn reopen_after_kill(config: &Config, exe: &Path, store: Store) -> BenchResult<(Duration, u64)> {
+/// times the reopen and first read of what it left, then a clean reopen and first read (which
+/// separates the crash's repair from what every open costs): (after kill, clean, records found).
+fn reopen_after_kill(
+    config: &Config,
+    exe: &Path,
+    store: Store,
+) -> BenchResult<(Duration, Duration, u64)> {
     let dir = temp_dir(config, &format!("{}-killed", store.name()))?;
     let mut child = Command::new(exe)
         .arg("compare-child")
@@ -886,11 +1002,13 @@ fn reopen_after_kill(config: &Config, exe: &Path, store: Store) -> BenchResult<(
     std::thread::sleep(Duration::from_millis(50));
     child.kill()?;
     child.wait()?;
-    let (took, head) = match store {
-        Store::Journal | Store::Sqlite => journal::reopen(dir.path())?,
-        Store::Varvedb => varvedb::reopen(&dir.path().join("varvedb"))?,
-        Store::Umadb => umadb::reopen(dir.path())?,
+    let reopen = || match store {
+        Store::Journal | Store::Sqlite => journal::reopen(dir.path()),
+        Store::Varvedb => varvedb::reopen(&dir.path().join("varvedb")),
+        Store::Umadb => umadb::reopen(dir.path()),
     };
+    let (took, head) = reopen()?;
+    let (clean, _) = reopen()?;
     if head < config.reopen_records {
         return Err(format!(
             "{} after kill -9 holds {head} records, fewer than the {} its child made durable",
@@ -899,7 +1017,7 @@ fn reopen_after_kill(config: &Config, exe: &Path, store: Store) -> BenchResult<(
         )
         .into());
     }
-    Ok((took, head))
+    Ok((took, clean, head))
 }
 
 /// journal / peer for every workload both express (the same figure key after the store's name).

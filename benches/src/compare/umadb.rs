@@ -11,9 +11,10 @@
 //! every event of the retried append carries the same UUIDs as the events already there (a
 //! conditional retry), not in general. No chain, checksum or MAC.
 //!
-//! `Mvcc::new` prints a few lines about its settings to stdout on every open; they come before
-//! the table.
+//! `Mvcc::new` prints a few lines about its settings to stdout on every open; [`open`] sends them
+//! to stderr.
 
+use std::io::Write as _;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -52,7 +53,16 @@ pub const GROUP_EVENTS_MAX: usize = 10_000;
 pub fn open(dir: &Path) -> BenchResult<UmaDb> {
     std::fs::create_dir_all(dir)?;
     let options = StorageOptions::default().db_path(dir.join("uma.db"));
-    Ok(UmaDb::from_arc(Arc::new(Mvcc::new(false, options)?)))
+    // `Mvcc::new` prints its settings to stdout on every open; they go to stderr for the call,
+    // so that stdout stays the table (and the reopen child's `ready`).
+    std::io::stdout().flush()?;
+    let saved = rustix::io::dup(std::io::stdout())?;
+    rustix::stdio::dup2_stdout(std::io::stderr())?;
+    let opened = Mvcc::new(false, options);
+    let flushed = std::io::stdout().flush();
+    rustix::stdio::dup2_stdout(&saved)?;
+    flushed?;
+    Ok(UmaDb::from_arc(Arc::new(opened?)))
 }
 
 /// The tag that names stream `s`.
@@ -390,11 +400,23 @@ pub fn replay(loaded: Loaded) -> Round<'static> {
 }
 
 /// The child of the reopen-after-kill measurement: loads `records` events, says `ready` on
-/// stdout, then appends single events until it is killed.
-pub fn fill_until_killed(dir: &Path, payloads: &Payloads, records: u64) -> BenchResult<()> {
+/// stdout, then does what `then` says (by default: appends single events until it is killed).
+pub fn fill_until_killed(
+    dir: &Path,
+    payloads: &Payloads,
+    records: u64,
+    then: super::After,
+) -> BenchResult<()> {
     let db = open(dir)?;
     load_into(&db, payloads, records)?;
     super::say_ready(records)?;
+    match then {
+        super::After::Exit | super::After::Reopen(_) => return Ok(()),
+        super::After::Replay(budget) => {
+            return super::child_replay(replay(Loaded { db, records }), budget);
+        }
+        super::After::AppendUntilKilled => {}
+    }
     let mut appender = SingleAppender::new(payloads, 0..STREAMS, 15);
     // The load used other tags' positions; these appends only need to follow their own.
     let last = db.head()?.unwrap_or(0);

@@ -250,12 +250,24 @@ pub fn replay(loaded: Loaded) -> Round<'static> {
 }
 
 /// The child of the reopen-after-kill measurement: loads `records` events, says `ready` on
-/// stdout, then appends single events until it is killed.
-pub fn fill_until_killed(dir: &Path, payloads: &Payloads, records: u64) -> BenchResult<()> {
+/// stdout, then does what `then` says (by default: appends single events until it is killed).
+pub fn fill_until_killed(
+    dir: &Path,
+    payloads: &Payloads,
+    records: u64,
+    then: super::After,
+) -> BenchResult<()> {
     let mut varve = open(dir)?;
     let mut stream = stream(&mut varve)?;
     load_into(&mut stream, payloads, records)?;
     super::say_ready(records)?;
+    match then {
+        super::After::Exit | super::After::Reopen(_) => return Ok(()),
+        super::After::Replay(budget) => {
+            return super::child_replay(replay(Loaded { varve, records }), budget);
+        }
+        super::After::AppendUntilKilled => {}
+    }
     let mut seq = records;
     loop {
         let id = StreamId(seq % STREAMS as u64);
