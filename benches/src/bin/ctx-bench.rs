@@ -76,10 +76,10 @@ the median of its 5 round rates (each round's rate is in the JSON).
   timed rounds (raw disk, single commits, concurrent writers, replay) last a fixed wall-clock
     budget: 0.4 s with --quick, 3 s otherwise (or stop at 50k / 500k ops per thread);
   batch rounds (1000 records per commit) write a fixed count: 30k records with --quick, 150k
-    otherwise, so SQLite, raw redb and the journal grow to the same size (safety stop 20 s / 60 s).
+    otherwise, so every store grows to the same size (safety stop 20 s / 60 s).
 Replay loads 50k (--quick) or 200k records into each store before the rounds and repeats whole
-scans for each round's budget (at least one scan). On a 2-core machine --quick takes under a
-minute and the full run about five minutes.
+scans for each round's budget (at least one scan). On a 2-core machine --quick takes about 80 s
+(the two event-store peers add about 10 s each) and the full run about eight minutes.
 
 OPTIONS:
     --quick       short rounds (0.4 s timed, 30k records per batch round, 50k replay records)

@@ -1320,3 +1320,108 @@ impl Report {
         Value::Object(top)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(key: &'static str, value: f64) -> Figure {
+        one_figure((key, key, "records/s"), value, 1)
+    }
+
+    #[test]
+    fn every_figure_names_its_store_guarantees() {
+        let keys = [
+            RAW_OVERWRITE.0,
+            RAW_APPEND.0,
+            SQLITE_SINGLE.0,
+            SQLITE_8_SHARED.0,
+            REDB_BATCH.0,
+            JOURNAL_SINGLE.0,
+            JOURNAL_REPLAY_NOOP.0,
+            VARVEDB_8.0,
+            VARVEDB_REPLAY.0,
+            UMADB_BATCH.0,
+            UMADB_REPLAY.0,
+            "journal_replay_load_records_per_s",
+        ];
+        for key in keys {
+            assert!(guarantees_of(key).is_some(), "{key}");
+        }
+        for store in [Store::Journal, Store::Sqlite, Store::Varvedb, Store::Umadb] {
+            let ((a, ..), (b, ..)) = store.disk_metas();
+            let ((c, ..), (d, ..)) = store.reopen_metas();
+            for key in [a, b, c, d] {
+                assert!(guarantees_of(key).is_some(), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn peer_rows_get_ratios_guarantees_and_unsupported_entries() {
+        let figs = vec![
+            figure(JOURNAL_SINGLE.0, 300.0),
+            figure(VARVEDB_SINGLE.0, 150.0),
+            figure(UMADB_SINGLE.0, 100.0),
+            figure(JOURNAL_BATCH.0, 30_000.0),
+            figure(UMADB_BATCH.0, 60_000.0),
+        ];
+        let ratios = journal_over_peers(&figs);
+        let get = |key: &str| ratios.iter().find(|r| r.key == key).map(|r| r.value);
+        assert_eq!(get("journal_vs_varvedb_single"), Some(2.0));
+        assert_eq!(get("journal_vs_umadb_single"), Some(3.0));
+        assert_eq!(get("journal_vs_umadb_batch"), Some(0.5));
+        // A workload without both figures gets no ratio.
+        assert_eq!(get("journal_vs_varvedb_replay"), None);
+        let report = Report {
+            figures: figs,
+            unsupported: vec![Unsupported {
+                key: "varvedb_batch_records_per_s",
+                label: "VarveDB: windowed batch",
+                reason: "not expressible",
+            }],
+            ratios,
+            environment: Map::new(),
+            notes: Vec::new(),
+            elapsed: Duration::ZERO,
+        };
+        let md = report.markdown();
+        assert!(md.contains("| guarantees |"), "{md}");
+        assert!(md.contains(varvedb::GUARANTEES.column), "{md}");
+        assert!(md.contains(umadb::GUARANTEES.column), "{md}");
+        assert!(md.contains("| n/a (not expressible) |"), "{md}");
+        let json = report.to_json();
+        assert_eq!(
+            json["figures"][UMADB_SINGLE.0]["guarantees"]["expected_revision"],
+            "yes (append condition)"
+        );
+        assert_eq!(
+            json["figures"][JOURNAL_SINGLE.0]["guarantees"]["integrity"],
+            "per-stream digest chain + MAC"
+        );
+        assert!(json["varvedb_batch_records_per_s"].is_null());
+        assert_eq!(
+            json["figures"]["varvedb_batch_records_per_s"]["unsupported"],
+            "not expressible"
+        );
+        assert_eq!(json["journal_vs_umadb_batch"], 0.5);
+        assert_eq!(json["guarantees"].as_array().map(Vec::len), Some(6));
+    }
+
+    /// The reopen child's load and each store's reopen, in process and without the kill: what
+    /// the child made durable is what the reopen finds.
+    #[test]
+    fn child_loads_and_reopen_finds_every_record() -> BenchResult<()> {
+        for store in ["journal", "varvedb", "umadb"] {
+            let dir = tempfile::tempdir()?;
+            child(store, dir.path(), 2_500, After::Exit)?;
+            let (_, head) = match store {
+                "journal" => journal::reopen(dir.path())?,
+                "varvedb" => varvedb::reopen(&dir.path().join("varvedb"))?,
+                _ => umadb::reopen(dir.path())?,
+            };
+            assert_eq!(head, 2_500, "{store}");
+        }
+        Ok(())
+    }
+}
