@@ -2,8 +2,8 @@
 //! stores each event as an rkyv archive of the application's type, through its own Rust API.
 //!
 //! What it guarantees, as its source shows: every append is one LMDB write transaction, and LMDB
-//! syncs on commit by default (the data pages, then the meta page), so a returned append is
-//! durable. It has no expected revisions (the next stream sequence is read outside the write
+//! syncs on commit by default (fdatasync of the data pages, then a write of the meta page through
+//! a second descriptor opened O_DSYNC, as strace shows), so a returned append is durable. It has no expected revisions (the next stream sequence is read outside the write
 //! transaction), no event-id deduplication, no checksums, chain or MAC, and a batch is one
 //! `StreamId` of one named stream, so the 64-stream batches the journal and UmaDB take cannot be
 //! expressed. The events are `BenchEvent`s, which VarveDB serializes itself, inside the timed
@@ -27,11 +27,11 @@ use crate::{BenchError, BenchResult};
 /// What VarveDB promises beside its figures.
 pub const GUARANTEES: Guarantees = Guarantees {
     store: "varvedb 0.4.2 (LMDB)",
-    durability: "durable commit (LMDB sync: data, then meta page)",
+    durability: "durable commit (2 syncs: fdatasync of the pages, then the meta page through an O_DSYNC descriptor)",
     integrity: "none",
     expected_revision: "no",
     idempotency: "no",
-    column: "durable; none; rev no; idem no",
+    column: "durable, 2 syncs; none; rev no; idem no",
 };
 
 /// The one named stream every bench event goes to; the bench's streams are its `StreamId`s.
