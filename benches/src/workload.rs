@@ -118,11 +118,13 @@ fn mix(mut z: u64) -> u64 {
 /// A 36-character event id that looks like a random UUID (so the event-id index sees keys in
 /// random order, as it would in production), unique per (`tag`, `seq`).
 pub fn event_id(tag: u64, seq: u64) -> String {
-    format!(
-        "evt-{:016x}{:016x}",
-        mix(seq ^ tag.rotate_left(40)),
-        mix(seq).wrapping_add(tag)
-    )
+    let (hi, lo) = event_id_parts(tag, seq);
+    format!("evt-{hi:016x}{lo:016x}")
+}
+
+/// The 128 bits behind [`event_id`], for peers that store an event id as a UUID.
+pub fn event_id_parts(tag: u64, seq: u64) -> (u64, u64) {
+    (mix(seq ^ tag.rotate_left(40)), mix(seq).wrapping_add(tag))
 }
 
 /// The occurred-at timestamp of record number `seq` (one millisecond apart).

@@ -22,7 +22,7 @@ ctx-bench: side-by-side throughput of the ctx journal and its peers, measured in
 the cold-start latency of the ctx hook process.
 
 USAGE:
-    ctx-bench compare [--quick] [--dir DIR] [--out FILE]
+    ctx-bench compare [--quick] [--dir DIR] [--out FILE] [--reopen-records N]
     ctx-bench hook-latency [--ctx PATH] [--runs N] [--test] [--disk-dir DIR] [--tmpfs-dir DIR]
                            [--postgres | --journal URL] [--out FILE] [--session-prompts N]
                            [--catalog-size N[,N...]] [--strace]
@@ -50,11 +50,24 @@ compare measures, each in a fresh temp dir under one base directory (so on one d
                records, the 64-stream window rotating over 1000 streams, because one atomic
                append may name at most 64 streams); 1000-record appends to one stream; 8 appender
                threads doing single-record appends (group commit)
+  VarveDB      (crate varvedb, LMDB + rkyv) single appends, 8 appender threads, 1000-event
+               batches to one stream (its batches name one stream, so the 64-stream shape is
+               listed as not expressible)
+  umadb-core   (the engine under UmaDB) single conditional appends, 8 appender threads through
+               its grouped writer, 1000-event conditional appends in the journal's 64-stream
+               shape and to one stream
   replay       journal Journal::scan (digest + MAC verified) with an rkyv payload access and with
-               a no-op closure, vs SQLite SELECT ... ORDER BY position + serde_json decode
-and prints the ratios p1 (journal single / raw overwrite), p2 (journal 8 appenders / SQLite 8
-writers), p3 (journal batches / raw redb batches), p4_records_per_s (journal replay) and
-p4_vs_sqlite_json (journal replay / SQLite + JSON).
+               a no-op closure, vs SQLite SELECT ... ORDER BY position + serde_json decode, VarveDB
+               and umadb-core full ordered reads with the same rkyv access
+  disk         bytes on disk per record (allocated and file length) after the replay load
+  reopen       journal, VarveDB, umadb-core: a child ctx-bench loads N records (--reopen-records,
+               default 10,000 with --quick, 100,000 otherwise), then appends until SIGKILLed;
+               the figure is the reopen + first read
+Every row names its store's guarantees (durability, chain/MAC, expected revisions,
+idempotency). It prints the ratios p1 (journal single / raw overwrite), p2 (journal 8 appenders /
+SQLite 8 writers), p3 (journal batches / raw redb batches), p4_records_per_s (journal replay),
+p4_vs_sqlite_json (journal replay / SQLite + JSON) and journal / peer for every workload a peer
+expresses (journal_vs_varvedb_*, journal_vs_umadb_*).
 
 Measurements are interleaved: every measurement is set up first (its own temp dir, database
 and counters, kept for the whole run), then all of them run in 5 rounds, one after another
@@ -63,15 +76,17 @@ the median of its 5 round rates (each round's rate is in the JSON).
   timed rounds (raw disk, single commits, concurrent writers, replay) last a fixed wall-clock
     budget: 0.4 s with --quick, 3 s otherwise (or stop at 50k / 500k ops per thread);
   batch rounds (1000 records per commit) write a fixed count: 30k records with --quick, 150k
-    otherwise, so SQLite, raw redb and the journal grow to the same size (safety stop 20 s / 60 s).
+    otherwise, so every store grows to the same size (safety stop 20 s / 60 s).
 Replay loads 50k (--quick) or 200k records into each store before the rounds and repeats whole
-scans for each round's budget (at least one scan). On a 2-core machine --quick takes under a
-minute and the full run about five minutes.
+scans for each round's budget (at least one scan). On a 2-core machine --quick takes about 80 s
+(the two event-store peers add about 10 s each) and the full run about eight minutes.
 
 OPTIONS:
     --quick       short rounds (0.4 s timed, 30k records per batch round, 50k replay records)
     --dir DIR     base directory for the temp dirs (default: the system temp dir)
     --out FILE    where to write the JSON (default: <workspace>/target/ctx-bench/compare.json)
+    --reopen-records N
+                  records the killed child loads before the reopen measurement
     -h, --help    print this help
 
 The markdown table goes to stdout, progress to stderr.
@@ -273,6 +288,16 @@ struct CompareArgs {
     quick: bool,
     dir: Option<PathBuf>,
     out: Option<PathBuf>,
+    reopen_records: Option<u64>,
+}
+
+/// The hidden `compare-child STORE DIR RECORDS`: the process `compare` kills for its reopen
+/// measurement.
+struct CompareChildArgs {
+    store: String,
+    dir: PathBuf,
+    records: u64,
+    then: compare::After,
 }
 
 struct HookArgs {
@@ -315,6 +340,7 @@ struct PgArgs {
 
 enum Args {
     Compare(CompareArgs),
+    CompareChild(CompareChildArgs),
     HookLatency(HookArgs),
     SeamAb(SeamArgs),
     PgAppend(PgArgs),
@@ -353,7 +379,28 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             quick: false,
             dir: None,
             out: None,
+            reopen_records: None,
         }),
+        Some("compare-child") => {
+            let mut next = |what: &str| {
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("compare-child needs {what}"))
+            };
+            let store = next("a store")?;
+            let dir = next("a directory")?.into();
+            let records = positive("compare-child", &next("a record count")?)? as u64;
+            let then = match it.next() {
+                Some(word) => compare::After::parse(word)?,
+                None => compare::After::AppendUntilKilled,
+            };
+            return Ok(Some(Args::CompareChild(CompareChildArgs {
+                store,
+                dir,
+                records,
+                then,
+            })));
+        }
         Some("hook-latency") => Args::HookLatency(HookArgs {
             ctx: None,
             runs: None,
@@ -434,8 +481,10 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
                 "--quick" => c.quick = true,
                 "--dir" => c.dir = Some(text()?.into()),
                 "--out" => c.out = Some(text()?.into()),
+                "--reopen-records" => c.reopen_records = Some(positive(a, &text()?)? as u64),
                 _ => return Err(format!("unknown argument {arg:?}")),
             },
+            Args::CompareChild(_) => return Err(format!("unknown argument {arg:?}")),
             Args::HookLatency(h) => match a {
                 "--ctx" => h.ctx = Some(text()?.into()),
                 "--runs" => h.runs = Some(positive(a, &text()?)?),
@@ -555,7 +604,13 @@ fn run_compare(args: CompareArgs) -> BenchResult<()> {
     let out = args
         .out
         .unwrap_or_else(|| target_dir().join("ctx-bench").join("compare.json"));
-    let report = compare::run(&Config::new(args.quick, base))?;
+    let mut config = Config::new(args.quick, base);
+    if let Some(records) = args.reopen_records {
+        config.reopen_records = records;
+    }
+    // The reopen-after-kill child is this binary again (its hidden compare-child subcommand).
+    config.child_exe = Some(std::env::current_exe()?);
+    let report = compare::run(&config)?;
     println!("{}", report.markdown());
     write_json(&out, &report.to_json())
 }
@@ -734,6 +789,7 @@ fn run_storage_growth(args: StorageArgs) -> BenchResult<()> {
 fn run(args: Args) -> BenchResult<()> {
     match args {
         Args::Compare(args) => run_compare(args),
+        Args::CompareChild(args) => compare::child(&args.store, &args.dir, args.records, args.then),
         Args::HookLatency(args) => run_hook_latency(args),
         Args::SeamAb(args) => run_seam_ab(args),
         Args::PgAppend(args) => run_pg_append(args),

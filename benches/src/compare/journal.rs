@@ -4,7 +4,7 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ctx_journal::{Journal, OpenOptions, StreamAppend, StreamId};
 use rkyv::util::AlignedVec;
@@ -246,4 +246,56 @@ pub fn replay(loaded: Arc<Loaded>, work: ReplayWork) -> Round<'static> {
         }
         Ok(sample)
     })
+}
+
+/// The child of the reopen-after-kill measurement: loads `records` records with the windowed
+/// batch shape, says `ready` on stdout, then does what `then` says; by default it appends single
+/// records (exact expected revisions) until it is killed, so the kill lands in or between
+/// durable commits.
+pub fn fill_until_killed(
+    dir: &Path,
+    payloads: &Payloads,
+    records: u64,
+    then: super::After,
+) -> BenchResult<()> {
+    let loaded = load(dir, payloads, records)?;
+    super::say_ready(records)?;
+    match then {
+        super::After::Exit | super::After::Reopen(_) => return Ok(()),
+        super::After::Replay(budget) => {
+            return super::child_replay(
+                replay(Arc::new(loaded), ReplayWork::AccessPayload),
+                budget,
+            );
+        }
+        super::After::AppendUntilKilled => {}
+    }
+    // Streams of their own, so the tracked heads start at zero.
+    let streams = (0..STREAMS)
+        .map(|i| {
+            Ok(StreamId::derive(
+                "bench-killed",
+                format!("stream-{i}").as_bytes(),
+            )?)
+        })
+        .collect::<BenchResult<Vec<StreamId>>>()?;
+    let mut appender = SingleAppender::new(loaded.journal, payloads, streams, 15);
+    loop {
+        appender.warm_up(1_000)?;
+    }
+}
+
+/// Opens the journal a killed child left (`journal-replay` in `dir`) and reads its first record:
+/// the time both took and the number of records the journal holds.
+pub fn reopen(dir: &Path) -> BenchResult<(Duration, u64)> {
+    let start = Instant::now();
+    let journal = open(dir, "journal-replay")?;
+    let mut first = 0;
+    journal.scan(1, |view| {
+        first = view.payload.len();
+        ControlFlow::Break(())
+    })?;
+    let took = start.elapsed();
+    std::hint::black_box(first);
+    Ok((took, journal.head_position()?))
 }

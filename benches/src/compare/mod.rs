@@ -1,13 +1,29 @@
 //! `ctx-bench compare`: every peer measured in one run, on temp dirs under one base directory
 //! (so on one disk), and the ratios between them.
+//!
+//! The peers: raw fsync limits ([`raw`]), raw redb ([`redb_raw`]), SQLite in WAL mode
+//! ([`sqlite`]), and the embedded event stores people would pick instead of the journal, each
+//! through its own Rust API: VarveDB on LMDB ([`varvedb`]) and umadb-core, the engine under
+//! UmaDB ([`umadb`]). Each store's row carries its [`Guarantees`] (durability, chain/MAC,
+//! expected revisions, event-id idempotency), since a faster figure bought with a weaker promise
+//! is not the same figure. Workloads a store cannot express (VarveDB's batches name one stream)
+//! are listed as such rather than measured in another shape. Beside the throughput rounds, the
+//! run measures the bytes on disk per record after the replay load and the reopen time after
+//! kill -9 (a child `ctx-bench` process loads N records, then appends until the parent kills
+//! it; the parent times opening the store and reading its first record).
 
 pub mod journal;
 pub mod raw;
 pub mod redb_raw;
 pub mod sqlite;
+pub mod umadb;
+pub mod varvedb;
 
 use std::fmt::Write as _;
+use std::io::{BufRead as _, Write as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -102,6 +118,153 @@ const SQLITE_REPLAY: Meta = (
     "records/s",
 );
 
+const VARVEDB_SINGLE: Meta = (
+    "varvedb_single_commits_per_s",
+    "VarveDB: single appends, 1 txn each",
+    "commits/s",
+);
+const VARVEDB_8: Meta = (
+    "varvedb_8_appenders_records_per_s",
+    "VarveDB: 8 appender threads, own stream handles, single appends",
+    "records/s",
+);
+const VARVEDB_BATCH_ONE: Meta = (
+    "varvedb_batch_one_stream_records_per_s",
+    "VarveDB: 1000-event append_batch to one stream",
+    "records/s",
+);
+const VARVEDB_REPLAY: Meta = (
+    "varvedb_replay_records_per_s",
+    "VarveDB replay: global iterator (owned copies) + rkyv access of each payload",
+    "records/s",
+);
+const UMADB_SINGLE: Meta = (
+    "umadb_single_commits_per_s",
+    "umadb-core: single conditional appends, 1 commit each",
+    "commits/s",
+);
+const UMADB_8: Meta = (
+    "umadb_8_appenders_records_per_s",
+    "umadb-core: 8 appender threads, grouped writer, single conditional appends",
+    "records/s",
+);
+const UMADB_BATCH: Meta = (
+    "umadb_batch_records_per_s",
+    "umadb-core: 1000-event conditional append, 64 streams x 15-16 events, window rotating over \
+     1000 streams",
+    "records/s",
+);
+const UMADB_BATCH_ONE: Meta = (
+    "umadb_batch_one_stream_records_per_s",
+    "umadb-core: 1000-event conditional append to one stream",
+    "records/s",
+);
+const UMADB_REPLAY: Meta = (
+    "umadb_replay_records_per_s",
+    "umadb-core replay: read (no query) + rkyv access of each payload",
+    "records/s",
+);
+
+/// What a store promises beside its figures: a figure bought with a weaker promise is not the
+/// same figure.
+#[derive(Debug, Clone, Copy)]
+pub struct Guarantees {
+    /// The store and its version.
+    pub store: &'static str,
+    /// When an append or commit returns, what has reached the disk.
+    pub durability: &'static str,
+    /// Tamper evidence of the stored records: a hash chain, a MAC, or none.
+    pub integrity: &'static str,
+    /// Optimistic concurrency: whether an append can state the revision it expects.
+    pub expected_revision: &'static str,
+    /// Whether appending an event id again is recognized (event-id deduplication).
+    pub idempotency: &'static str,
+    /// The same in a few words, for the table's guarantees column.
+    pub column: &'static str,
+}
+
+impl Guarantees {
+    fn to_json(self) -> Value {
+        json!({
+            "store": self.store,
+            "durability": self.durability,
+            "integrity": self.integrity,
+            "expected_revision": self.expected_revision,
+            "idempotency": self.idempotency,
+        })
+    }
+}
+
+const RAW_GUARANTEES: Guarantees = Guarantees {
+    store: "raw file",
+    durability: "fdatasync per op",
+    integrity: "none",
+    expected_revision: "n/a",
+    idempotency: "n/a",
+    column: "fdatasync/op; no chain; rev n/a; idem n/a",
+};
+const SQLITE_GUARANTEES: Guarantees = Guarantees {
+    store: "SQLite",
+    durability: "durable commit (WAL, synchronous=FULL)",
+    integrity: "SHA-256 chain by the writer, no MAC",
+    expected_revision: "yes (UNIQUE(stream, revision))",
+    idempotency: "duplicates refused (UNIQUE(event_id)), no replay",
+    column: "durable; SHA-256 chain; rev yes; dup refused",
+};
+const REDB_GUARANTEES: Guarantees = Guarantees {
+    store: "redb 4.6.0",
+    durability: "durable commit (Durability::Immediate)",
+    integrity: "none",
+    expected_revision: "no",
+    idempotency: "no",
+    column: "durable; none; rev no; idem no",
+};
+/// The journal's promises (spec/journal.md J8 and §4-§5: one fdatasync per group commit,
+/// per-stream digest chain with a keyed MAC, exact expected revisions, permanent event-id
+/// idempotency).
+const JOURNAL_GUARANTEES: Guarantees = Guarantees {
+    store: "ctx journal (redb 4.6.0)",
+    durability: "durable commit (redb Immediate, group commit)",
+    integrity: "per-stream digest chain + MAC",
+    expected_revision: "yes (exact)",
+    idempotency: "yes (event-id index, permanent)",
+    column: "durable, group commit; chain+MAC; rev yes; idem yes",
+};
+
+/// Every store's guarantees, in the order of the table.
+const ALL_GUARANTEES: [&Guarantees; 6] = [
+    &RAW_GUARANTEES,
+    &SQLITE_GUARANTEES,
+    &REDB_GUARANTEES,
+    &JOURNAL_GUARANTEES,
+    &varvedb::GUARANTEES,
+    &umadb::GUARANTEES,
+];
+
+/// The guarantees of the store a figure key belongs to (keys start with the store's name).
+pub fn guarantees_of(key: &str) -> Option<&'static Guarantees> {
+    let table: [(&str, &'static Guarantees); 6] = [
+        ("raw_", &RAW_GUARANTEES),
+        ("sqlite_", &SQLITE_GUARANTEES),
+        ("redb_", &REDB_GUARANTEES),
+        ("journal_", &JOURNAL_GUARANTEES),
+        ("varvedb_", &varvedb::GUARANTEES),
+        ("umadb_", &umadb::GUARANTEES),
+    ];
+    table
+        .into_iter()
+        .find(|(prefix, _)| key.starts_with(prefix))
+        .map(|(_, g)| g)
+}
+
+/// A workload a store cannot express, listed in place of a figure.
+#[derive(Debug, Clone)]
+pub struct Unsupported {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub reason: &'static str,
+}
+
 /// How long and how much a measurement may run: in [`Config`] the totals over all rounds, as
 /// handed to a [`Round`] the share of one round.
 #[derive(Debug, Clone, Copy)]
@@ -128,6 +291,11 @@ pub struct Config {
     pub replay_records: u64,
     /// Directory the temp dirs are made in.
     pub base_dir: PathBuf,
+    /// Records a killed child has loaded before the reopen-after-kill measurement.
+    pub reopen_records: u64,
+    /// The `ctx-bench` binary the reopen-after-kill child runs (its hidden `compare-child`
+    /// subcommand); without it that measurement is skipped.
+    pub child_exe: Option<PathBuf>,
 }
 
 impl Config {
@@ -156,6 +324,8 @@ impl Config {
             batch,
             replay_records,
             base_dir,
+            reopen_records: if quick { 10_000 } else { 100_000 },
+            child_exe: None,
         }
     }
 }
@@ -172,6 +342,7 @@ pub struct Ratio {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub figures: Vec<Figure>,
+    pub unsupported: Vec<Unsupported>,
     pub ratios: Vec<Ratio>,
     pub environment: Map<String, Value>,
     pub notes: Vec<String>,
@@ -262,6 +433,32 @@ pub fn run(config: &Config) -> BenchResult<Report> {
     );
     let sqlite_dir = temp_dir(config, "sqlite-replay")?;
     let loaded_sqlite = sqlite::load(sqlite_dir.path(), p, config.replay_records)?;
+    let varvedb_dir = temp_dir(config, "varvedb-replay")?;
+    let loaded_varvedb = varvedb::load(varvedb_dir.path(), p, config.replay_records)?;
+    let umadb_dir = temp_dir(config, "umadb-replay")?;
+    let loaded_umadb = umadb::load(umadb_dir.path(), p, config.replay_records)?;
+    // Bytes on disk right after the same load into each store (durable, nothing compacted).
+    let mut disk_figs = Vec::new();
+    for (store, dir) in [
+        (Store::Journal, &journal_dir),
+        (Store::Sqlite, &sqlite_dir),
+        (Store::Varvedb, &varvedb_dir),
+        (Store::Umadb, &umadb_dir),
+    ] {
+        let (allocated, length) = disk_usage(dir.path())?;
+        let records = config.replay_records.max(1) as f64;
+        let (alloc_meta, length_meta) = store.disk_metas();
+        disk_figs.push(one_figure(
+            alloc_meta,
+            allocated as f64 / records,
+            config.replay_records,
+        ));
+        disk_figs.push(one_figure(
+            length_meta,
+            length as f64 / records,
+            config.replay_records,
+        ));
+    }
 
     let mut runners = vec![
         runner(config, timed, RAW_OVERWRITE, raw::overwrite_4k)?,
@@ -286,6 +483,21 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         runner(config, timed, JOURNAL_8, |d| {
             journal::concurrent(d, p, WRITER_THREADS)
         })?,
+        runner(config, timed, VARVEDB_SINGLE, |d| varvedb::single(d, p))?,
+        runner(config, timed, VARVEDB_8, |d| {
+            varvedb::concurrent(d, p, WRITER_THREADS)
+        })?,
+        runner(config, batch, VARVEDB_BATCH_ONE, |d| {
+            varvedb::batch_one_stream(d, p)
+        })?,
+        runner(config, timed, UMADB_SINGLE, |d| umadb::single(d, p))?,
+        runner(config, timed, UMADB_8, |d| {
+            umadb::concurrent(d, p, WRITER_THREADS)
+        })?,
+        runner(config, batch, UMADB_BATCH, |d| umadb::batch_windowed(d, p))?,
+        runner(config, batch, UMADB_BATCH_ONE, |d| {
+            umadb::batch_one_stream(d, p)
+        })?,
     ];
     let replays = [
         (
@@ -297,6 +509,8 @@ pub fn run(config: &Config) -> BenchResult<Report> {
             journal::replay(loaded_journal, ReplayWork::Noop),
         ),
         (SQLITE_REPLAY, sqlite::replay(loaded_sqlite)),
+        (VARVEDB_REPLAY, varvedb::replay(loaded_varvedb)),
+        (UMADB_REPLAY, umadb::replay(loaded_umadb)),
     ];
     for ((key, label, unit), round) in replays {
         runners.push(Runner {
@@ -334,14 +548,52 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         .collect();
     figs.push(load_figure);
     drop(runners);
-    drop((journal_dir, sqlite_dir));
+    drop((journal_dir, sqlite_dir, varvedb_dir, umadb_dir));
+    figs.extend(disk_figs);
+
+    let mut env = environment(config);
+    let mut notes = Vec::new();
+    match &config.child_exe {
+        Some(exe) => {
+            let mut heads = Map::new();
+            for store in [Store::Journal, Store::Varvedb, Store::Umadb] {
+                eprintln!(
+                    "reopen after kill -9: {} child loads {} records ...",
+                    store.name(),
+                    config.reopen_records
+                );
+                let (took, clean, head) = reopen_after_kill(config, exe, store)?;
+                eprintln!(
+                    "  {} reopened + first read in {:.1} ms ({head} records), clean reopen {:.1} \
+                     ms",
+                    store.name(),
+                    took.as_secs_f64() * 1e3,
+                    clean.as_secs_f64() * 1e3
+                );
+                heads.insert(store.name().into(), json!(head));
+                let (killed_meta, clean_meta) = store.reopen_metas();
+                figs.push(one_figure(killed_meta, took.as_secs_f64() * 1e3, head));
+                figs.push(one_figure(clean_meta, clean.as_secs_f64() * 1e3, head));
+            }
+            env.insert("reopen_records_at_reopen".into(), Value::Object(heads));
+        }
+        None => notes.push(
+            "Reopen after kill -9 skipped: no ctx-bench binary to run as the child.".to_owned(),
+        ),
+    }
+    let unsupported = vec![Unsupported {
+        key: "varvedb_batch_records_per_s",
+        label: "VarveDB: 1000-event batch over 64 streams (the journal's windowed shape)",
+        reason: "not expressible: append_batch takes one StreamId of one named stream, and \
+                 separate commits would not be one atomic batch",
+    }];
     let v = |key: (&str, &str, &str)| value_of(&figs, key.0);
     let (raw_overwrite, sqlite_8, redb_batch) = (v(RAW_OVERWRITE), v(SQLITE_8), v(REDB_BATCH));
     let (journal_single, journal_batch, journal_8) =
         (v(JOURNAL_SINGLE), v(JOURNAL_BATCH), v(JOURNAL_8));
     let (journal_replay, sqlite_replay) = (v(JOURNAL_REPLAY), v(SQLITE_REPLAY));
 
-    let ratios = vec![
+    let mut ratios = vec![
         Ratio {
             key: "p1",
             label: "P1 journal single appends / raw overwrite+fdatasync limit",
@@ -368,12 +620,12 @@ pub fn run(config: &Config) -> BenchResult<Report> {
             value: ratio(journal_replay, sqlite_replay),
         },
     ];
+    ratios.extend(journal_over_peers(&figs));
 
     let (rkyv_bytes, json_bytes) = payloads.average_sizes();
-    let mut env = environment(config);
     env.insert("payload_rkyv_bytes_avg".into(), json!(rkyv_bytes));
     env.insert("payload_json_bytes_avg".into(), json!(json_bytes));
-    let notes = vec![
+    notes.extend([
         format!(
             "Each measurement has its own temp dir under {} and state that persists across {} \
              interleaved rounds; a figure is the median of its rounds' rates (all rounds are in \
@@ -420,14 +672,445 @@ pub fn run(config: &Config) -> BenchResult<Report> {
              round's budget with a warm page cache.",
             config.replay_records
         ),
-    ];
+        format!(
+            "VarveDB and umadb-core get the same payload bytes (VarveDB serializes the same \
+             BenchEvent itself, inside the timed section). VarveDB stores no event id, kind or \
+             time; umadb-core stores the kind, one tag per stream and the event id as a UUID. \
+             umadb-core's single and batch appends are conditional (no event of the named streams \
+             after the last position seen), which is its form of an exact expected revision; its \
+             batch row has the journal's windowed shape, so it compares with the journal's batch \
+             row. Its 8 appenders go through its grouped writer thread (one commit per drained \
+             group, at most {} events); VarveDB's 8 appenders each commit alone (LMDB serializes \
+             write transactions).",
+            umadb::GROUP_EVENTS_MAX
+        ),
+        format!(
+            "Bytes on disk: allocated (st_blocks x 512) and file length over every file in the \
+             store's directory, right after the replay load of {} records, divided by the \
+             records. Reopen after kill -9: a child ctx-bench process loads {} records in \
+             1000-record commits, says ready, then appends single durable records until the \
+             parent SIGKILLs it about 50 ms later; the figure is one in-process open plus the \
+             read of the first record, and the clean reopen is the same again right after.",
+            config.replay_records, config.reopen_records
+        ),
+    ]);
     Ok(Report {
         figures: figs,
+        unsupported,
         ratios,
         environment: env,
         notes,
         elapsed: started.elapsed(),
     })
+}
+
+/// The stores measured for bytes on disk and reopen after kill -9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Journal,
+    Sqlite,
+    Varvedb,
+    Umadb,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Journal => "journal",
+            Store::Sqlite => "sqlite",
+            Store::Varvedb => "varvedb",
+            Store::Umadb => "umadb",
+        }
+    }
+
+    /// The figures of allocated bytes and file length per record.
+    fn disk_metas(self) -> (Meta, Meta) {
+        match self {
+            Store::Journal => (
+                (
+                    "journal_disk_allocated_bytes_per_record",
+                    "journal: bytes on disk per record, allocated",
+                    "B/record",
+                ),
+                (
+                    "journal_disk_file_bytes_per_record",
+                    "journal: bytes on disk per record, file length",
+                    "B/record",
+                ),
+            ),
+            Store::Sqlite => (
+                (
+                    "sqlite_disk_allocated_bytes_per_record",
+                    "SQLite: bytes on disk per record, allocated",
+                    "B/record",
+                ),
+                (
+                    "sqlite_disk_file_bytes_per_record",
+                    "SQLite: bytes on disk per record, file length (db + WAL)",
+                    "B/record",
+                ),
+            ),
+            Store::Varvedb => (
+                (
+                    "varvedb_disk_allocated_bytes_per_record",
+                    "VarveDB: bytes on disk per record, allocated",
+                    "B/record",
+                ),
+                (
+                    "varvedb_disk_file_bytes_per_record",
+                    "VarveDB: bytes on disk per record, file length",
+                    "B/record",
+                ),
+            ),
+            Store::Umadb => (
+                (
+                    "umadb_disk_allocated_bytes_per_record",
+                    "umadb-core: bytes on disk per record, allocated",
+                    "B/record",
+                ),
+                (
+                    "umadb_disk_file_bytes_per_record",
+                    "umadb-core: bytes on disk per record, file length",
+                    "B/record",
+                ),
+            ),
+        }
+    }
+
+    /// The figures of the reopen after kill -9 and of the clean reopen right after it.
+    fn reopen_metas(self) -> (Meta, Meta) {
+        match self {
+            Store::Journal | Store::Sqlite => (
+                (
+                    "journal_reopen_after_kill_ms",
+                    "journal: reopen after kill -9 + first read",
+                    "ms",
+                ),
+                (
+                    "journal_reopen_clean_ms",
+                    "journal: clean reopen + first read (right after)",
+                    "ms",
+                ),
+            ),
+            Store::Varvedb => (
+                (
+                    "varvedb_reopen_after_kill_ms",
+                    "VarveDB: reopen after kill -9 + first read",
+                    "ms",
+                ),
+                (
+                    "varvedb_reopen_clean_ms",
+                    "VarveDB: clean reopen + first read (right after)",
+                    "ms",
+                ),
+            ),
+            Store::Umadb => (
+                (
+                    "umadb_reopen_after_kill_ms",
+                    "umadb-core: reopen after kill -9 + first read",
+                    "ms",
+                ),
+                (
+                    "umadb_reopen_clean_ms",
+                    "umadb-core: clean reopen + first read (right after)",
+                    "ms",
+                ),
+            ),
+        }
+    }
+}
+
+/// A figure measured once (no rounds, no latencies); `units` is what it was measured over.
+fn one_figure((key, label, unit): Meta, value: f64, units: u64) -> Figure {
+    Figure {
+        key,
+        label,
+        value,
+        unit,
+        rounds: vec![value],
+        units,
+        seconds: 0.0,
+        p50_us: None,
+        p99_us: None,
+    }
+}
+
+/// Allocated bytes (st_blocks x 512) and file lengths of every file under `dir`.
+fn disk_usage(dir: &Path) -> BenchResult<(u64, u64)> {
+    let (mut allocated, mut length) = (0, 0);
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            let (a, l) = disk_usage(&entry.path())?;
+            allocated += a;
+            length += l;
+        } else {
+            allocated += meta.blocks() * 512;
+            length += meta.len();
+        }
+    }
+    Ok((allocated, length))
+}
+
+/// The child's word to the parent that its load is durable and the kill may come.
+fn say_ready(records: u64) -> BenchResult<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {records}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// What the child does once its records are loaded and it has said `ready`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// Appends single durable records until it is killed (the reopen measurement).
+    AppendUntilKilled,
+    /// Exits, after printing to stderr what the load wrote (`/proc/self/io` write_bytes): for
+    /// strace and perf runs of the load alone.
+    Exit,
+    /// Replays the store for this long and prints the rate to stderr: for perf runs of replay.
+    Replay(Duration),
+    /// Closes the store and reopens it (open + first read) this many times, printing the median
+    /// to stderr: for perf runs of the open.
+    Reopen(usize),
+}
+
+impl After {
+    /// `append` (the default), `exit` or `replay`.
+    pub fn parse(word: &str) -> Result<After, String> {
+        match word {
+            "append" => Ok(After::AppendUntilKilled),
+            "exit" => Ok(After::Exit),
+            "replay" => Ok(After::Replay(Duration::from_secs(10))),
+            "reopen" => Ok(After::Reopen(50)),
+            other => Err(format!(
+                "compare-child: unknown mode {other:?} (append, exit, replay, reopen)"
+            )),
+        }
+    }
+}
+
+/// Runs a replay round for `budget` in the child and prints its rate.
+fn child_replay(mut round: Round<'_>, budget: Duration) -> BenchResult<()> {
+    let limits = Limits {
+        budget,
+        single_ops_max: 0,
+        batch_records_max: 0,
+    };
+    let sample = round(&limits)?;
+    eprintln!(
+        "compare-child: replayed {} records in {:.2} s, {:.0} records/s",
+        sample.units,
+        sample.timed.as_secs_f64(),
+        sample.rate()
+    );
+    Ok(())
+}
+
+/// This process's `write_bytes` from /proc/self/io: bytes it caused to be sent to storage.
+fn write_bytes() -> BenchResult<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| "no write_bytes in /proc/self/io".into())
+}
+
+/// The hidden `ctx-bench compare-child STORE DIR RECORDS [append|exit|replay]`: loads `records`
+/// records into a new store of kind `store` in `dir` in 1000-record commits, prints `ready`,
+/// then does what `then` says.
+pub fn child(store: &str, dir: &Path, records: u64, then: After) -> BenchResult<()> {
+    let payloads = Payloads::new()?;
+    let p = &payloads;
+    let (before, started) = (write_bytes()?, Instant::now());
+    let fill_then = match then {
+        After::Reopen(_) => After::Exit,
+        other => other,
+    };
+    match store {
+        "journal" => journal::fill_until_killed(dir, p, records, fill_then),
+        "varvedb" => varvedb::fill_until_killed(&dir.join("varvedb"), p, records, fill_then),
+        "umadb" => umadb::fill_until_killed(dir, p, records, fill_then),
+        other => Err(format!("compare-child: unknown store {other:?}").into()),
+    }?;
+    if let After::Reopen(times) = then {
+        let mut took = Vec::with_capacity(times);
+        for _ in 0..times {
+            let (t, _) = match store {
+                "journal" => journal::reopen(dir)?,
+                "varvedb" => varvedb::reopen(&dir.join("varvedb"))?,
+                _ => umadb::reopen(dir)?,
+            };
+            took.push(t.as_secs_f64() * 1e3);
+        }
+        eprintln!(
+            "compare-child: {store} clean reopen + first read, median of {times}: {:.3} ms",
+            crate::measure::median(&took)
+        );
+    }
+    if then == After::Exit {
+        let written = write_bytes()?.saturating_sub(before);
+        let commits = records.div_ceil(BATCH_RECORDS as u64).max(1);
+        eprintln!(
+            "compare-child: {store} loaded {records} records in {commits} commits in {:.2} s: \
+             write_bytes {written} ({} per commit, {} per record)",
+            started.elapsed().as_secs_f64(),
+            written / commits,
+            written / records.max(1)
+        );
+    }
+    Ok(())
+}
+
+/// Runs the child for `store`, SIGKILLs it once it has loaded its records and is appending, and
+/// times the reopen and first read of what it left, then a clean reopen and first read (which
+/// separates the crash's repair from what every open costs): (after kill, clean, records found).
+fn reopen_after_kill(
+    config: &Config,
+    exe: &Path,
+    store: Store,
+) -> BenchResult<(Duration, Duration, u64)> {
+    let dir = temp_dir(config, &format!("{}-killed", store.name()))?;
+    let mut child = Command::new(exe)
+        .arg("compare-child")
+        .arg(store.name())
+        .arg(dir.path())
+        .arg(config.reopen_records.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("compare-child: no stdout pipe")?;
+    // umadb-core prints its settings to stdout on open; the word that counts is `ready`.
+    let mut ready = false;
+    for line in std::io::BufReader::new(stdout).lines() {
+        if line?.starts_with("ready ") {
+            ready = true;
+            break;
+        }
+    }
+    if !ready {
+        let status = child.wait()?;
+        return Err(format!(
+            "the {} child ended before it was ready ({status})",
+            store.name()
+        )
+        .into());
+    }
+    // Let it get into its single durable appends, so the kill lands in or between commits.
+    std::thread::sleep(Duration::from_millis(50));
+    child.kill()?;
+    child.wait()?;
+    let reopen = || match store {
+        Store::Journal | Store::Sqlite => journal::reopen(dir.path()),
+        Store::Varvedb => varvedb::reopen(&dir.path().join("varvedb")),
+        Store::Umadb => umadb::reopen(dir.path()),
+    };
+    let (took, head) = reopen()?;
+    let (clean, _) = reopen()?;
+    if head < config.reopen_records {
+        return Err(format!(
+            "{} after kill -9 holds {head} records, fewer than the {} its child made durable",
+            store.name(),
+            config.reopen_records
+        )
+        .into());
+    }
+    Ok((took, clean, head))
+}
+
+/// journal / peer for every workload both express (the same figure key after the store's name).
+fn journal_over_peers(figs: &[Figure]) -> Vec<Ratio> {
+    const PAIRS: [(&str, &str, &str, &str); 13] = [
+        (
+            "journal_vs_varvedb_single",
+            "journal single appends / VarveDB single appends",
+            JOURNAL_SINGLE.0,
+            VARVEDB_SINGLE.0,
+        ),
+        (
+            "journal_vs_umadb_single",
+            "journal single appends / umadb-core single conditional appends",
+            JOURNAL_SINGLE.0,
+            UMADB_SINGLE.0,
+        ),
+        (
+            "journal_vs_varvedb_8",
+            "journal 8 appenders / VarveDB 8 appenders",
+            JOURNAL_8.0,
+            VARVEDB_8.0,
+        ),
+        (
+            "journal_vs_umadb_8",
+            "journal 8 appenders / umadb-core 8 appenders (grouped writer)",
+            JOURNAL_8.0,
+            UMADB_8.0,
+        ),
+        (
+            "journal_vs_umadb_batch",
+            "journal windowed 1000-record batches / umadb-core same shape",
+            JOURNAL_BATCH.0,
+            UMADB_BATCH.0,
+        ),
+        (
+            "journal_vs_varvedb_batch_one_stream",
+            "journal 1000 records to one stream / VarveDB same",
+            JOURNAL_BATCH_ONE.0,
+            VARVEDB_BATCH_ONE.0,
+        ),
+        (
+            "journal_vs_umadb_batch_one_stream",
+            "journal 1000 records to one stream / umadb-core same",
+            JOURNAL_BATCH_ONE.0,
+            UMADB_BATCH_ONE.0,
+        ),
+        (
+            "journal_vs_varvedb_replay",
+            "journal replay / VarveDB replay (both with rkyv access)",
+            JOURNAL_REPLAY.0,
+            VARVEDB_REPLAY.0,
+        ),
+        (
+            "journal_vs_umadb_replay",
+            "journal replay / umadb-core replay (both with rkyv access)",
+            JOURNAL_REPLAY.0,
+            UMADB_REPLAY.0,
+        ),
+        (
+            "journal_vs_varvedb_disk",
+            "journal allocated bytes per record / VarveDB (below 1: journal smaller)",
+            "journal_disk_allocated_bytes_per_record",
+            "varvedb_disk_allocated_bytes_per_record",
+        ),
+        (
+            "journal_vs_umadb_disk",
+            "journal allocated bytes per record / umadb-core (below 1: journal smaller)",
+            "journal_disk_allocated_bytes_per_record",
+            "umadb_disk_allocated_bytes_per_record",
+        ),
+        (
+            "journal_vs_varvedb_reopen",
+            "journal reopen after kill -9 / VarveDB (below 1: journal faster)",
+            "journal_reopen_after_kill_ms",
+            "varvedb_reopen_after_kill_ms",
+        ),
+        (
+            "journal_vs_umadb_reopen",
+            "journal reopen after kill -9 / umadb-core (below 1: journal faster)",
+            "journal_reopen_after_kill_ms",
+            "umadb_reopen_after_kill_ms",
+        ),
+    ];
+    PAIRS
+        .iter()
+        .filter(|(_, _, j, p)| figs.iter().any(|f| f.key == *j) && figs.iter().any(|f| f.key == *p))
+        .map(|&(key, label, j, p)| Ratio {
+            key,
+            label,
+            value: ratio(value_of(figs, j), value_of(figs, p)),
+        })
+        .collect()
 }
 
 fn environment(config: &Config) -> Map<String, Value> {
@@ -473,6 +1156,9 @@ fn environment(config: &Config) -> Map<String, Value> {
     );
     env.insert("sqlite_version".into(), json!(rusqlite::version()));
     env.insert("redb_version".into(), json!("4.6.0"));
+    env.insert("varvedb_version".into(), json!("0.4.2"));
+    env.insert("umadb_core_version".into(), json!("0.7.8"));
+    env.insert("reopen_records".into(), json!(config.reopen_records));
     env.insert("writer_threads".into(), json!(WRITER_THREADS));
     env.insert("streams".into(), json!(STREAMS));
     env.insert("batch_records".into(), json!(BATCH_RECORDS));
@@ -532,20 +1218,43 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| measurement | value | unit | count | seconds | p50 µs | p99 µs |"
+            "| measurement | value | unit | count | seconds | p50 µs | p99 µs | guarantees |"
         );
-        let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|");
+        let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|---|");
+        let column = |key: &str| guarantees_of(key).map_or("", |g| g.column);
         for f in &self.figures {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {:.2} | {} | {} |",
+                "| {} | {} | {} | {} | {:.2} | {} | {} | {} |",
                 f.label,
                 fmt_num(f.value),
                 f.unit,
                 f.units,
                 f.seconds,
                 fmt_us(f.p50_us),
-                fmt_us(f.p99_us)
+                fmt_us(f.p99_us),
+                column(f.key)
+            );
+        }
+        for u in &self.unsupported {
+            let _ = writeln!(
+                s,
+                "| {} | n/a ({}) | | | | | | {} |",
+                u.label,
+                u.reason,
+                column(u.key)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n| store | durability | integrity | expected revision | idempotency |\n\
+             |---|---|---|---|---|"
+        );
+        for g in ALL_GUARANTEES {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                g.store, g.durability, g.integrity, g.expected_revision, g.idempotency
             );
         }
         let _ = writeln!(s, "\n| ratio | key | value |\n|---|---|---:|");
@@ -567,6 +1276,7 @@ impl Report {
             top.insert(r.key.into(), json!(r.value));
         }
         let mut details = Map::new();
+        let guarantees = |key: &str| guarantees_of(key).map_or(Value::Null, |g| g.to_json());
         for f in &self.figures {
             top.insert(f.key.into(), json!(f.value));
             details.insert(
@@ -580,10 +1290,27 @@ impl Report {
                     "seconds": f.seconds,
                     "p50_us": f.p50_us,
                     "p99_us": f.p99_us,
+                    "guarantees": guarantees(f.key),
+                }),
+            );
+        }
+        for u in &self.unsupported {
+            top.insert(u.key.into(), Value::Null);
+            details.insert(
+                u.key.into(),
+                json!({
+                    "label": u.label,
+                    "value": null,
+                    "unsupported": u.reason,
+                    "guarantees": guarantees(u.key),
                 }),
             );
         }
         top.insert("figures".into(), Value::Object(details));
+        top.insert(
+            "guarantees".into(),
+            Value::Array(ALL_GUARANTEES.iter().map(|g| g.to_json()).collect()),
+        );
         top.insert(
             "environment".into(),
             Value::Object(self.environment.clone()),
@@ -591,5 +1318,110 @@ impl Report {
         top.insert("notes".into(), json!(self.notes));
         top.insert("elapsed_s".into(), json!(self.elapsed.as_secs_f64()));
         Value::Object(top)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(key: &'static str, value: f64) -> Figure {
+        one_figure((key, key, "records/s"), value, 1)
+    }
+
+    #[test]
+    fn every_figure_names_its_store_guarantees() {
+        let keys = [
+            RAW_OVERWRITE.0,
+            RAW_APPEND.0,
+            SQLITE_SINGLE.0,
+            SQLITE_8_SHARED.0,
+            REDB_BATCH.0,
+            JOURNAL_SINGLE.0,
+            JOURNAL_REPLAY_NOOP.0,
+            VARVEDB_8.0,
+            VARVEDB_REPLAY.0,
+            UMADB_BATCH.0,
+            UMADB_REPLAY.0,
+            "journal_replay_load_records_per_s",
+        ];
+        for key in keys {
+            assert!(guarantees_of(key).is_some(), "{key}");
+        }
+        for store in [Store::Journal, Store::Sqlite, Store::Varvedb, Store::Umadb] {
+            let ((a, ..), (b, ..)) = store.disk_metas();
+            let ((c, ..), (d, ..)) = store.reopen_metas();
+            for key in [a, b, c, d] {
+                assert!(guarantees_of(key).is_some(), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn peer_rows_get_ratios_guarantees_and_unsupported_entries() {
+        let figs = vec![
+            figure(JOURNAL_SINGLE.0, 300.0),
+            figure(VARVEDB_SINGLE.0, 150.0),
+            figure(UMADB_SINGLE.0, 100.0),
+            figure(JOURNAL_BATCH.0, 30_000.0),
+            figure(UMADB_BATCH.0, 60_000.0),
+        ];
+        let ratios = journal_over_peers(&figs);
+        let get = |key: &str| ratios.iter().find(|r| r.key == key).map(|r| r.value);
+        assert_eq!(get("journal_vs_varvedb_single"), Some(2.0));
+        assert_eq!(get("journal_vs_umadb_single"), Some(3.0));
+        assert_eq!(get("journal_vs_umadb_batch"), Some(0.5));
+        // A workload without both figures gets no ratio.
+        assert_eq!(get("journal_vs_varvedb_replay"), None);
+        let report = Report {
+            figures: figs,
+            unsupported: vec![Unsupported {
+                key: "varvedb_batch_records_per_s",
+                label: "VarveDB: windowed batch",
+                reason: "not expressible",
+            }],
+            ratios,
+            environment: Map::new(),
+            notes: Vec::new(),
+            elapsed: Duration::ZERO,
+        };
+        let md = report.markdown();
+        assert!(md.contains("| guarantees |"), "{md}");
+        assert!(md.contains(varvedb::GUARANTEES.column), "{md}");
+        assert!(md.contains(umadb::GUARANTEES.column), "{md}");
+        assert!(md.contains("| n/a (not expressible) |"), "{md}");
+        let json = report.to_json();
+        assert_eq!(
+            json["figures"][UMADB_SINGLE.0]["guarantees"]["expected_revision"],
+            "yes (append condition)"
+        );
+        assert_eq!(
+            json["figures"][JOURNAL_SINGLE.0]["guarantees"]["integrity"],
+            "per-stream digest chain + MAC"
+        );
+        assert!(json["varvedb_batch_records_per_s"].is_null());
+        assert_eq!(
+            json["figures"]["varvedb_batch_records_per_s"]["unsupported"],
+            "not expressible"
+        );
+        assert_eq!(json["journal_vs_umadb_batch"], 0.5);
+        assert_eq!(json["guarantees"].as_array().map(Vec::len), Some(6));
+    }
+
+    /// The reopen child's load and each store's reopen, in process and without the kill: what
+    /// the child made durable is what the reopen finds.
+    #[test]
+    fn child_loads_and_reopen_finds_every_record() -> BenchResult<()> {
+        for store in ["journal", "varvedb", "umadb"] {
+            let dir = tempfile::tempdir()?;
+            child(store, dir.path(), 2_500, After::Exit)?;
+            let (_, head) = match store {
+                "journal" => journal::reopen(dir.path())?,
+                "varvedb" => varvedb::reopen(&dir.path().join("varvedb"))?,
+                _ => umadb::reopen(dir.path())?,
+            };
+            assert_eq!(head, 2_500, "{store}");
+        }
+        Ok(())
     }
 }
