@@ -1,12 +1,13 @@
 //! The PostgreSQL schema of a journal, its migrations, and the statements the backend runs
 //! (spec/scale-out.md §3).
 
-use postgres::{Client, IsolationLevel};
+use postgres::types::ToSql;
 
+use crate::conn::Conn;
 use crate::error::PgError;
 
 /// The version of the newest schema this build knows: the last entry of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The journal format version (spec/journal.md §11) this build reads and writes, kept in
 /// `ctx_meta.format_version`: 2 since record values may be compressed (migration 2).
@@ -66,7 +67,47 @@ CREATE TABLE {schema}.ctx_projection (
         // the newer values as corrupt (spec/journal.md §11).
         sql: "UPDATE {schema}.ctx_meta SET format_version = 2 WHERE id = 1 AND format_version = 1;",
     },
+    Migration {
+        version: 3,
+        description: "ctx_put_records: a write transaction's records and head moves in one statement",
+        // The head compare raises an error instead of answering with a row count, so that the
+        // puts can be sent together with COMMIT (one round trip): a failed compare aborts the
+        // transaction and the COMMIT behind it only rolls back (spec/scale-out.md §3.6).
+        sql: r#"
+CREATE FUNCTION {schema}.ctx_put_records(
+    positions bigint[], streams bytea[], revisions bigint[], event_ids text[], records bytea[],
+    digests bytea[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    n int := coalesce(array_length(positions, 1), 0);
+BEGIN
+    FOR i IN 1 .. n LOOP
+        INSERT INTO {schema}.ctx_records (position, stream, revision, event_id, record)
+        VALUES (positions[i], streams[i], revisions[i], event_ids[i], records[i]);
+        INSERT INTO {schema}.ctx_streams AS h (stream, revision, position, digest)
+        SELECT streams[i], revisions[i], positions[i], digests[i]
+        WHERE revisions[i] = 1
+           OR EXISTS (SELECT 1 FROM {schema}.ctx_streams s WHERE s.stream = streams[i])
+        ON CONFLICT (stream) DO UPDATE SET revision = excluded.revision,
+            position = excluded.position, digest = excluded.digest
+        WHERE h.revision = excluded.revision - 1;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = format(
+                'the head of stream %s is not at revision %s (storing record %s at revision %s '
+                'and position %s)', encode(streams[i], 'hex'), revisions[i] - 1, event_ids[i],
+                revisions[i], positions[i]);
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$fn$;
+"#,
+    },
 ];
+
+/// The SQLSTATE `ctx_put_records` raises when a stream head is not at the revision before the
+/// record's (migration 3).
+pub(crate) const HEAD_MISMATCH: &str = "CX001";
 
 /// Most rows one page of a scan asks for.
 pub(crate) const PAGE_ROWS: i64 = 1000;
@@ -119,7 +160,7 @@ pub(crate) enum Q {
     KvScanFirst,
     KvScanAfter,
     FindEvent,
-    PutRecord,
+    PutRecords,
     KvRemove,
     KvClear,
     IsEmpty,
@@ -143,7 +184,7 @@ impl Q {
         Q::KvScanFirst,
         Q::KvScanAfter,
         Q::FindEvent,
-        Q::PutRecord,
+        Q::PutRecords,
         Q::KvRemove,
         Q::KvClear,
         Q::IsEmpty,
@@ -229,21 +270,13 @@ impl Q {
             Q::FindEvent => {
                 format!("SELECT position FROM {s}.ctx_records WHERE event_id = $1::text")
             }
-            // $1 position, $2 stream, $3 revision, $4 event id, $5 record, $6 digest. The record
-            // row and the head move in one statement (one round trip). The head moves only from
-            // revision − 1 (or is created at revision 1): 0 rows means the core and the stored
-            // head disagree, and the caller refuses to go on.
-            Q::PutRecord => format!(
-                "WITH rec AS (\
-                   INSERT INTO {s}.ctx_records (position, stream, revision, event_id, record) \
-                   VALUES ($1::bigint, $2::bytea, $3::bigint, $4::text, $5::bytea)) \
-                 INSERT INTO {s}.ctx_streams AS h (stream, revision, position, digest) \
-                 SELECT $2::bytea, $3::bigint, $1::bigint, $6::bytea \
-                 WHERE $3::bigint = 1 \
-                   OR EXISTS (SELECT 1 FROM {s}.ctx_streams WHERE stream = $2::bytea) \
-                 ON CONFLICT (stream) DO UPDATE SET revision = excluded.revision, \
-                   position = excluded.position, digest = excluded.digest \
-                 WHERE h.revision = excluded.revision - 1"
+            // $1 positions, $2 streams, $3 revisions, $4 event ids, $5 records, $6 digests: the
+            // records of a write transaction in position order. Each record row and its head move
+            // together; a head that is not at revision − 1 (or a first record that is not revision
+            // 1) raises SQLSTATE CX001, which aborts the transaction.
+            Q::PutRecords => format!(
+                "SELECT {s}.ctx_put_records($1::bigint[], $2::bytea[], $3::bigint[], $4::text[], \
+                 $5::bytea[], $6::bytea[])"
             ),
             Q::KvRemove => {
                 format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text AND key = $2::bytea")
@@ -316,13 +349,10 @@ impl Sql {
     }
 }
 
-/// Brings the schema in `client`'s database up to [`SCHEMA_VERSION`] in one transaction under
-/// the migration lock, and checks the meta row. Refuses a newer schema or another format version.
-pub(crate) fn migrate(
-    client: &mut Client,
-    schema: &SchemaName,
-    location: &str,
-) -> Result<(), PgError> {
+/// Brings the schema in `conn`'s database up to [`SCHEMA_VERSION`] in one transaction under the
+/// migration lock, and checks the meta row. Refuses a newer schema or another format version. On
+/// an error the transaction is left open: the caller drops the connection, which rolls it back.
+pub(crate) fn migrate(conn: &Conn, schema: &SchemaName, location: &str) -> Result<(), PgError> {
     let s = &schema.quoted;
     let fail = |step: &'static str| {
         move |source: postgres::Error| PgError::Migrate {
@@ -331,49 +361,55 @@ pub(crate) fn migrate(
             source,
         }
     };
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
+    // One value of the first row; a statement that answers no row is an error of that step.
+    let one = |step: &'static str, sql: &str, params: &[&(dyn ToSql + Sync)]| {
+        conn.query(sql, params)
+            .map_err(fail(step))
+            .map(|rows| rows.into_iter().next())
+    };
+    conn.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         .map_err(fail("starting the migration transaction"))?;
-    tx.query(
+    conn.query(
         "SELECT pg_advisory_xact_lock($1::bigint)",
         &[&MIGRATION_LOCK_KEY],
     )
     .map_err(fail("taking the migration lock"))?;
     // Existence is checked first: CREATE … IF NOT EXISTS needs the CREATE privilege even when
     // the object exists, and a journal's user may have been granted only the tables.
-    let schema_exists: bool = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)",
-            &[&schema.name],
-        )
-        .and_then(|row| row.try_get(0))
-        .map_err(fail("looking for the schema"))?;
+    let schema_exists: bool = one(
+        "looking for the schema",
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)",
+        &[&schema.name],
+    )?
+    .is_some_and(|row| row.try_get(0).unwrap_or(false));
     if !schema_exists {
-        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
+        conn.batch_execute(&format!("CREATE SCHEMA {s}"))
             .map_err(fail("creating the schema"))?;
     }
     let table = format!("{s}.ctx_schema_migrations");
-    let has_table: bool = tx
-        .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&table])
-        .and_then(|row| row.try_get(0))
-        .map_err(fail("looking for ctx_schema_migrations"))?;
+    let has_table: bool = one(
+        "looking for ctx_schema_migrations",
+        "SELECT to_regclass($1::text) IS NOT NULL",
+        &[&table],
+    )?
+    .is_some_and(|row| row.try_get(0).unwrap_or(false));
     if !has_table {
-        tx.batch_execute(&format!(
+        conn.batch_execute(&format!(
             "CREATE TABLE {table} (version int PRIMARY KEY, description text NOT NULL)"
         ))
         .map_err(fail("creating ctx_schema_migrations"))?;
     }
-    let found: i32 = tx
-        .query_one(
-            &format!("SELECT coalesce(max(version), 0) FROM {table}"),
-            &[],
-        )
-        .and_then(|row| row.try_get(0))
-        .map_err(fail("reading the schema version"))?;
+    let found: i32 = match one(
+        "reading the schema version",
+        &format!("SELECT coalesce(max(version), 0) FROM {table}"),
+        &[],
+    )? {
+        Some(row) => row.try_get(0).map_err(fail("reading the schema version"))?,
+        None => 0,
+    };
     if found > SCHEMA_VERSION {
-        // Dropping the transaction rolls it back; nothing was changed anyway.
+        // The caller drops the connection, which rolls the transaction back; nothing was changed
+        // anyway.
         return Err(PgError::SchemaTooNew {
             location: location.to_owned(),
             found,
@@ -381,20 +417,19 @@ pub(crate) fn migrate(
         });
     }
     for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
-        tx.batch_execute(&migration.sql.replace("{schema}", s))
+        conn.batch_execute(&migration.sql.replace("{schema}", s))
             .map_err(fail("applying a migration"))?;
-        tx.execute(
+        conn.execute(
             &format!("INSERT INTO {table} (version, description) VALUES ($1::int, $2::text)"),
             &[&migration.version, &migration.description],
         )
         .map_err(fail("recording a migration"))?;
     }
-    let meta = tx
-        .query_opt(
-            &format!("SELECT format_version, last_position FROM {s}.ctx_meta WHERE id = 1"),
-            &[],
-        )
-        .map_err(fail("reading ctx_meta"))?;
+    let meta = one(
+        "reading ctx_meta",
+        &format!("SELECT format_version, last_position FROM {s}.ctx_meta WHERE id = 1"),
+        &[],
+    )?;
     let Some(meta) = meta else {
         return Err(PgError::Corrupt {
             location: location.to_owned(),
@@ -418,5 +453,6 @@ pub(crate) fn migrate(
             reason: format!("ctx_meta.last_position is negative ({last})"),
         });
     }
-    tx.commit().map_err(fail("committing the migration"))
+    conn.batch_execute("COMMIT")
+        .map_err(fail("committing the migration"))
 }

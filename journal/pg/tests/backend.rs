@@ -999,17 +999,67 @@ fn lost_connections_are_replaced_and_a_lost_commit_is_maybe_committed() {
         "{result:?}"
     );
 
-    // The connection dies just before the commit: the commit gets no answer, so the outcome is
-    // unknown to the backend (here the server rolled it back).
+    // The connection dies just before the commit: the backend sees the session end before it
+    // sends anything of the commit (the puts go with it), so nothing was committed.
     let result = backend.write(&mut |txn| {
         put(txn, &a, 3, "e3")?;
         assert_eq!(terminate(&url, dbname, "idle in transaction"), 1);
         Ok(Finish::Commit)
     });
     assert!(
+        matches!(result, Err(CommitError::NotCommitted(_))),
+        "{result:?}"
+    );
+    assert_eq!(last_position(&backend), 2);
+
+    // The connection dies during the commit (a deferred trigger holds COMMIT, and the session is
+    // terminated there): the commit gets no answer, so the outcome is unknown to the backend
+    // (here the server rolled it back).
+    sql(&url)
+        .batch_execute(
+            "CREATE FUNCTION ctx_test_slow() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$; \
+             CREATE CONSTRAINT TRIGGER ctx_test_slow AFTER INSERT ON ctx_records \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ctx_test_slow()",
+        )
+        .unwrap();
+    let killer = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + std::time::Duration::from_secs(20);
+            while Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let killed: i64 = sql(&url)
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity \
+                         WHERE datname = $1 AND application_name = 'ctx-journal' \
+                         AND state = 'active' AND query LIKE '%COMMIT%'",
+                        &[&dbname],
+                    )
+                    .unwrap()
+                    .get(0);
+                if killed == 1 {
+                    return true;
+                }
+            }
+            false
+        })
+    };
+    let result = backend.write(&mut |txn| {
+        put(txn, &a, 3, "e3")?;
+        Ok(Finish::Commit)
+    });
+    assert!(
+        killer.join().unwrap(),
+        "the committing session was not found"
+    );
+    assert!(
         matches!(result, Err(CommitError::MaybeCommitted(_))),
         "{result:?}"
     );
+    sql(&url)
+        .batch_execute("DROP TRIGGER ctx_test_slow ON ctx_records; DROP FUNCTION ctx_test_slow()")
+        .unwrap();
     assert_eq!(last_position(&backend), 2);
     // The retry succeeds on a new connection.
     commit(&backend, |txn| put(txn, &a, 3, "e3").map(drop));
