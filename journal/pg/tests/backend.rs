@@ -1217,3 +1217,69 @@ fn the_journal_core_runs_on_the_backend() {
     assert!(!backend.is_empty().unwrap());
     eprintln!("{test}: {:?}", started.elapsed());
 }
+
+#[test]
+fn a_single_append_is_two_round_trips() {
+    let test = "a_single_append_is_two_round_trips";
+    let Some(url) = database(test, "ctx_pgb_trips") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let backend = std::sync::Arc::new(PgBackend::connect(&url).unwrap());
+    let journal =
+        Journal::open_with_backend(dir.path(), &OpenOptions::new(), backend.clone()).unwrap();
+    let record = |id: &str| NewRecord::new(id, "kind", Timestamp(5), id.as_bytes().to_vec());
+    let (a, b) = (stream(1), stream(2));
+    // The first append prepares the write connection's statements.
+    journal
+        .append(StreamAppend::new(
+            a,
+            ExpectedRevision::NoStream,
+            vec![record("a1")],
+        ))
+        .unwrap();
+    let trips = |work: &dyn Fn()| {
+        let before = backend.round_trips();
+        work();
+        backend.round_trips() - before
+    };
+    // BEGIN + position lock + lookups; puts + last position + COMMIT.
+    let single = trips(&|| {
+        journal
+            .append(StreamAppend::new(
+                a,
+                ExpectedRevision::Exact(1),
+                vec![record("a2")],
+            ))
+            .unwrap();
+    });
+    assert_eq!(single, 2);
+    // Many records on several streams: still two.
+    let batch = trips(&|| {
+        journal
+            .append_batch(vec![
+                StreamAppend::new(
+                    a,
+                    ExpectedRevision::Exact(2),
+                    (3..=9).map(|i| record(&format!("a{i}"))).collect(),
+                ),
+                StreamAppend::new(b, ExpectedRevision::NoStream, vec![record("b1")]),
+            ])
+            .unwrap();
+    });
+    assert_eq!(batch, 2);
+    // A refused append: the lookups' round trip and a ROLLBACK.
+    let refused = trips(&|| {
+        assert!(
+            journal
+                .append(StreamAppend::new(
+                    b,
+                    ExpectedRevision::NoStream,
+                    vec![record("b2")]
+                ))
+                .is_err()
+        );
+    });
+    assert_eq!(refused, 2);
+    assert_eq!(journal.read_all(1, 100).unwrap().len(), 10);
+}
