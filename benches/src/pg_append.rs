@@ -16,15 +16,16 @@
 //! - **seam, N threads on one handle** (N > 1): the N threads share one `Journal`, whose group
 //!   commit batches queued appends into one transaction: the lock is taken once per group.
 //! - **locked, N clients** (N > 1): the plain insert under the seam's position scheme, without
-//!   the journal: `BEGIN; SELECT … FOR UPDATE` of a one-row position table, the insert at the
-//!   next position, the position update, `COMMIT` — what serializing positions across the WAL
-//!   flush costs by itself.
+//!   the journal, in two round trips like the seam's: `BEGIN; SELECT … FOR UPDATE` of a one-row
+//!   position table, then the insert at the next position, the position update and `COMMIT` as
+//!   one multi-statement query (values as hex literals) — what serializing positions across the
+//!   WAL flush costs by itself.
 //! - **locked, early release, N clients** (N > 1): the same, but the transaction commits with
 //!   `synchronous_commit = off` (the lock is released once the commit record is written, before
-//!   the flush) and the client then waits for durability with a second, synchronous transaction
-//!   that upserts its own row of a small table (its commit record comes later in the WAL, so its
-//!   flush covers the first; concurrent flushes are shared by PostgreSQL's group commit). The
-//!   measurement behind spec/scale-out.md §3.8.
+//!   the flush), and the same query then runs a second, synchronous transaction that upserts the
+//!   client's row of a small table with the last position (its commit record comes later in the
+//!   WAL, so its flush covers the first; concurrent flushes are shared by PostgreSQL's group
+//!   commit): still two round trips. The measurement behind spec/scale-out.md §3.8.
 //!
 //! Every case runs once per round, rounds interleaved (seam, plain, shared for 1 client, then for
 //! N), so a slow spell of the shared machine hits each. A figure is the median of the rounds'
@@ -163,15 +164,12 @@ enum Writer {
         insert: Statement,
         pool: Arc<Vec<Vec<u8>>>,
     },
-    /// The plain insert at a position taken from a locked row; `ack` is the durability
-    /// transaction of the early-release variant.
+    /// The plain insert at a position taken from a locked row, in two round trips like the
+    /// seam's; `early`: the lock is released before the flush.
     Locked {
         client: Box<postgres::Client>,
-        lock: Statement,
-        insert: Statement,
-        moved: Statement,
-        ack: Option<Statement>,
-        slot: i32,
+        early: bool,
+        slot: usize,
         pool: Arc<Vec<Vec<u8>>>,
     },
 }
@@ -224,29 +222,48 @@ impl Client {
             }
             Writer::Locked {
                 client,
-                lock,
-                insert,
-                moved,
-                ack,
+                early,
                 slot,
                 pool,
             } => {
-                let revision = i64::try_from(head + 1)?;
                 let id = event_id(self.app.tag, seq);
                 let record = &pool[(seq % pool.len() as u64) as usize];
-                let key: &[u8] = stream.as_bytes();
-                let mut tx = client.transaction()?;
-                let last: i64 = tx.query_one(lock, &[])?.try_get(0)?;
+                // Round trip 1: begin and take the position lock.
+                let messages = client.simple_query(
+                    "BEGIN; SELECT last_position FROM bench_meta WHERE id = 1 FOR UPDATE",
+                )?;
+                let last: i64 = messages
+                    .iter()
+                    .find_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                        _ => None,
+                    })
+                    .ok_or("bench_meta has no row")?
+                    .parse()?;
                 let position = last + 1;
-                tx.execute(insert, &[&position, &key, &revision, &id, record])?;
-                tx.execute(moved, &[&position])?;
-                if ack.is_some() {
-                    tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+                // Round trip 2: the insert, the position, the commit (and, released early, the
+                // durability transaction behind it), as one simple query. The values are
+                // hex literals: the pipelining the seam gets from the extended protocol.
+                let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+                let mut sql = format!(
+                    "INSERT INTO bench_records (position, stream, revision, event_id, record) \
+                     VALUES ({position}, '\\x{}', {}, '{id}', '\\x{}'); \
+                     UPDATE bench_meta SET last_position = {position} WHERE id = 1; ",
+                    hex(stream.as_bytes()),
+                    head + 1,
+                    hex(record)
+                );
+                if *early {
+                    sql.push_str(&format!(
+                        "SET LOCAL synchronous_commit = off; COMMIT; \
+                         INSERT INTO bench_ack (slot, position) \
+                         SELECT {slot}, last_position FROM bench_meta WHERE id = 1 \
+                         ON CONFLICT (slot) DO UPDATE SET position = excluded.position"
+                    ));
+                } else {
+                    sql.push_str("COMMIT");
                 }
-                tx.commit()?;
-                if let Some(ack) = ack {
-                    client.execute(ack, &[&*slot, &position])?;
-                }
+                client.batch_execute(&sql)?;
                 self.app.heads[s] = head + 1;
             }
         }
@@ -566,30 +583,12 @@ fn setup_case(
             for t in 0..n {
                 let mut config: postgres::Config = url.parse()?;
                 config.application_name("ctx-bench-locked");
-                let mut client = config.connect(NoTls)?;
-                let lock = client
-                    .prepare("SELECT last_position FROM bench_meta WHERE id = 1 FOR UPDATE")?;
-                let insert = client.prepare(
-                    "INSERT INTO bench_records (position, stream, revision, event_id, record) \
-                     VALUES ($1::bigint, $2::bytea, $3::bigint, $4::text, $5::bytea)",
-                )?;
-                let moved = client
-                    .prepare("UPDATE bench_meta SET last_position = $1::bigint WHERE id = 1")?;
-                let ack = match kind {
-                    Kind::LockedEarly => Some(client.prepare(
-                        "INSERT INTO bench_ack (slot, position) VALUES ($1::int, $2::bigint) \
-                         ON CONFLICT (slot) DO UPDATE SET position = excluded.position",
-                    )?),
-                    _ => None,
-                };
+                let client = config.connect(NoTls)?;
                 clients.push(Client {
                     writer: Writer::Locked {
                         client: Box::new(client),
-                        lock,
-                        insert,
-                        moved,
-                        ack,
-                        slot: i32::try_from(t)?,
+                        early: kind == Kind::LockedEarly,
+                        slot: t,
                         pool: pool.clone(),
                     },
                     app: Appender::new(tag(t))?,

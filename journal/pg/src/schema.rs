@@ -376,23 +376,29 @@ pub(crate) fn migrate(conn: &Conn, schema: &SchemaName, location: &str) -> Resul
     .map_err(fail("taking the migration lock"))?;
     // Existence is checked first: CREATE … IF NOT EXISTS needs the CREATE privilege even when
     // the object exists, and a journal's user may have been granted only the tables.
-    let schema_exists: bool = one(
+    let schema_exists: bool = match one(
         "looking for the schema",
         "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)",
         &[&schema.name],
-    )?
-    .is_some_and(|row| row.try_get(0).unwrap_or(false));
+    )? {
+        Some(row) => row.try_get(0).map_err(fail("looking for the schema"))?,
+        None => false,
+    };
     if !schema_exists {
         conn.batch_execute(&format!("CREATE SCHEMA {s}"))
             .map_err(fail("creating the schema"))?;
     }
     let table = format!("{s}.ctx_schema_migrations");
-    let has_table: bool = one(
+    let has_table: bool = match one(
         "looking for ctx_schema_migrations",
         "SELECT to_regclass($1::text) IS NOT NULL",
         &[&table],
-    )?
-    .is_some_and(|row| row.try_get(0).unwrap_or(false));
+    )? {
+        Some(row) => row
+            .try_get(0)
+            .map_err(fail("looking for ctx_schema_migrations"))?,
+        None => false,
+    };
     if !has_table {
         conn.batch_execute(&format!(
             "CREATE TABLE {table} (version int PRIMARY KEY, description text NOT NULL)"
