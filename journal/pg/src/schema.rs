@@ -296,15 +296,21 @@ impl Q {
             ),
             Q::IsEmpty => format!("SELECT NOT EXISTS (SELECT 1 FROM {s}.ctx_records)"),
             // $1 event ids, $2 streams: one row per event id (kind 0: the id and its position,
-            // if stored) and one per stream (kind 1: the stream and its head, if any).
+            // if stored) and one per stream (kind 1: the stream and its head, if any). Each
+            // lookup is a lateral subquery (`LIMIT 1` keeps the planner from flattening it; the
+            // columns are unique anyway), so every plan, the generic one too, probes the unique
+            // indexes once per id and stream: a plain join planned a sequential scan of
+            // `ctx_streams` (hash join) on a small table, whose cost grows with the streams.
             Q::Prefetch => format!(
                 "SELECT 0, e.id, r.position, NULL::bytea, NULL::bigint, NULL::bigint, NULL::bytea \
                  FROM unnest($1::text[]) AS e(id) \
-                 LEFT JOIN {s}.ctx_records r ON r.event_id = e.id \
+                 LEFT JOIN LATERAL (SELECT position FROM {s}.ctx_records \
+                   WHERE event_id = e.id LIMIT 1) r ON true \
                  UNION ALL \
                  SELECT 1, NULL::text, NULL::bigint, t.stream, h.revision, h.position, h.digest \
                  FROM unnest($2::bytea[]) AS t(stream) \
-                 LEFT JOIN {s}.ctx_streams h ON h.stream = t.stream"
+                 LEFT JOIN LATERAL (SELECT revision, position, digest FROM {s}.ctx_streams \
+                   WHERE stream = t.stream LIMIT 1) h ON true"
             ),
         }
     }
