@@ -23,7 +23,7 @@ use ctx_journal::{
 use postgres::config::Host;
 use postgres::error::Severity;
 use postgres::types::{FromSql, ToSql};
-use postgres::{Row, SimpleQueryMessage};
+use postgres::Row;
 use tokio_postgres::Config;
 
 use crate::conn::{Conn, ConnectError};
@@ -33,6 +33,9 @@ use crate::schema::{self, HEAD_MISMATCH, PAGE_BYTES, PAGE_ROWS, Q, SchemaName, S
 /// Most idle read connections a backend keeps; more concurrent readers connect and disconnect.
 const READERS_KEPT: usize = 8;
 const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+/// A write transaction's first statement; the position lock (`Q::LockPosition`) follows it in the
+/// same round trip.
+const BEGIN_WRITE: &str = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
 const DEFAULT_SCHEMA: &str = "public";
 const DEFAULT_PORT: u16 = 5432;
 /// A write transaction sends its deferred projection writes once this many entries, or this
@@ -289,23 +292,19 @@ impl PgBackend {
         }
     }
 
-    /// The last committed position, from the answer to [`Sql::begin_write`].
-    fn last_of(&self, messages: Vec<SimpleQueryMessage>) -> Result<u64, PgError> {
-        let text = messages.iter().find_map(|message| match message {
-            SimpleQueryMessage::Row(row) => Some(row.get(0)),
-            _ => None,
-        });
+    /// The last committed position, from the answer to the position lock.
+    fn last_of(&self, rows: &[Row]) -> Result<u64, PgError> {
         let corrupt = |reason: String| PgError::Corrupt {
             location: self.location.clone(),
             reason,
         };
-        let text = text
-            .flatten()
+        let row = rows
+            .first()
             .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
-        text.parse::<u64>()
-            .ok()
-            .filter(|last| i64::try_from(*last).is_ok())
-            .ok_or_else(|| corrupt(format!("ctx_meta.last_position is {text:?}")))
+        let last: i64 = row
+            .try_get(0)
+            .map_err(|e| corrupt(format!("ctx_meta.last_position does not read: {e}")))?;
+        u64::try_from(last).map_err(|_| corrupt(format!("ctx_meta.last_position is {last}")))
     }
 
     /// The message of a fail point that fires for this backend: one configured without an
@@ -577,28 +576,34 @@ impl<'a> Txn<'a> {
         &mut self,
         lookups: Option<(&[&str], &[&[u8]])>,
     ) -> Result<(u64, Vec<Row>), Failure> {
+        let lock = self.conn.prepared(&self.backend.sql, Q::LockPosition)?;
         let statement = match lookups {
             Some(_) => Some(self.conn.prepared(&self.backend.sql, Q::Prefetch)?),
             None => None,
         };
         let client = self.conn.client();
-        let begin = client.simple_query(&self.backend.sql.begin_write);
-        let (begun, rows) = match (&statement, lookups) {
+        let begin = client.batch_execute(BEGIN_WRITE);
+        let locked = client.query(&lock, &[]);
+        let (begun, locked, rows) = match (&statement, lookups) {
             (Some(statement), Some((ids, keys))) => {
                 let params: [&(dyn ToSql + Sync); 2] = [&ids, &keys];
                 let lookup = client.query(statement, &params);
-                self.statements += 2;
+                self.statements += 3;
                 self.conn
-                    .pipeline(futures_util::future::join(begin, lookup))
+                    .pipeline(futures_util::future::join3(begin, locked, lookup))
             }
             _ => {
-                self.statements += 1;
-                (self.conn.pipeline(begin), Ok(Vec::new()))
+                self.statements += 2;
+                let (begun, locked) = self
+                    .conn
+                    .pipeline(futures_util::future::join(begin, locked));
+                (begun, locked, Ok(Vec::new()))
             }
         };
+        begun?;
         let last = self
             .backend
-            .last_of(begun?)
+            .last_of(&locked?)
             .map_err(|e| Failure::Before(StorageError::new(e)))?;
         Ok((last, rows?))
     }
@@ -732,7 +737,8 @@ impl<'a> Txn<'a> {
 
     /// Sends the queued record puts and projection writes, the new last position and `COMMIT`
     /// in one round trip. The puts and writes come first: an ERROR there aborts the transaction,
-    /// and the `UPDATE` and `COMMIT` behind it can then only roll back.
+    /// and the `UPDATE` and `COMMIT` behind it can then only roll back (PostgreSQL answers such
+    /// a `COMMIT` with `ROLLBACK` and no error, so every earlier answer is checked first).
     fn commit(&mut self) -> Result<(), Ended> {
         let puts = std::mem::take(&mut self.puts);
         let pending = std::mem::take(&mut self.pending);
@@ -745,9 +751,10 @@ impl<'a> Txn<'a> {
                 true => None,
                 false => Some(self.conn.prepared(&self.backend.sql, Q::KvFlush)?),
             };
-            Ok((put, flush))
+            let set_last = self.conn.prepared(&self.backend.sql, Q::SetLastPosition)?;
+            Ok((put, flush, set_last))
         })();
-        let (put, flush) = match statements {
+        let (put, flush, set_last) = match statements {
             Ok(statements) => statements,
             Err(source) => {
                 // Preparing sends nothing of the transaction; the connection decides what next.
@@ -771,8 +778,8 @@ impl<'a> Txn<'a> {
             ))));
         }
         let next = self.cursor.unwrap_or(self.first);
-        let moved = (next > self.first).then(|| next - 1);
-        let commit_sql = self.backend.sql.commit_write(moved);
+        // The cursor is at most 2^63 (put_record refuses positions past i64).
+        let moved = (next > self.first).then(|| i64::try_from(next - 1).unwrap_or(i64::MAX));
         let (removed_tables, removed_keys, tables, keys, values) = kv_params(&pending);
         let put_params: [&(dyn ToSql + Sync); 6] = [
             &puts.positions,
@@ -797,11 +804,18 @@ impl<'a> Txn<'a> {
                 None => None,
             }
         };
-        let commit_future = client.simple_query(&commit_sql);
-        let (put_result, flush_result, commit_result) = self.conn.pipeline(
-            futures_util::future::join3(put_future, flush_future, commit_future),
+        let set_last_future = async {
+            match &moved {
+                Some(last) => Some(client.execute(&set_last, &[last]).await),
+                None => None,
+            }
+        };
+        let commit_future = client.batch_execute("COMMIT");
+        let (put_result, flush_result, set_last_result, commit_result) = self.conn.pipeline(
+            futures_util::future::join4(put_future, flush_future, set_last_future, commit_future),
         );
-        self.statements += 1 + u32::from(put.is_some()) + u32::from(flush.is_some());
+        self.statements +=
+            1 + u32::from(put.is_some()) + u32::from(flush.is_some()) + u32::from(moved.is_some());
         // Any answer from the server to a statement before COMMIT that is an error (an ERROR, or
         // a FATAL that ended the session) means the server never committed: it runs the
         // pipeline in order and stops the transaction, or the session, at the error.
@@ -821,6 +835,16 @@ impl<'a> Txn<'a> {
             }
             return Err(Ended::Refused(
                 self.storage("writing projection entries", Failure::Pg(source)),
+            ));
+        }
+        if let Some(Err(source)) = set_last_result
+            && source.as_db_error().is_some()
+        {
+            if !answered(&source) {
+                self.lost = true;
+            }
+            return Err(Ended::Refused(
+                self.storage("recording the last position", Failure::Pg(source)),
             ));
         }
         match commit_result {

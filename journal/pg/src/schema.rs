@@ -166,10 +166,12 @@ pub(crate) enum Q {
     IsEmpty,
     Prefetch,
     KvFlush,
+    LockPosition,
+    SetLastPosition,
 }
 
 impl Q {
-    pub(crate) const COUNT: usize = 18;
+    pub(crate) const COUNT: usize = 20;
 
     const ALL: [Q; Q::COUNT] = [
         Q::LastPosition,
@@ -190,6 +192,8 @@ impl Q {
         Q::IsEmpty,
         Q::Prefetch,
         Q::KvFlush,
+        Q::LockPosition,
+        Q::SetLastPosition,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -200,6 +204,13 @@ impl Q {
     fn text(self, s: &str) -> String {
         match self {
             Q::LastPosition => format!("SELECT last_position FROM {s}.ctx_meta WHERE id = 1"),
+            // The position lock every write transaction takes first (spec/scale-out.md §3.4).
+            Q::LockPosition => {
+                format!("SELECT last_position FROM {s}.ctx_meta WHERE id = 1 FOR UPDATE")
+            }
+            Q::SetLastPosition => {
+                format!("UPDATE {s}.ctx_meta SET last_position = $1::bigint WHERE id = 1")
+            }
             Q::Head => format!(
                 "SELECT revision, position, digest FROM {s}.ctx_streams WHERE stream = $1::bytea"
             ),
@@ -316,14 +327,10 @@ impl Q {
     }
 }
 
-/// Every statement's text for one schema, and the two simple-protocol strings that open and
-/// close a write transaction.
+/// Every statement's text for one schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
     texts: Vec<String>,
-    /// Opens a write transaction and takes the global position lock in one round trip.
-    pub begin_write: String,
-    quoted: String,
 }
 
 impl Sql {
@@ -331,27 +338,11 @@ impl Sql {
         let s = &schema.quoted;
         Sql {
             texts: Q::ALL.iter().map(|q| q.text(s)).collect(),
-            begin_write: format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
-                 SELECT last_position FROM {s}.ctx_meta WHERE id = 1 FOR UPDATE"
-            ),
-            quoted: s.clone(),
         }
     }
 
     pub(crate) fn text(&self, q: Q) -> &str {
         self.texts.get(q.index()).map_or("", String::as_str)
-    }
-
-    /// Records the new last position (if it moved) and commits, in one round trip.
-    pub(crate) fn commit_write(&self, last_position: Option<u64>) -> String {
-        match last_position {
-            Some(p) => format!(
-                "UPDATE {}.ctx_meta SET last_position = {p} WHERE id = 1; COMMIT",
-                self.quoted
-            ),
-            None => "COMMIT".to_owned(),
-        }
     }
 }
 
