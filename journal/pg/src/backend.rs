@@ -399,7 +399,8 @@ impl Backend for PgBackend {
 
 /// How a commit that was sent ended, when it did not commit.
 enum Ended {
-    /// The server answered with an ERROR: nothing was committed.
+    /// Nothing was committed: the server answered the `COMMIT`, or a statement before it, with
+    /// an error, or the session had ended before the commit was sent.
     Refused(StorageError),
     /// No answer, or a FATAL or PANIC one: it may have committed.
     Unknown(StorageError),
