@@ -20,10 +20,10 @@ use ctx_journal::{
     Backend, CommitError, Digest, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord,
     ReadError, ReadTxn, StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
 };
+use postgres::Row;
 use postgres::config::Host;
 use postgres::error::Severity;
 use postgres::types::{FromSql, ToSql};
-use postgres::Row;
 use tokio_postgres::Config;
 
 use crate::conn::{Conn, ConnectError};
