@@ -472,8 +472,6 @@ struct Txn<'a> {
     backend: &'a PgBackend,
     /// Write transactions: the position of the next record, once the transaction has begun.
     cursor: Option<u64>,
-    /// Write transactions: the first position of this transaction, once it has begun.
-    first: u64,
     /// The transaction has begun on the server. A write transaction begins with its first
     /// statement (usually the core's prefetch, in the same round trip); a read one before `work`.
     begun: bool,
@@ -524,7 +522,6 @@ impl<'a> Txn<'a> {
             conn,
             backend,
             cursor: None,
-            first: 0,
             begun,
             fresh,
             failed: false,
@@ -552,7 +549,6 @@ impl<'a> Txn<'a> {
             match self.try_begin(lookups) {
                 Ok((last, rows)) => {
                     self.begun = true;
-                    self.first = last + 1;
                     self.cursor = Some(last + 1);
                     return Ok(rows);
                 }
@@ -736,10 +732,10 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// Sends the queued record puts and projection writes, the new last position and `COMMIT`
-    /// in one round trip. The puts and writes come first: an ERROR there aborts the transaction,
-    /// and the `UPDATE` and `COMMIT` behind it can then only roll back (PostgreSQL answers such
-    /// a `COMMIT` with `ROLLBACK` and no error, so every earlier answer is checked first).
+    /// Sends the queued record puts (which move the last position too) and projection writes,
+    /// and `COMMIT`, in one round trip. An ERROR in the puts or writes aborts the transaction,
+    /// and the `COMMIT` behind it can then only roll back (PostgreSQL answers such a `COMMIT`
+    /// with `ROLLBACK` and no error, so every earlier answer is checked first).
     fn commit(&mut self) -> Result<(), Ended> {
         let puts = std::mem::take(&mut self.puts);
         let pending = std::mem::take(&mut self.pending);
@@ -752,10 +748,9 @@ impl<'a> Txn<'a> {
                 true => None,
                 false => Some(self.conn.prepared(&self.backend.sql, Q::KvFlush)?),
             };
-            let set_last = self.conn.prepared(&self.backend.sql, Q::SetLastPosition)?;
-            Ok((put, flush, set_last))
+            Ok((put, flush))
         })();
-        let (put, flush, set_last) = match statements {
+        let (put, flush) = match statements {
             Ok(statements) => statements,
             Err(source) => {
                 // Preparing sends nothing of the transaction; the connection decides what next.
@@ -778,9 +773,6 @@ impl<'a> Txn<'a> {
                 self.backend.location
             ))));
         }
-        let next = self.cursor.unwrap_or(self.first);
-        // The cursor is at most 2^63 (put_record refuses positions past i64).
-        let moved = (next > self.first).then(|| i64::try_from(next - 1).unwrap_or(i64::MAX));
         let (removed_tables, removed_keys, tables, keys, values) = kv_params(&pending);
         let put_params: [&(dyn ToSql + Sync); 6] = [
             &puts.positions,
@@ -805,18 +797,11 @@ impl<'a> Txn<'a> {
                 None => None,
             }
         };
-        let set_last_future = async {
-            match &moved {
-                Some(last) => Some(client.execute(&set_last, &[last]).await),
-                None => None,
-            }
-        };
         let commit_future = client.batch_execute("COMMIT");
-        let (put_result, flush_result, set_last_result, commit_result) = self.conn.pipeline(
-            futures_util::future::join4(put_future, flush_future, set_last_future, commit_future),
+        let (put_result, flush_result, commit_result) = self.conn.pipeline(
+            futures_util::future::join3(put_future, flush_future, commit_future),
         );
-        self.statements +=
-            1 + u32::from(put.is_some()) + u32::from(flush.is_some()) + u32::from(moved.is_some());
+        self.statements += 1 + u32::from(put.is_some()) + u32::from(flush.is_some());
         // Any answer from the server to a statement before COMMIT that is an error (an ERROR, or
         // a FATAL that ended the session) means the server never committed: it runs the
         // pipeline in order and stops the transaction, or the session, at the error.
@@ -836,16 +821,6 @@ impl<'a> Txn<'a> {
             }
             return Err(Ended::Refused(
                 self.storage("writing projection entries", Failure::Pg(source)),
-            ));
-        }
-        if let Some(Err(source)) = set_last_result
-            && source.as_db_error().is_some()
-        {
-            if !answered(&source) {
-                self.lost = true;
-            }
-            return Err(Ended::Refused(
-                self.storage("recording the last position", Failure::Pg(source)),
             ));
         }
         match commit_result {

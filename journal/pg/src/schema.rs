@@ -69,7 +69,7 @@ CREATE TABLE {schema}.ctx_projection (
     },
     Migration {
         version: 3,
-        description: "ctx_put_records: a write transaction's records and head moves in one statement",
+        description: "ctx_put_records: a write transaction's records, head moves and last position in one statement",
         // The head compare raises an error instead of answering with a row count, so that the
         // puts can be sent together with COMMIT (one round trip): a failed compare aborts the
         // transaction and the COMMIT behind it only rolls back (spec/scale-out.md §3.6).
@@ -84,13 +84,15 @@ BEGIN
     FOR i IN 1 .. n LOOP
         INSERT INTO {schema}.ctx_records (position, stream, revision, event_id, record)
         VALUES (positions[i], streams[i], revisions[i], event_ids[i], records[i]);
-        INSERT INTO {schema}.ctx_streams AS h (stream, revision, position, digest)
-        SELECT streams[i], revisions[i], positions[i], digests[i]
-        WHERE revisions[i] = 1
-           OR EXISTS (SELECT 1 FROM {schema}.ctx_streams s WHERE s.stream = streams[i])
-        ON CONFLICT (stream) DO UPDATE SET revision = excluded.revision,
-            position = excluded.position, digest = excluded.digest
-        WHERE h.revision = excluded.revision - 1;
+        IF revisions[i] = 1 THEN
+            INSERT INTO {schema}.ctx_streams (stream, revision, position, digest)
+            VALUES (streams[i], 1, positions[i], digests[i])
+            ON CONFLICT (stream) DO NOTHING;
+        ELSE
+            UPDATE {schema}.ctx_streams
+            SET revision = revisions[i], position = positions[i], digest = digests[i]
+            WHERE stream = streams[i] AND revision = revisions[i] - 1;
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = format(
                 'the head of stream %s is not at revision %s (storing record %s at revision %s '
@@ -98,6 +100,9 @@ BEGIN
                 revisions[i], positions[i]);
         END IF;
     END LOOP;
+    IF n > 0 THEN
+        UPDATE {schema}.ctx_meta SET last_position = positions[n] WHERE id = 1;
+    END IF;
     RETURN n;
 END
 $fn$;
@@ -167,11 +172,10 @@ pub(crate) enum Q {
     Prefetch,
     KvFlush,
     LockPosition,
-    SetLastPosition,
 }
 
 impl Q {
-    pub(crate) const COUNT: usize = 20;
+    pub(crate) const COUNT: usize = 19;
 
     const ALL: [Q; Q::COUNT] = [
         Q::LastPosition,
@@ -193,7 +197,6 @@ impl Q {
         Q::Prefetch,
         Q::KvFlush,
         Q::LockPosition,
-        Q::SetLastPosition,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -207,9 +210,6 @@ impl Q {
             // The position lock every write transaction takes first (spec/scale-out.md §3.4).
             Q::LockPosition => {
                 format!("SELECT last_position FROM {s}.ctx_meta WHERE id = 1 FOR UPDATE")
-            }
-            Q::SetLastPosition => {
-                format!("UPDATE {s}.ctx_meta SET last_position = $1::bigint WHERE id = 1")
             }
             Q::Head => format!(
                 "SELECT revision, position, digest FROM {s}.ctx_streams WHERE stream = $1::bytea"
@@ -283,8 +283,9 @@ impl Q {
             }
             // $1 positions, $2 streams, $3 revisions, $4 event ids, $5 records, $6 digests: the
             // records of a write transaction in position order. Each record row and its head move
-            // together; a head that is not at revision − 1 (or a first record that is not revision
-            // 1) raises SQLSTATE CX001, which aborts the transaction.
+            // together, and `ctx_meta.last_position` moves to the last one; a head that is not at
+            // revision − 1 (or a first record that is not revision 1) raises SQLSTATE CX001,
+            // which aborts the transaction.
             Q::PutRecords => format!(
                 "SELECT {s}.ctx_put_records($1::bigint[], $2::bytea[], $3::bigint[], $4::text[], \
                  $5::bytea[], $6::bytea[])"
