@@ -15,13 +15,27 @@
 //!   the same unique constraints), without the position lock or the stream-head row.
 //! - **seam, N threads on one handle** (N > 1): the N threads share one `Journal`, whose group
 //!   commit batches queued appends into one transaction: the lock is taken once per group.
+//! - **locked, N clients** (N > 1): the plain insert under the seam's position scheme, without
+//!   the journal, in two round trips like the seam's: `BEGIN; SELECT … FOR UPDATE` of a one-row
+//!   position table, then the insert at the next position, the position update and `COMMIT` as
+//!   one multi-statement query (values as hex literals) — what serializing positions across the
+//!   WAL flush costs by itself.
+//! - **locked, early release, N clients** (N > 1): the same, but the transaction commits with
+//!   `synchronous_commit = off` (the lock is released once the commit record is written, before
+//!   the flush), and the same query then runs a second, synchronous transaction that upserts the
+//!   client's row of a small table with the last position (its commit record comes later in the
+//!   WAL, so its flush covers the first; concurrent flushes are shared by PostgreSQL's group
+//!   commit): still two round trips. The measurement behind spec/scale-out.md §3.8.
 //!
 //! Every case runs once per round, rounds interleaved (seam, plain, shared for 1 client, then for
 //! N), so a slow spell of the shared machine hits each. A figure is the median of the rounds'
 //! appends/s; latency percentiles are over all rounds' appends. During every case a sampler polls
-//! `pg_stat_activity` of the case's database every 2 ms and counts backends waiting on a
-//! heavyweight lock (`wait_event_type = 'Lock'`: for the seam, the position row lock); the lock
-//! share is the mean number waiting ÷ N, the share of the clients' time spent waiting for it.
+//! `pg_stat_activity` of the case's database every 2 ms and counts the clients' backends by what
+//! they wait for: a heavyweight lock (`wait_event_type = 'Lock'`: for the seam, the position row
+//! lock), the WAL flush (`IO` `WALSync`/`WALWrite`, or `LWLock` `WALWrite` while another backend
+//! flushes), the client inside a transaction (`Client` while `idle in transaction`: a round trip
+//! or the client's own work, with the transaction's locks held) or nothing (running).
+//! Each share is the mean number of backends in that state ÷ N, the share of the clients' time.
 //!
 //! ```text
 //! cargo run --release -p ctx-benches --bin ctx-bench -- pg-append [--clients 1,8]
@@ -150,6 +164,14 @@ enum Writer {
         insert: Statement,
         pool: Arc<Vec<Vec<u8>>>,
     },
+    /// The plain insert at a position taken from a locked row, in two round trips like the
+    /// seam's; `early`: the lock is released before the flush.
+    Locked {
+        client: Box<postgres::Client>,
+        early: bool,
+        slot: usize,
+        pool: Arc<Vec<Vec<u8>>>,
+    },
 }
 
 impl std::fmt::Debug for Writer {
@@ -157,6 +179,7 @@ impl std::fmt::Debug for Writer {
         f.write_str(match self {
             Writer::Journal(_) => "Writer::Journal",
             Writer::Plain { .. } => "Writer::Plain",
+            Writer::Locked { .. } => "Writer::Locked",
         })
     }
 }
@@ -197,6 +220,52 @@ impl Client {
                 tx.commit()?;
                 self.app.heads[s] = head + 1;
             }
+            Writer::Locked {
+                client,
+                early,
+                slot,
+                pool,
+            } => {
+                let id = event_id(self.app.tag, seq);
+                let record = &pool[(seq % pool.len() as u64) as usize];
+                // Round trip 1: begin and take the position lock.
+                let messages = client.simple_query(
+                    "BEGIN; SELECT last_position FROM bench_meta WHERE id = 1 FOR UPDATE",
+                )?;
+                let last: i64 = messages
+                    .iter()
+                    .find_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                        _ => None,
+                    })
+                    .ok_or("bench_meta has no row")?
+                    .parse()?;
+                let position = last + 1;
+                // Round trip 2: the insert, the position, the commit (and, released early, the
+                // durability transaction behind it), as one simple query. The values are
+                // hex literals: the pipelining the seam gets from the extended protocol.
+                let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+                let mut sql = format!(
+                    "INSERT INTO bench_records (position, stream, revision, event_id, record) \
+                     VALUES ({position}, '\\x{}', {}, '{id}', '\\x{}'); \
+                     UPDATE bench_meta SET last_position = {position} WHERE id = 1; ",
+                    hex(stream.as_bytes()),
+                    head + 1,
+                    hex(record)
+                );
+                if *early {
+                    sql.push_str(&format!(
+                        "SET LOCAL synchronous_commit = off; COMMIT; \
+                         INSERT INTO bench_ack (slot, position) \
+                         SELECT {slot}, last_position FROM bench_meta WHERE id = 1 \
+                         ON CONFLICT (slot) DO UPDATE SET position = excluded.position"
+                    ));
+                } else {
+                    sql.push_str("COMMIT");
+                }
+                client.batch_execute(&sql)?;
+                self.app.heads[s] = head + 1;
+            }
         }
         Ok(())
     }
@@ -211,6 +280,10 @@ pub enum Kind {
     Plain,
     /// N threads on one handle.
     SeamShared,
+    /// N plain clients under a position row lock held across the flush.
+    Locked,
+    /// N plain clients under a position row lock released before the flush.
+    LockedEarly,
 }
 
 impl Kind {
@@ -219,6 +292,8 @@ impl Kind {
             Kind::Seam => "seam",
             Kind::Plain => "plain",
             Kind::SeamShared => "seam_shared",
+            Kind::Locked => "locked",
+            Kind::LockedEarly => "locked_early",
         }
     }
 
@@ -228,6 +303,10 @@ impl Kind {
             Kind::Seam => format!("seam: {n} Journals, each on its own PgBackend"),
             Kind::Plain => format!("plain: {n} client(s), BEGIN; INSERT; COMMIT"),
             Kind::SeamShared => format!("seam: {n} threads sharing 1 Journal (group commit)"),
+            Kind::Locked => format!("locked: {n} client(s), position row lock across the flush"),
+            Kind::LockedEarly => format!(
+                "locked, early release: {n} client(s), async commit + durability transaction"
+            ),
         }
     }
 }
@@ -242,6 +321,40 @@ pub struct CaseResult {
     pub rounds: Vec<Sample>,
     /// Each round's lock share (mean backends waiting on a lock ÷ clients).
     pub lock_share: Vec<f64>,
+    /// Each round's shares of the clients' time: waiting on a lock, on the WAL flush, on the
+    /// client, running.
+    pub waits: Vec<Waits>,
+}
+
+/// Shares of the clients' time by what their backends wait for (sampled).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Waits {
+    pub lock: f64,
+    pub wal: f64,
+    pub client: f64,
+    pub running: f64,
+}
+
+impl Waits {
+    fn to_json(self) -> Value {
+        json!({
+            "lock": self.lock,
+            "wal_flush": self.wal,
+            "client": self.client,
+            "running": self.running,
+        })
+    }
+
+    /// The median of each share over `rounds`.
+    fn median_of(rounds: &[Waits]) -> Waits {
+        let of = |f: fn(&Waits) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+        Waits {
+            lock: of(|w| w.lock),
+            wal: of(|w| w.wal),
+            client: of(|w| w.client),
+            running: of(|w| w.running),
+        }
+    }
 }
 
 impl CaseResult {
@@ -283,25 +396,33 @@ struct Case {
     _dir: Option<tempfile::TempDir>,
 }
 
-/// Polls `pg_stat_activity` for backends of `database` waiting on a lock, until `stop`.
-/// Returns (samples, sum of waiting backends).
+/// Polls `pg_stat_activity` for the backends of `database` until `stop`. Returns the number of
+/// samples and the sums of backends waiting on a lock, on the WAL flush, on the client, and
+/// running.
 fn sample_locks(
     sampler: &mut postgres::Client,
     database: &str,
     stop: &AtomicBool,
-) -> BenchResult<(u64, u64)> {
+) -> BenchResult<(u64, [u64; 4])> {
     let query = sampler.prepare(
-        "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock') FROM pg_stat_activity \
-         WHERE datname = $1::text",
+        "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), \
+           count(*) FILTER (WHERE (wait_event_type = 'IO' AND wait_event IN ('WALSync', 'WALWrite')) \
+             OR (wait_event_type = 'LWLock' AND wait_event = 'WALWrite')), \
+           count(*) FILTER (WHERE wait_event_type = 'Client' AND state = 'idle in transaction'), \
+           count(*) FILTER (WHERE state = 'active' AND wait_event_type IS NULL) \
+         FROM pg_stat_activity WHERE datname = $1::text AND backend_type = 'client backend'",
     )?;
-    let (mut samples, mut waiting) = (0u64, 0u64);
+    let (mut samples, mut sums) = (0u64, [0u64; 4]);
     while !stop.load(Ordering::Relaxed) {
-        let n: i64 = sampler.query_one(&query, &[&database])?.try_get(0)?;
+        let row = sampler.query_one(&query, &[&database])?;
         samples += 1;
-        waiting += u64::try_from(n).unwrap_or(0);
+        for (i, sum) in sums.iter_mut().enumerate() {
+            let n: i64 = row.try_get(i)?;
+            *sum += u64::try_from(n).unwrap_or(0);
+        }
         std::thread::sleep(SAMPLE_EVERY);
     }
-    Ok((samples, waiting))
+    Ok((samples, sums))
 }
 
 /// One round of a case: every client appends for the budget, all starting together.
@@ -337,14 +458,23 @@ fn round(case: &mut Case, budget: Duration, sampler: &mut postgres::Client) -> B
         (parts, wall, locks)
     });
     let parts = parts.into_iter().collect::<BenchResult<Vec<Sample>>>()?;
-    let (samples, waiting) = locks?;
+    let (samples, sums) = locks?;
     case.result
         .rounds
         .push(Sample::merge_concurrent(parts, wall));
-    case.result.lock_share.push(if samples == 0 {
-        0.0
-    } else {
-        waiting as f64 / samples as f64 / n as f64
+    let share = |sum: u64| {
+        if samples == 0 {
+            0.0
+        } else {
+            sum as f64 / samples as f64 / n as f64
+        }
+    };
+    case.result.lock_share.push(share(sums[0]));
+    case.result.waits.push(Waits {
+        lock: share(sums[0]),
+        wal: share(sums[1]),
+        client: share(sums[2]),
+        running: share(sums[3]),
     });
     Ok(())
 }
@@ -401,6 +531,19 @@ const PLAIN_TABLE: &str = "CREATE TABLE bench_records (
     txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
     UNIQUE (stream, revision)
 )";
+const LOCKED_TABLES: &str =
+    "CREATE TABLE bench_meta (id int PRIMARY KEY, last_position bigint NOT NULL);
+INSERT INTO bench_meta VALUES (1, 0);
+CREATE TABLE bench_ack (slot int PRIMARY KEY, position bigint NOT NULL);
+CREATE TABLE bench_records (
+    position bigint PRIMARY KEY,
+    stream bytea NOT NULL CHECK (octet_length(stream) = 32),
+    revision bigint NOT NULL CHECK (revision >= 1),
+    event_id text NOT NULL UNIQUE,
+    record bytea NOT NULL,
+    txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    UNIQUE (stream, revision)
+)";
 const PLAIN_INSERT: &str = "INSERT INTO bench_records (stream, revision, event_id, record) \
                             VALUES ($1::bytea, $2::bigint, $3::text, $4::bytea)";
 
@@ -428,6 +571,24 @@ fn setup_case(
                     writer: Writer::Plain {
                         client: Box::new(client),
                         insert,
+                        pool: pool.clone(),
+                    },
+                    app: Appender::new(tag(t))?,
+                });
+            }
+        }
+        Kind::Locked | Kind::LockedEarly => {
+            let mut setup = postgres::Client::connect(&url, NoTls)?;
+            setup.batch_execute(LOCKED_TABLES)?;
+            for t in 0..n {
+                let mut config: postgres::Config = url.parse()?;
+                config.application_name("ctx-bench-locked");
+                let client = config.connect(NoTls)?;
+                clients.push(Client {
+                    writer: Writer::Locked {
+                        client: Box::new(client),
+                        early: kind == Kind::LockedEarly,
+                        slot: t,
                         pool: pool.clone(),
                     },
                     app: Appender::new(tag(t))?,
@@ -468,6 +629,7 @@ fn setup_case(
             database,
             rounds: Vec::new(),
             lock_share: Vec::new(),
+            waits: Vec::new(),
         },
         clients,
         _dir: dir,
@@ -547,6 +709,8 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         cases.push(setup_case(&server, Kind::Plain, n, &pool)?);
         if n > 1 {
             cases.push(setup_case(&server, Kind::SeamShared, n, &pool)?);
+            cases.push(setup_case(&server, Kind::Locked, n, &pool)?);
+            cases.push(setup_case(&server, Kind::LockedEarly, n, &pool)?);
         }
     }
     for r in 1..=config.rounds {
@@ -582,6 +746,18 @@ pub fn run(config: &Config) -> BenchResult<Report> {
                 format!("seam with {n} threads on one handle ÷ plain inserts, {n} clients"),
             ));
         }
+        for (kind, what) in [
+            (Kind::Locked, "position lock across the flush"),
+            (Kind::LockedEarly, "position lock released before the flush"),
+        ] {
+            if let (Some(locked), Some(plain)) = (find(kind, n), find(Kind::Plain, n)) {
+                ratios.push(ratio(
+                    locked,
+                    plain,
+                    format!("plain inserts under a {what} ÷ plain inserts, {n} clients"),
+                ));
+            }
+        }
     }
     Ok(Report {
         server: match &server {
@@ -609,8 +785,8 @@ impl Report {
             "## ctx-bench pg-append: seam ÷ plain inserts on PostgreSQL\n\nPostgreSQL {} ({}; \
              {}; data dir on {}), {} interleaved rounds x {} ms per case, {}-byte payloads, \
              sealed records ~{:.0} bytes.\n\n\
-             | case | appends/s (median) | rounds | p50 µs | p99 µs | lock share |\n\
-             |---|---:|---|---:|---:|---:|\n",
+             | case | appends/s (median) | rounds | p50 µs | p99 µs | lock | WAL flush | client | running |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
             self.server_version,
             self.server,
             self.settings,
@@ -622,15 +798,19 @@ impl Report {
         );
         for c in &self.cases {
             let rounds: Vec<String> = c.rates().iter().map(|r| format!("{r:.0}")).collect();
+            let waits = Waits::median_of(&c.waits);
             let _ = writeln!(
                 s,
-                "| {} | {:.0} | {} | {} | {} | {:.2} |",
+                "| {} | {:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 c.kind.label(c.clients),
                 c.median_rate(),
                 rounds.join(" "),
                 fmt_us(c.p50_us()),
                 fmt_us(c.p99_us()),
-                median(&c.lock_share)
+                waits.lock,
+                waits.wal,
+                waits.client,
+                waits.running
             );
         }
         let _ = writeln!(
@@ -645,8 +825,12 @@ impl Report {
             );
         }
         s.push_str(
-            "\nLock share: mean number of the case's backends waiting on a heavyweight lock \
-             (pg_stat_activity, sampled every 2 ms) ÷ clients, median over rounds.\n",
+            "\nShares of the clients' time (pg_stat_activity of the case's backends, sampled every \
+             2 ms; mean number in the state ÷ clients, median over rounds): lock = waiting on a \
+             heavyweight lock (the position row), WAL flush = IO WALSync/WALWrite or LWLock \
+             WALWrite, client = waiting for the client inside a transaction (round trips, client \
+             work), running = \
+             active without a wait event.\n",
         );
         s
     }
@@ -672,6 +856,7 @@ impl Report {
                 "p50_us": c.p50_us(),
                 "p99_us": c.p99_us(),
                 "lock_share_rounds": c.lock_share,
+                "wait_shares": Waits::median_of(&c.waits).to_json(),
             })).collect::<Vec<_>>(),
             "ratios": self.ratios.iter().map(|r| json!({
                 "key": r.key, "label": r.label, "value": r.value,
@@ -708,11 +893,11 @@ mod tests {
         })
         .unwrap();
         println!("{}", report.markdown());
-        assert_eq!(report.cases.len(), 5);
+        assert_eq!(report.cases.len(), 7);
         assert!(report.cases.iter().all(|c| c.rounds[0].units > 0));
-        assert_eq!(report.ratios.len(), 3);
+        assert_eq!(report.ratios.len(), 5);
         assert!(report.record_bytes > PAYLOAD_BYTES as f64);
-        assert_eq!(report.to_json()["cases"].as_array().unwrap().len(), 5);
+        assert_eq!(report.to_json()["cases"].as_array().unwrap().len(), 7);
     }
 
     #[test]

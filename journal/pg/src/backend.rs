@@ -5,27 +5,37 @@
 //! write transactions of every process serialize and positions are dense and in commit order.
 //! Reads run in `REPEATABLE READ, READ ONLY` transactions on a small pool of their own
 //! connections and never wait for a writer.
+//!
+//! A single append is two round trips (spec/scale-out.md §3.6): `BEGIN`, the position lock and
+//! the lookups of the request's heads and event ids are pipelined; the record puts, the
+//! projection writes, the new last position and `COMMIT` are pipelined.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::ControlFlow;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ctx_journal::{
     Backend, CommitError, Digest, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord,
     ReadError, ReadTxn, StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
 };
+use postgres::Row;
 use postgres::config::Host;
 use postgres::error::Severity;
 use postgres::types::{FromSql, ToSql};
-use postgres::{Client, Config, NoTls, Row, SimpleQueryMessage, Statement};
+use tokio_postgres::Config;
 
+use crate::conn::{Conn, ConnectError};
 use crate::error::PgError;
-use crate::schema::{self, PAGE_BYTES, PAGE_ROWS, Q, SchemaName, Sql};
+use crate::schema::{self, HEAD_MISMATCH, PAGE_BYTES, PAGE_ROWS, Q, SchemaName, Sql};
 
 /// Most idle read connections a backend keeps; more concurrent readers connect and disconnect.
 const READERS_KEPT: usize = 8;
 const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+/// A write transaction's first statement; the position lock (`Q::LockPosition`) follows it in the
+/// same round trip.
+const BEGIN_WRITE: &str = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
 const DEFAULT_SCHEMA: &str = "public";
 const DEFAULT_PORT: u16 = 5432;
 /// A write transaction sends its deferred projection writes once this many entries, or this
@@ -35,6 +45,11 @@ const PENDING_BYTES_MAX: usize = 8 << 20;
 /// Most bytes of projection keys and values one transaction keeps to answer repeated lookups;
 /// past it, lookups go to the server.
 const KV_CACHE_BYTES_MAX: usize = 16 << 20;
+/// A write transaction sends its queued record puts once this many records, or this many bytes
+/// of records, are waiting (and always before a read of records and with `COMMIT`). 8,192 is the
+/// journal's most records per group commit (spec/journal.md §9).
+const PUTS_MAX: usize = 8_192;
+const PUT_BYTES_MAX: usize = 8 << 20;
 
 /// A projection entry's name: its table and key.
 type KvKey = (String, Vec<u8>);
@@ -66,6 +81,8 @@ pub struct PgBackend {
     writer: Mutex<Option<Conn>>,
     /// Idle read connections.
     readers: Mutex<Vec<Conn>>,
+    /// Round trips to the server of every connection of this backend (connects included).
+    round_trips: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for PgBackend {
@@ -109,9 +126,10 @@ impl PgBackend {
             sql,
             writer: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
+            round_trips: Arc::new(AtomicU64::new(0)),
         };
-        let mut conn = backend.new_conn()?;
-        schema::migrate(&mut conn.client, &backend.schema, &backend.location)?;
+        let conn = backend.new_conn()?;
+        schema::migrate(&conn, &backend.schema, &backend.location)?;
         *lock(&backend.writer) = Some(conn);
         Ok(backend)
     }
@@ -124,33 +142,46 @@ impl PgBackend {
     /// True when the journal holds no records.
     pub fn is_empty(&self) -> Result<bool, PgError> {
         let mut conn = match lock(&self.readers).pop() {
-            Some(conn) if !conn.client.is_closed() => conn,
+            Some(conn) if !conn.is_closed() => conn,
             _ => self.new_conn()?,
         };
         let result = conn
             .prepared(&self.sql, Q::IsEmpty)
-            .and_then(|statement| conn.client.query_one(&statement, &[]))
-            .and_then(|row| row.try_get::<_, bool>(0));
+            .and_then(|statement| conn.query(&statement, &[]))
+            .and_then(|rows| match rows.first() {
+                Some(row) => row.try_get::<_, bool>(0).map(Some),
+                None => Ok(None),
+            });
         match result {
-            Ok(empty) => {
+            Ok(Some(empty)) => {
                 self.keep_reader(conn);
                 Ok(empty)
             }
+            Ok(None) => Err(PgError::Corrupt {
+                location: self.location.clone(),
+                reason: "checking whether the journal is empty answered no row".to_owned(),
+            }),
             Err(source) => Err(self.query_error("checking whether the journal is empty", source)),
         }
     }
 
+    /// Round trips to the server so far, of every connection of this backend: each statement
+    /// waited for, each pipeline of statements sent together, each connect. For measurements
+    /// (spec/scale-out.md §3.6); the counter only grows.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
     fn new_conn(&self) -> Result<Conn, PgError> {
-        let client = self
-            .config
-            .connect(NoTls)
-            .map_err(|source| PgError::Connect {
+        Conn::connect(&self.config, self.round_trips.clone()).map_err(|e| match e {
+            ConnectError::Postgres(source) => PgError::Connect {
                 location: self.location.clone(),
                 source,
-            })?;
-        Ok(Conn {
-            client,
-            statements: vec![None; Q::COUNT],
+            },
+            ConnectError::Runtime(source) => PgError::Runtime {
+                location: self.location.clone(),
+                source,
+            },
         })
     }
 
@@ -163,7 +194,7 @@ impl PgBackend {
     }
 
     fn keep_reader(&self, conn: Conn) {
-        if conn.client.is_closed() {
+        if conn.is_closed() {
             return;
         }
         let mut kept = lock(&self.readers);
@@ -178,7 +209,7 @@ impl PgBackend {
             let Some(conn) = lock(&self.readers).pop() else {
                 break;
             };
-            if !conn.client.is_closed() {
+            if !conn.is_closed() {
                 return Ok(conn);
             }
         }
@@ -189,131 +220,91 @@ impl PgBackend {
     /// not is dropped), else a new one.
     fn begin_read(&self) -> Result<Conn, PgError> {
         loop {
-            let Some(mut conn) = lock(&self.readers).pop() else {
+            let Some(conn) = lock(&self.readers).pop() else {
                 break;
             };
-            if !conn.client.is_closed() && conn.client.batch_execute(BEGIN_READ).is_ok() {
+            if !conn.is_closed() && conn.batch_execute(BEGIN_READ).is_ok() {
                 return Ok(conn);
             }
         }
-        let mut conn = self.new_conn()?;
-        conn.client
-            .batch_execute(BEGIN_READ)
+        let conn = self.new_conn()?;
+        conn.batch_execute(BEGIN_READ)
             .map_err(|source| self.query_error("starting a read transaction", source))?;
         Ok(conn)
     }
 
-    /// A connection inside a new write transaction holding the position lock, and the last
-    /// committed position. A kept connection that fails without an answer from the server (it
-    /// was closed meanwhile) is replaced once; nothing had been done on it.
-    fn begin_write(&self, kept: Option<Conn>) -> Result<(Conn, u64), PgError> {
-        if let Some(mut conn) = kept.filter(|conn| !conn.client.is_closed()) {
-            match self.lock_position(&mut conn) {
-                Ok(last) => return Ok((conn, last)),
-                // A kept connection whose session ended meanwhile (an idle timeout, a server
-                // restart, pg_terminate_backend) reports that on its next statement, as an I/O
-                // error or a FATAL answer.
-                Err(PgError::Query { source, .. }) if !answered(&source) => {}
-                // The connection is dropped, which rolls back whatever began.
-                Err(e) => return Err(e),
-            }
-        }
-        let mut conn = self.new_conn()?;
-        let last = self.lock_position(&mut conn)?;
-        Ok((conn, last))
-    }
-
-    /// Begins a write transaction and takes the position lock in one round trip.
-    fn lock_position(&self, conn: &mut Conn) -> Result<u64, PgError> {
-        let messages = conn
-            .client
-            .simple_query(&self.sql.begin_write)
-            .map_err(|source| self.query_error("starting a write transaction", source))?;
-        let text = messages.iter().find_map(|message| match message {
-            SimpleQueryMessage::Row(row) => Some(row.get(0)),
-            _ => None,
-        });
-        let corrupt = |reason: String| PgError::Corrupt {
-            location: self.location.clone(),
-            reason,
-        };
-        let text = text
-            .flatten()
-            .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
-        text.parse::<u64>()
-            .ok()
-            .filter(|last| i64::try_from(*last).is_ok())
-            .ok_or_else(|| corrupt(format!("ctx_meta.last_position is {text:?}")))
-    }
-
-    /// Runs `work` in the write transaction begun on `conn` and ends it. Returns the outcome and
-    /// whether `conn` can be used again.
+    /// Runs `work` in a write transaction on `conn` and ends it. `fresh`: the connection was made
+    /// for this transaction (else it was kept from an earlier one, and may have died meanwhile).
+    /// Returns the outcome and whether `conn` can be used again.
     fn run_write(
         &self,
         conn: &mut Conn,
-        last: u64,
+        fresh: bool,
         work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
     ) -> (Result<Finish, CommitError>, bool) {
-        let mut txn = Txn::new(conn, self, Some(last + 1));
+        let mut txn = Txn::write(conn, self, fresh);
         let mut outcome = work(&mut txn);
+        // A transaction that only queued projection writes has sent nothing yet; it takes the
+        // position lock like every writer (projection entries are written under it, S8).
         if matches!(outcome, Ok(Finish::Commit))
             && !txn.failed
-            && let Err(e) = txn.flush()
+            && !txn.begun
+            && !txn.pending.is_empty()
+            && let Err(e) = txn.begin(None)
         {
             outcome = Err(e);
         }
-        let Txn {
-            conn,
-            cursor,
-            failed,
-            lost,
-            ..
-        } = txn;
+        // Nothing was sent when the transaction never began: there is nothing to end.
+        let rollback = |txn: &mut Txn<'_>| !txn.lost && (!txn.begun || rollback(txn.conn));
         match outcome {
-            Err(e) => (Err(CommitError::NotCommitted(e)), !lost && rollback(conn)),
-            Ok(Finish::Abort) => (Ok(Finish::Abort), !lost && rollback(conn)),
-            Ok(Finish::Commit) if failed => (
+            Err(e) => (Err(CommitError::NotCommitted(e)), rollback(&mut txn)),
+            Ok(Finish::Abort) => (Ok(Finish::Abort), rollback(&mut txn)),
+            Ok(Finish::Commit) if txn.failed => (
                 Err(CommitError::NotCommitted(StorageError::message(format!(
                     "a statement of this write transaction at PostgreSQL {} failed, so the \
                      server rolled the transaction back",
                     self.location
                 )))),
-                !lost && rollback(conn),
+                rollback(&mut txn),
             ),
+            Ok(Finish::Commit) if !txn.begun => (Ok(Finish::Commit), true),
             Ok(Finish::Commit) => {
                 if let Some(reason) = self.injected(fail_point_before_commit()) {
                     return (
                         Err(CommitError::NotCommitted(StorageError::message(reason))),
-                        rollback(conn),
+                        rollback(&mut txn),
                     );
                 }
-                let next = cursor.unwrap_or(last + 1);
-                let moved = (next > last + 1).then(|| next - 1);
-                match conn.client.simple_query(&self.sql.commit_write(moved)) {
-                    Ok(_) => match self.injected(fail_point_after_commit()) {
+                match txn.commit() {
+                    Ok(()) => match self.injected(fail_point_after_commit()) {
                         Some(reason) => (
                             Err(CommitError::MaybeCommitted(StorageError::message(reason))),
                             true,
                         ),
                         None => (Ok(Finish::Commit), true),
                     },
-                    Err(source) => {
-                        // An ERROR answer ends the transaction without committing it (a failure
-                        // after the commit record is a PANIC in PostgreSQL). No answer, or a
-                        // FATAL or PANIC one, leaves the outcome unknown.
-                        let refused = answered(&source);
-                        let error = StorageError::new(
-                            self.query_error("committing a write transaction", source),
-                        );
-                        if refused {
-                            (Err(CommitError::NotCommitted(error)), rollback(conn))
-                        } else {
-                            (Err(CommitError::MaybeCommitted(error)), false)
-                        }
+                    Err(Ended::Refused(error)) => {
+                        (Err(CommitError::NotCommitted(error)), rollback(&mut txn))
                     }
+                    Err(Ended::Unknown(error)) => (Err(CommitError::MaybeCommitted(error)), false),
                 }
             }
         }
+    }
+
+    /// The last committed position, from the answer to the position lock.
+    fn last_of(&self, rows: &[Row]) -> Result<u64, PgError> {
+        let corrupt = |reason: String| PgError::Corrupt {
+            location: self.location.clone(),
+            reason,
+        };
+        let row = rows
+            .first()
+            .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
+        let last: i64 = row
+            .try_get(0)
+            .map_err(|e| corrupt(format!("ctx_meta.last_position does not read: {e}")))?;
+        u64::try_from(last).map_err(|_| corrupt(format!("ctx_meta.last_position is {last}")))
     }
 
     /// The message of a fail point that fires for this backend: one configured without an
@@ -347,13 +338,13 @@ impl Backend for PgBackend {
         let mut conn = self
             .begin_read()
             .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
-        let mut txn = Txn::new(&mut conn, self, None);
+        let mut txn = Txn::read(&mut conn, self);
         let result = work(&mut txn);
         let lost = txn.lost;
         // A read-only transaction changes nothing: COMMIT and ROLLBACK only end it. A failure to
         // end it drops the connection and does not change what was read.
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        if !lost && conn.client.batch_execute(end).is_ok() {
+        if !lost && conn.batch_execute(end).is_ok() {
             self.keep_reader(conn);
         }
         result
@@ -368,7 +359,7 @@ impl Backend for PgBackend {
         let mut conn = self
             .reader()
             .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
-        let mut txn = Txn::new(&mut conn, self, None);
+        let mut txn = Txn::read(&mut conn, self);
         let result = work(&mut txn);
         let (lost, statements) = (txn.lost, txn.statements);
         // The core's promise (Backend::read_single): more than one statement here would not share
@@ -390,43 +381,103 @@ impl Backend for PgBackend {
         let mut slot = lock(&self.writer);
         // Taken out for the transaction: if `work` panics, the connection is dropped with it and
         // the server rolls the transaction back.
-        let kept = slot.take();
-        let (mut conn, last) = self
-            .begin_write(kept)
-            .map_err(|e| CommitError::NotCommitted(StorageError::new(e)))?;
-        let (result, usable) = self.run_write(&mut conn, last, work);
-        if usable && !conn.client.is_closed() {
+        let (mut conn, fresh) = match slot.take().filter(|conn| !conn.is_closed()) {
+            Some(conn) => (conn, false),
+            None => (
+                self.new_conn()
+                    .map_err(|e| CommitError::NotCommitted(StorageError::new(e)))?,
+                true,
+            ),
+        };
+        let (result, usable) = self.run_write(&mut conn, fresh, work);
+        if usable && !conn.is_closed() {
             *slot = Some(conn);
         }
         result
     }
 }
 
-/// A connection and the statements prepared on it.
-struct Conn {
-    client: Client,
-    statements: Vec<Option<Statement>>,
+/// How a commit that was sent ended, when it did not commit.
+enum Ended {
+    /// Nothing was committed: the server answered the `COMMIT`, or a statement before it, with
+    /// an error, or the session had ended before the commit was sent.
+    Refused(StorageError),
+    /// No answer, or a FATAL or PANIC one: it may have committed.
+    Unknown(StorageError),
 }
 
-impl Conn {
-    fn prepared(&mut self, sql: &Sql, q: Q) -> Result<Statement, postgres::Error> {
-        if let Some(Some(statement)) = self.statements.get(q.index()) {
-            return Ok(statement.clone());
-        }
-        let statement = self.client.prepare(sql.text(q))?;
-        if let Some(slot) = self.statements.get_mut(q.index()) {
-            *slot = Some(statement.clone());
-        }
-        Ok(statement)
+/// Why a statement of a transaction failed: the statement itself, or what had to be sent before
+/// it (the transaction's `BEGIN` and position lock, or its queued record puts).
+enum Failure {
+    Pg(postgres::Error),
+    Before(StorageError),
+}
+
+impl From<postgres::Error> for Failure {
+    fn from(error: postgres::Error) -> Failure {
+        Failure::Pg(error)
     }
+}
+
+/// A write transaction's record puts not sent yet, as the columns of `ctx_put_records`.
+#[derive(Default)]
+struct Puts {
+    positions: Vec<i64>,
+    streams: Vec<Vec<u8>>,
+    revisions: Vec<i64>,
+    event_ids: Vec<String>,
+    records: Vec<Vec<u8>>,
+    digests: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Puts {
+    fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+}
+
+/// The queued projection writes as the parameters of `Q::KvFlush`: the removed tables and keys,
+/// then the put tables, keys and values.
+type KvParams<'p> = (
+    Vec<&'p str>,
+    Vec<&'p [u8]>,
+    Vec<&'p str>,
+    Vec<&'p [u8]>,
+    Vec<&'p [u8]>,
+);
+
+fn kv_params(pending: &BTreeMap<KvKey, Option<Vec<u8>>>) -> KvParams<'_> {
+    let (mut removed_tables, mut removed_keys) = (Vec::new(), Vec::new());
+    let (mut tables, mut keys, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for ((table, key), value) in pending {
+        match value {
+            None => {
+                removed_tables.push(table.as_str());
+                removed_keys.push(key.as_slice());
+            }
+            Some(value) => {
+                tables.push(table.as_str());
+                keys.push(key.as_slice());
+                values.push(value.as_slice());
+            }
+        }
+    }
+    (removed_tables, removed_keys, tables, keys, values)
 }
 
 /// One read or write transaction on a connection.
 struct Txn<'a> {
     conn: &'a mut Conn,
     backend: &'a PgBackend,
-    /// Write transactions: the position of the next record.
+    /// Write transactions: the position of the next record, once the transaction has begun.
     cursor: Option<u64>,
+    /// The transaction has begun on the server. A write transaction begins with its first
+    /// statement (usually the core's prefetch, in the same round trip); a read one before `work`.
+    begun: bool,
+    /// The connection was made for this transaction, so a failure of its first statement is not
+    /// a kept connection that died meanwhile.
+    fresh: bool,
     /// A statement failed: PostgreSQL has aborted the transaction.
     failed: bool,
     /// A statement failed without an answer from the server: the connection is unusable.
@@ -448,16 +499,31 @@ struct Txn<'a> {
     /// round trip each.
     pending: BTreeMap<KvKey, Option<Vec<u8>>>,
     pending_bytes: usize,
+    /// Write transactions: record puts not sent yet; they go with `COMMIT`, or before a
+    /// statement that reads records.
+    puts: Puts,
     /// Statements sent, for the one-statement promise of [`Backend::read_single`].
     statements: u32,
 }
 
 impl<'a> Txn<'a> {
-    fn new(conn: &'a mut Conn, backend: &'a PgBackend, cursor: Option<u64>) -> Txn<'a> {
+    /// A transaction on `conn`, which is already inside `BEGIN` (or runs one statement alone).
+    fn read(conn: &'a mut Conn, backend: &'a PgBackend) -> Txn<'a> {
+        Txn::new(conn, backend, true, false)
+    }
+
+    /// A write transaction on `conn`, not begun yet.
+    fn write(conn: &'a mut Conn, backend: &'a PgBackend, fresh: bool) -> Txn<'a> {
+        Txn::new(conn, backend, false, fresh)
+    }
+
+    fn new(conn: &'a mut Conn, backend: &'a PgBackend, begun: bool, fresh: bool) -> Txn<'a> {
         Txn {
             conn,
             backend,
-            cursor,
+            cursor: None,
+            begun,
+            fresh,
             failed: false,
             lost: false,
             heads: HashMap::new(),
@@ -466,8 +532,115 @@ impl<'a> Txn<'a> {
             kv_bytes: 0,
             pending: BTreeMap::new(),
             pending_bytes: 0,
+            puts: Puts::default(),
             statements: 0,
         }
+    }
+
+    /// Begins the write transaction and takes the position lock (spec/scale-out.md §3.4), with
+    /// `lookups` (the core's prefetch: event ids and stream keys) in the same round trip; returns
+    /// the lookups' rows. The lookups run after the lock is granted, and under `READ COMMITTED`
+    /// each statement takes a new snapshot, so they see every earlier commit. A kept connection
+    /// whose session ended meanwhile (an idle timeout, a server restart, pg_terminate_backend)
+    /// reports that on this first statement, as an I/O error or a FATAL answer; nothing had been
+    /// done on it, so a new connection takes its place, once.
+    fn begin(&mut self, lookups: Option<(&[&str], &[&[u8]])>) -> Result<Vec<Row>, StorageError> {
+        loop {
+            match self.try_begin(lookups) {
+                Ok((last, rows)) => {
+                    self.begun = true;
+                    self.cursor = Some(last + 1);
+                    return Ok(rows);
+                }
+                Err(Failure::Pg(source)) if !self.fresh && !answered(&source) => {
+                    *self.conn = self.backend.new_conn().map_err(StorageError::new)?;
+                    self.fresh = true;
+                }
+                Err(failure) => {
+                    self.begun = true;
+                    self.failed = true;
+                    if self.conn.is_closed() || matches!(&failure, Failure::Pg(e) if !answered(e)) {
+                        self.lost = true;
+                    }
+                    return Err(self.storage("starting a write transaction", failure));
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Txn::begin`]: the last committed position and the lookups' rows.
+    fn try_begin(
+        &mut self,
+        lookups: Option<(&[&str], &[&[u8]])>,
+    ) -> Result<(u64, Vec<Row>), Failure> {
+        let lock = self.conn.prepared(&self.backend.sql, Q::LockPosition)?;
+        let statement = match lookups {
+            Some(_) => Some(self.conn.prepared(&self.backend.sql, Q::Prefetch)?),
+            None => None,
+        };
+        let client = self.conn.client();
+        let begin = client.batch_execute(BEGIN_WRITE);
+        let locked = client.query(&lock, &[]);
+        let (begun, locked, rows) = match (&statement, lookups) {
+            (Some(statement), Some((ids, keys))) => {
+                let params: [&(dyn ToSql + Sync); 2] = [&ids, &keys];
+                let lookup = client.query(statement, &params);
+                self.statements += 3;
+                self.conn
+                    .pipeline(futures_util::future::join3(begin, locked, lookup))
+            }
+            _ => {
+                self.statements += 2;
+                let (begun, locked) = self
+                    .conn
+                    .pipeline(futures_util::future::join(begin, locked));
+                (begun, locked, Ok(Vec::new()))
+            }
+        };
+        begun?;
+        let last = self
+            .backend
+            .last_of(&locked?)
+            .map_err(|e| Failure::Before(StorageError::new(e)))?;
+        Ok((last, rows?))
+    }
+
+    /// Caches the rows of a prefetch (`Q::Prefetch`): event ids with their positions, stream
+    /// heads.
+    fn absorb_prefetch(&mut self, rows: &[Row]) -> Result<(), ReadError> {
+        for row in rows {
+            let kind: i32 = column(row, 0, "a prefetch row")?;
+            if kind == 0 {
+                let id: String = column(row, 1, "a prefetched event id")?;
+                let raw: Option<i64> = column(row, 2, "a prefetched position")?;
+                let position = match raw {
+                    None => None,
+                    Some(raw) => Some(counter(raw).ok_or_else(|| ReadError::Corrupt {
+                        position: 0,
+                        reason: format!("the record of event {id} has position {raw}"),
+                    })?),
+                };
+                self.events.insert(id, position);
+            } else {
+                let key: Vec<u8> = column(row, 3, "a prefetched stream")?;
+                let stream = <[u8; 32]>::try_from(key.as_slice())
+                    .map(StreamId::from_bytes)
+                    .map_err(|_| ReadError::Corrupt {
+                        position: 0,
+                        reason: format!("a prefetched stream id is {} bytes long", key.len()),
+                    })?;
+                let revision: Option<i64> = column(row, 4, "a prefetched head")?;
+                let head = match revision {
+                    None => None,
+                    Some(_) => Some(head_of_row(row, 4).map_err(|reason| ReadError::Corrupt {
+                        position: 0,
+                        reason: format!("the head of stream {stream}: {reason}"),
+                    })?),
+                };
+                self.heads.entry(stream).or_insert(head);
+            }
+        }
+        Ok(())
     }
 
     /// Remembers a projection entry's value as the server has it, while the cache has room.
@@ -508,21 +681,7 @@ impl<'a> Txn<'a> {
         }
         let pending = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
-        let (mut removed_tables, mut removed_keys) = (Vec::new(), Vec::new());
-        let (mut tables, mut keys, mut values) = (Vec::new(), Vec::new(), Vec::new());
-        for ((table, key), value) in &pending {
-            match value {
-                None => {
-                    removed_tables.push(table.as_str());
-                    removed_keys.push(key.as_slice());
-                }
-                Some(value) => {
-                    tables.push(table.as_str());
-                    keys.push(key.as_slice());
-                    values.push(value.as_slice());
-                }
-            }
-        }
+        let (removed_tables, removed_keys, tables, keys, values) = kv_params(&pending);
         self.execute(
             Q::KvFlush,
             &[&removed_tables, &removed_keys, &tables, &keys, &values],
@@ -534,39 +693,216 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, postgres::Error> {
+    /// Sends the queued record puts in one statement.
+    fn send_puts(&mut self) -> Result<(), StorageError> {
+        if self.puts.is_empty() {
+            return Ok(());
+        }
+        let puts = std::mem::take(&mut self.puts);
         let result = self
             .conn
-            .prepared(&self.backend.sql, q)
-            .and_then(|statement| self.conn.client.query(&statement, params));
-        self.note(result)
+            .prepared(&self.backend.sql, Q::PutRecords)
+            .and_then(|statement| {
+                self.conn.query(
+                    &statement,
+                    &[
+                        &puts.positions,
+                        &puts.streams,
+                        &puts.revisions,
+                        &puts.event_ids,
+                        &puts.records,
+                        &puts.digests,
+                    ],
+                )
+            });
+        self.note(result).map(drop).map_err(|e| self.put_error(e))
     }
 
-    fn execute(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<u64, postgres::Error> {
+    /// A failure of `ctx_put_records`: the head compare names the core's and the storage's
+    /// disagreement; anything else (a unique violation) is the statement's error.
+    fn put_error(&self, source: postgres::Error) -> StorageError {
+        match source.as_db_error() {
+            Some(db) if db.code().code() == HEAD_MISMATCH => StorageError::message(format!(
+                "at PostgreSQL {}: {}: the journal's core and its storage disagree, which is \
+                 corruption or a bug",
+                self.backend.location,
+                db.message()
+            )),
+            _ => self.storage("storing records", Failure::Pg(source)),
+        }
+    }
+
+    /// Sends the queued record puts (which move the last position too) and projection writes,
+    /// and `COMMIT`, in one round trip. An ERROR in the puts or writes aborts the transaction,
+    /// and the `COMMIT` behind it can then only roll back (PostgreSQL answers such a `COMMIT`
+    /// with `ROLLBACK` and no error, so every earlier answer is checked first).
+    fn commit(&mut self) -> Result<(), Ended> {
+        let puts = std::mem::take(&mut self.puts);
+        let pending = std::mem::take(&mut self.pending);
+        let statements = (|| -> Result<_, postgres::Error> {
+            let put = match puts.is_empty() {
+                true => None,
+                false => Some(self.conn.prepared(&self.backend.sql, Q::PutRecords)?),
+            };
+            let flush = match pending.is_empty() {
+                true => None,
+                false => Some(self.conn.prepared(&self.backend.sql, Q::KvFlush)?),
+            };
+            Ok((put, flush))
+        })();
+        let (put, flush) = match statements {
+            Ok(statements) => statements,
+            Err(source) => {
+                // Preparing sends nothing of the transaction; the connection decides what next.
+                if !answered(&source) || self.conn.is_closed() {
+                    self.lost = true;
+                }
+                return Err(Ended::Refused(
+                    self.storage("preparing the commit's statements", Failure::Pg(source)),
+                ));
+            }
+        };
+        // A session that ended while this transaction was idle (it was terminated, the server
+        // went down) has committed nothing: said so now, nothing of the commit is sent.
+        self.conn.settle();
+        if self.conn.is_closed() {
+            self.lost = true;
+            return Err(Ended::Refused(StorageError::message(format!(
+                "the connection to PostgreSQL {} closed during the write transaction, before its \
+                 commit was sent",
+                self.backend.location
+            ))));
+        }
+        let (removed_tables, removed_keys, tables, keys, values) = kv_params(&pending);
+        let put_params: [&(dyn ToSql + Sync); 6] = [
+            &puts.positions,
+            &puts.streams,
+            &puts.revisions,
+            &puts.event_ids,
+            &puts.records,
+            &puts.digests,
+        ];
+        let flush_params: [&(dyn ToSql + Sync); 5] =
+            [&removed_tables, &removed_keys, &tables, &keys, &values];
+        let client = self.conn.client();
+        let put_future = async {
+            match &put {
+                Some(statement) => Some(client.query(statement, &put_params).await),
+                None => None,
+            }
+        };
+        let flush_future = async {
+            match &flush {
+                Some(statement) => Some(client.execute(statement, &flush_params).await),
+                None => None,
+            }
+        };
+        let commit_future = client.batch_execute("COMMIT");
+        let (put_result, flush_result, commit_result) = self.conn.pipeline(
+            futures_util::future::join3(put_future, flush_future, commit_future),
+        );
+        self.statements += 1 + u32::from(put.is_some()) + u32::from(flush.is_some());
+        // Any answer from the server to a statement before COMMIT that is an error (an ERROR, or
+        // a FATAL that ended the session) means the server never committed: it runs the
+        // pipeline in order and stops the transaction, or the session, at the error.
+        if let Some(Err(source)) = put_result
+            && source.as_db_error().is_some()
+        {
+            if !answered(&source) {
+                self.lost = true;
+            }
+            return Err(Ended::Refused(self.put_error(source)));
+        }
+        if let Some(Err(source)) = flush_result
+            && source.as_db_error().is_some()
+        {
+            if !answered(&source) {
+                self.lost = true;
+            }
+            return Err(Ended::Refused(
+                self.storage("writing projection entries", Failure::Pg(source)),
+            ));
+        }
+        match commit_result {
+            Ok(_) => Ok(()),
+            Err(source) => {
+                // An ERROR answer ends the transaction without committing it (a failure after
+                // the commit record is a PANIC in PostgreSQL). No answer, or a FATAL or PANIC
+                // one, leaves the outcome unknown.
+                let refused = answered(&source);
+                let error = self.storage("committing a write transaction", Failure::Pg(source));
+                if refused {
+                    Err(Ended::Refused(error))
+                } else {
+                    self.lost = true;
+                    Err(Ended::Unknown(error))
+                }
+            }
+        }
+    }
+
+    /// What must be sent before statement `q`: a write transaction's `BEGIN` and position lock,
+    /// and its queued record puts before a statement that reads records (S3: reads see the
+    /// transaction's own puts).
+    fn ready(&mut self, q: Q) -> Result<(), Failure> {
+        if !self.begun {
+            self.begin(None).map_err(Failure::Before)?;
+        }
+        let reads_records = !matches!(
+            q,
+            Q::KvGet
+                | Q::KvScanFirst
+                | Q::KvScanAfter
+                | Q::KvRemove
+                | Q::KvClear
+                | Q::KvFlush
+                | Q::Prefetch
+                | Q::PutRecords
+        );
+        if reads_records {
+            self.send_puts().map_err(Failure::Before)?;
+        }
+        Ok(())
+    }
+
+    fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Failure> {
+        self.ready(q)?;
         let result = self
             .conn
             .prepared(&self.backend.sql, q)
-            .and_then(|statement| self.conn.client.execute(&statement, params));
-        self.note(result)
+            .and_then(|statement| self.conn.query(&statement, params));
+        Ok(self.note(result)?)
+    }
+
+    fn execute(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<u64, Failure> {
+        self.ready(q)?;
+        let result = self
+            .conn
+            .prepared(&self.backend.sql, q)
+            .and_then(|statement| self.conn.execute(&statement, params));
+        Ok(self.note(result)?)
     }
 
     fn note<T>(&mut self, result: Result<T, postgres::Error>) -> Result<T, postgres::Error> {
         self.statements += 1;
         if let Err(e) = &result {
             self.failed = true;
-            if !answered(e) || self.conn.client.is_closed() {
+            if !answered(e) || self.conn.is_closed() {
                 self.lost = true;
             }
         }
         result
     }
 
-    fn storage(&self, what: &'static str, source: postgres::Error) -> StorageError {
-        StorageError::new(self.backend.query_error(what, source))
+    fn storage(&self, what: &'static str, failure: impl Into<Failure>) -> StorageError {
+        match failure.into() {
+            Failure::Pg(source) => StorageError::new(self.backend.query_error(what, source)),
+            Failure::Before(error) => error,
+        }
     }
 
-    fn read_error(&self, what: &'static str, source: postgres::Error) -> ReadError {
-        ReadError::Storage(self.storage(what, source))
+    fn read_error(&self, what: &'static str, failure: impl Into<Failure>) -> ReadError {
+        ReadError::Storage(self.storage(what, failure))
     }
 }
 
@@ -948,6 +1284,9 @@ fn hex(bytes: &[u8]) -> String {
 
 impl WriteTxn for Txn<'_> {
     fn next_position(&mut self) -> Result<u64, ReadError> {
+        if !self.begun {
+            self.begin(None).map_err(ReadError::Storage)?;
+        }
         self.cursor.ok_or_else(|| {
             ReadError::Storage(StorageError::message(
                 "next_position was called outside a write transaction",
@@ -985,48 +1324,25 @@ impl WriteTxn for Txn<'_> {
             .filter(|s| !self.heads.contains_key(*s))
             .map(|s| s.as_bytes().as_slice())
             .collect();
+        if !self.begun {
+            // The transaction's first round trip: BEGIN, the position lock and these lookups.
+            let lookups = (!ids.is_empty() || !keys.is_empty()).then_some((&ids[..], &keys[..]));
+            let rows = self.begin(lookups).map_err(ReadError::Storage)?;
+            return self.absorb_prefetch(&rows);
+        }
         if ids.is_empty() && keys.is_empty() {
             return Ok(());
         }
         let rows = self
             .query(Q::Prefetch, &[&ids, &keys])
             .map_err(|e| self.read_error("looking up event ids and stream heads", e))?;
-        for row in &rows {
-            let kind: i32 = column(row, 0, "a prefetch row")?;
-            if kind == 0 {
-                let id: String = column(row, 1, "a prefetched event id")?;
-                let raw: Option<i64> = column(row, 2, "a prefetched position")?;
-                let position = match raw {
-                    None => None,
-                    Some(raw) => Some(counter(raw).ok_or_else(|| ReadError::Corrupt {
-                        position: 0,
-                        reason: format!("the record of event {id} has position {raw}"),
-                    })?),
-                };
-                self.events.insert(id, position);
-            } else {
-                let key: Vec<u8> = column(row, 3, "a prefetched stream")?;
-                let stream = <[u8; 32]>::try_from(key.as_slice())
-                    .map(StreamId::from_bytes)
-                    .map_err(|_| ReadError::Corrupt {
-                        position: 0,
-                        reason: format!("a prefetched stream id is {} bytes long", key.len()),
-                    })?;
-                let revision: Option<i64> = column(row, 4, "a prefetched head")?;
-                let head = match revision {
-                    None => None,
-                    Some(_) => Some(head_of_row(row, 4).map_err(|reason| ReadError::Corrupt {
-                        position: 0,
-                        reason: format!("the head of stream {stream}: {reason}"),
-                    })?),
-                };
-                self.heads.entry(stream).or_insert(head);
-            }
-        }
-        Ok(())
+        self.absorb_prefetch(&rows)
     }
 
     fn put_record(&mut self, record: &PutRecord<'_>) -> Result<(), StorageError> {
+        if !self.begun {
+            self.begin(None)?;
+        }
         let Some(next) = self.cursor else {
             return Err(StorageError::message(
                 "put_record was called outside a write transaction",
@@ -1049,29 +1365,26 @@ impl WriteTxn for Txn<'_> {
                 record.event_id, record.position, record.revision
             )));
         };
-        let stream: &[u8] = record.stream.as_bytes();
-        let digest: &[u8] = record.digest.as_bytes();
-        let moved = self
-            .execute(
-                Q::PutRecord,
-                &[
-                    &position,
-                    &stream,
-                    &revision,
-                    &record.event_id,
-                    &record.bytes,
-                    &digest,
-                ],
-            )
-            .map_err(|e| self.storage("storing a record", e))?;
-        if moved != 1 {
-            // The record row was inserted but the head did not move: this transaction must not
-            // commit.
+        // What this transaction knows is checked here, so that the caller hears of it at this
+        // call; the server checks the rest when the puts are sent (spec/scale-out.md §3.6).
+        if let Some(Some(stored)) = self.events.get(record.event_id) {
             self.failed = true;
             return Err(StorageError::message(format!(
-                "the head of stream {} at PostgreSQL {} is not at revision {} (storing record {} \
-                 at revision {} and position {}): the journal's core and its storage disagree, \
-                 which is corruption or a bug",
+                "event id {} is already stored at position {stored} of PostgreSQL {}; record {} \
+                 of stream {} cannot take it again",
+                record.event_id, self.backend.location, record.position, record.stream
+            )));
+        }
+        let head = self.heads.get(&record.stream).copied();
+        let expected = head.map(|head| head.map_or(0, |h| h.revision));
+        if let Some(at) = expected
+            && at.checked_add(1) != Some(record.revision)
+        {
+            self.failed = true;
+            return Err(StorageError::message(format!(
+                "the head of stream {} at PostgreSQL {} is at revision {at}, not {} (storing \
+                 record {} at revision {} and position {}): the journal's core and its storage \
+                 disagree, which is corruption or a bug",
                 record.stream,
                 self.backend.location,
                 record.revision.saturating_sub(1),
@@ -1079,6 +1392,17 @@ impl WriteTxn for Txn<'_> {
                 record.revision,
                 record.position
             )));
+        }
+        let puts = &mut self.puts;
+        puts.positions.push(position);
+        puts.streams.push(record.stream.as_bytes().to_vec());
+        puts.revisions.push(revision);
+        puts.event_ids.push(record.event_id.to_owned());
+        puts.records.push(record.bytes.to_vec());
+        puts.digests.push(record.digest.as_bytes().to_vec());
+        puts.bytes += record.bytes.len() + record.event_id.len() + 64;
+        if puts.positions.len() >= PUTS_MAX || puts.bytes >= PUT_BYTES_MAX {
+            self.send_puts()?;
         }
         self.cursor = Some(next + 1);
         self.events
@@ -1149,7 +1473,7 @@ fn answered(error: &postgres::Error) -> bool {
 
 /// Ends the transaction on `conn` without committing; true when the connection can be used again.
 fn rollback(conn: &mut Conn) -> bool {
-    !conn.client.is_closed() && conn.client.batch_execute("ROLLBACK").is_ok()
+    !conn.is_closed() && conn.batch_execute("ROLLBACK").is_ok()
 }
 
 /// Locks a mutex whose holder may have panicked: the data it guards (an idle connection or

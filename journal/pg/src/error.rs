@@ -46,6 +46,13 @@ pub enum PgError {
     },
     #[error("the journal schema at {location} is damaged: {reason}")]
     Corrupt { location: String, reason: String },
+    /// The runtime that drives a connection's socket could not be made (threads or file
+    /// descriptors exhausted).
+    #[error("connecting to PostgreSQL at {location} failed: no I/O runtime: {source}")]
+    Runtime {
+        location: String,
+        source: std::io::Error,
+    },
     /// A statement failed.
     #[error("{what} at PostgreSQL {location} failed: {}", describe(.source))]
     Query {

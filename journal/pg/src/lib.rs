@@ -12,6 +12,7 @@ mod cluster;
 pub use cluster::{Cluster, ClusterError, ClusterOptions, TestServer, available, gate, shared};
 
 mod backend;
+mod conn;
 mod error;
 mod schema;
 

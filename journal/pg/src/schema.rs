@@ -1,12 +1,13 @@
 //! The PostgreSQL schema of a journal, its migrations, and the statements the backend runs
 //! (spec/scale-out.md §3).
 
-use postgres::{Client, IsolationLevel};
+use postgres::types::ToSql;
 
+use crate::conn::Conn;
 use crate::error::PgError;
 
 /// The version of the newest schema this build knows: the last entry of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The journal format version (spec/journal.md §11) this build reads and writes, kept in
 /// `ctx_meta.format_version`: 2 since record values may be compressed (migration 2).
@@ -66,7 +67,52 @@ CREATE TABLE {schema}.ctx_projection (
         // the newer values as corrupt (spec/journal.md §11).
         sql: "UPDATE {schema}.ctx_meta SET format_version = 2 WHERE id = 1 AND format_version = 1;",
     },
+    Migration {
+        version: 3,
+        description: "ctx_put_records: a write transaction's records, head moves and last position in one statement",
+        // The head compare raises an error instead of answering with a row count, so that the
+        // puts can be sent together with COMMIT (one round trip): a failed compare aborts the
+        // transaction and the COMMIT behind it only rolls back (spec/scale-out.md §3.6).
+        sql: r#"
+CREATE FUNCTION {schema}.ctx_put_records(
+    positions bigint[], streams bytea[], revisions bigint[], event_ids text[], records bytea[],
+    digests bytea[]
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    n int := coalesce(array_length(positions, 1), 0);
+BEGIN
+    FOR i IN 1 .. n LOOP
+        INSERT INTO {schema}.ctx_records (position, stream, revision, event_id, record)
+        VALUES (positions[i], streams[i], revisions[i], event_ids[i], records[i]);
+        IF revisions[i] = 1 THEN
+            INSERT INTO {schema}.ctx_streams (stream, revision, position, digest)
+            VALUES (streams[i], 1, positions[i], digests[i])
+            ON CONFLICT (stream) DO NOTHING;
+        ELSE
+            UPDATE {schema}.ctx_streams
+            SET revision = revisions[i], position = positions[i], digest = digests[i]
+            WHERE stream = streams[i] AND revision = revisions[i] - 1;
+        END IF;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = format(
+                'the head of stream %s is not at revision %s (storing record %s at revision %s '
+                'and position %s)', encode(streams[i], 'hex'), revisions[i] - 1, event_ids[i],
+                revisions[i], positions[i]);
+        END IF;
+    END LOOP;
+    IF n > 0 THEN
+        UPDATE {schema}.ctx_meta SET last_position = positions[n] WHERE id = 1;
+    END IF;
+    RETURN n;
+END
+$fn$;
+"#,
+    },
 ];
+
+/// The SQLSTATE `ctx_put_records` raises when a stream head is not at the revision before the
+/// record's (migration 3).
+pub(crate) const HEAD_MISMATCH: &str = "CX001";
 
 /// Most rows one page of a scan asks for.
 pub(crate) const PAGE_ROWS: i64 = 1000;
@@ -119,16 +165,17 @@ pub(crate) enum Q {
     KvScanFirst,
     KvScanAfter,
     FindEvent,
-    PutRecord,
+    PutRecords,
     KvRemove,
     KvClear,
     IsEmpty,
     Prefetch,
     KvFlush,
+    LockPosition,
 }
 
 impl Q {
-    pub(crate) const COUNT: usize = 18;
+    pub(crate) const COUNT: usize = 19;
 
     const ALL: [Q; Q::COUNT] = [
         Q::LastPosition,
@@ -143,12 +190,13 @@ impl Q {
         Q::KvScanFirst,
         Q::KvScanAfter,
         Q::FindEvent,
-        Q::PutRecord,
+        Q::PutRecords,
         Q::KvRemove,
         Q::KvClear,
         Q::IsEmpty,
         Q::Prefetch,
         Q::KvFlush,
+        Q::LockPosition,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -159,6 +207,10 @@ impl Q {
     fn text(self, s: &str) -> String {
         match self {
             Q::LastPosition => format!("SELECT last_position FROM {s}.ctx_meta WHERE id = 1"),
+            // The position lock every write transaction takes first (spec/scale-out.md §3.4).
+            Q::LockPosition => {
+                format!("SELECT last_position FROM {s}.ctx_meta WHERE id = 1 FOR UPDATE")
+            }
             Q::Head => format!(
                 "SELECT revision, position, digest FROM {s}.ctx_streams WHERE stream = $1::bytea"
             ),
@@ -229,21 +281,14 @@ impl Q {
             Q::FindEvent => {
                 format!("SELECT position FROM {s}.ctx_records WHERE event_id = $1::text")
             }
-            // $1 position, $2 stream, $3 revision, $4 event id, $5 record, $6 digest. The record
-            // row and the head move in one statement (one round trip). The head moves only from
-            // revision − 1 (or is created at revision 1): 0 rows means the core and the stored
-            // head disagree, and the caller refuses to go on.
-            Q::PutRecord => format!(
-                "WITH rec AS (\
-                   INSERT INTO {s}.ctx_records (position, stream, revision, event_id, record) \
-                   VALUES ($1::bigint, $2::bytea, $3::bigint, $4::text, $5::bytea)) \
-                 INSERT INTO {s}.ctx_streams AS h (stream, revision, position, digest) \
-                 SELECT $2::bytea, $3::bigint, $1::bigint, $6::bytea \
-                 WHERE $3::bigint = 1 \
-                   OR EXISTS (SELECT 1 FROM {s}.ctx_streams WHERE stream = $2::bytea) \
-                 ON CONFLICT (stream) DO UPDATE SET revision = excluded.revision, \
-                   position = excluded.position, digest = excluded.digest \
-                 WHERE h.revision = excluded.revision - 1"
+            // $1 positions, $2 streams, $3 revisions, $4 event ids, $5 records, $6 digests: the
+            // records of a write transaction in position order. Each record row and its head move
+            // together, and `ctx_meta.last_position` moves to the last one; a head that is not at
+            // revision − 1 (or a first record that is not revision 1) raises SQLSTATE CX001,
+            // which aborts the transaction.
+            Q::PutRecords => format!(
+                "SELECT {s}.ctx_put_records($1::bigint[], $2::bytea[], $3::bigint[], $4::text[], \
+                 $5::bytea[], $6::bytea[])"
             ),
             Q::KvRemove => {
                 format!("DELETE FROM {s}.ctx_projection WHERE tbl = $1::text AND key = $2::bytea")
@@ -263,28 +308,30 @@ impl Q {
             ),
             Q::IsEmpty => format!("SELECT NOT EXISTS (SELECT 1 FROM {s}.ctx_records)"),
             // $1 event ids, $2 streams: one row per event id (kind 0: the id and its position,
-            // if stored) and one per stream (kind 1: the stream and its head, if any).
+            // if stored) and one per stream (kind 1: the stream and its head, if any). Each
+            // lookup is a lateral subquery (`LIMIT 1` keeps the planner from flattening it; the
+            // columns are unique anyway), so every plan, the generic one too, probes the unique
+            // indexes once per id and stream: a plain join planned a sequential scan of
+            // `ctx_streams` (hash join) on a small table, whose cost grows with the streams.
             Q::Prefetch => format!(
                 "SELECT 0, e.id, r.position, NULL::bytea, NULL::bigint, NULL::bigint, NULL::bytea \
                  FROM unnest($1::text[]) AS e(id) \
-                 LEFT JOIN {s}.ctx_records r ON r.event_id = e.id \
+                 LEFT JOIN LATERAL (SELECT position FROM {s}.ctx_records \
+                   WHERE event_id = e.id LIMIT 1) r ON true \
                  UNION ALL \
                  SELECT 1, NULL::text, NULL::bigint, t.stream, h.revision, h.position, h.digest \
                  FROM unnest($2::bytea[]) AS t(stream) \
-                 LEFT JOIN {s}.ctx_streams h ON h.stream = t.stream"
+                 LEFT JOIN LATERAL (SELECT revision, position, digest FROM {s}.ctx_streams \
+                   WHERE stream = t.stream LIMIT 1) h ON true"
             ),
         }
     }
 }
 
-/// Every statement's text for one schema, and the two simple-protocol strings that open and
-/// close a write transaction.
+/// Every statement's text for one schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
     texts: Vec<String>,
-    /// Opens a write transaction and takes the global position lock in one round trip.
-    pub begin_write: String,
-    quoted: String,
 }
 
 impl Sql {
@@ -292,37 +339,18 @@ impl Sql {
         let s = &schema.quoted;
         Sql {
             texts: Q::ALL.iter().map(|q| q.text(s)).collect(),
-            begin_write: format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
-                 SELECT last_position FROM {s}.ctx_meta WHERE id = 1 FOR UPDATE"
-            ),
-            quoted: s.clone(),
         }
     }
 
     pub(crate) fn text(&self, q: Q) -> &str {
         self.texts.get(q.index()).map_or("", String::as_str)
     }
-
-    /// Records the new last position (if it moved) and commits, in one round trip.
-    pub(crate) fn commit_write(&self, last_position: Option<u64>) -> String {
-        match last_position {
-            Some(p) => format!(
-                "UPDATE {}.ctx_meta SET last_position = {p} WHERE id = 1; COMMIT",
-                self.quoted
-            ),
-            None => "COMMIT".to_owned(),
-        }
-    }
 }
 
-/// Brings the schema in `client`'s database up to [`SCHEMA_VERSION`] in one transaction under
-/// the migration lock, and checks the meta row. Refuses a newer schema or another format version.
-pub(crate) fn migrate(
-    client: &mut Client,
-    schema: &SchemaName,
-    location: &str,
-) -> Result<(), PgError> {
+/// Brings the schema in `conn`'s database up to [`SCHEMA_VERSION`] in one transaction under the
+/// migration lock, and checks the meta row. Refuses a newer schema or another format version. On
+/// an error the transaction is left open: the caller drops the connection, which rolls it back.
+pub(crate) fn migrate(conn: &Conn, schema: &SchemaName, location: &str) -> Result<(), PgError> {
     let s = &schema.quoted;
     let fail = |step: &'static str| {
         move |source: postgres::Error| PgError::Migrate {
@@ -331,49 +359,61 @@ pub(crate) fn migrate(
             source,
         }
     };
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
+    // One value of the first row; a statement that answers no row is an error of that step.
+    let one = |step: &'static str, sql: &str, params: &[&(dyn ToSql + Sync)]| {
+        conn.query(sql, params)
+            .map_err(fail(step))
+            .map(|rows| rows.into_iter().next())
+    };
+    conn.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         .map_err(fail("starting the migration transaction"))?;
-    tx.query(
+    conn.query(
         "SELECT pg_advisory_xact_lock($1::bigint)",
         &[&MIGRATION_LOCK_KEY],
     )
     .map_err(fail("taking the migration lock"))?;
     // Existence is checked first: CREATE … IF NOT EXISTS needs the CREATE privilege even when
     // the object exists, and a journal's user may have been granted only the tables.
-    let schema_exists: bool = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)",
-            &[&schema.name],
-        )
-        .and_then(|row| row.try_get(0))
-        .map_err(fail("looking for the schema"))?;
+    let schema_exists: bool = match one(
+        "looking for the schema",
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)",
+        &[&schema.name],
+    )? {
+        Some(row) => row.try_get(0).map_err(fail("looking for the schema"))?,
+        None => false,
+    };
     if !schema_exists {
-        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
+        conn.batch_execute(&format!("CREATE SCHEMA {s}"))
             .map_err(fail("creating the schema"))?;
     }
     let table = format!("{s}.ctx_schema_migrations");
-    let has_table: bool = tx
-        .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&table])
-        .and_then(|row| row.try_get(0))
-        .map_err(fail("looking for ctx_schema_migrations"))?;
+    let has_table: bool = match one(
+        "looking for ctx_schema_migrations",
+        "SELECT to_regclass($1::text) IS NOT NULL",
+        &[&table],
+    )? {
+        Some(row) => row
+            .try_get(0)
+            .map_err(fail("looking for ctx_schema_migrations"))?,
+        None => false,
+    };
     if !has_table {
-        tx.batch_execute(&format!(
+        conn.batch_execute(&format!(
             "CREATE TABLE {table} (version int PRIMARY KEY, description text NOT NULL)"
         ))
         .map_err(fail("creating ctx_schema_migrations"))?;
     }
-    let found: i32 = tx
-        .query_one(
-            &format!("SELECT coalesce(max(version), 0) FROM {table}"),
-            &[],
-        )
-        .and_then(|row| row.try_get(0))
-        .map_err(fail("reading the schema version"))?;
+    let found: i32 = match one(
+        "reading the schema version",
+        &format!("SELECT coalesce(max(version), 0) FROM {table}"),
+        &[],
+    )? {
+        Some(row) => row.try_get(0).map_err(fail("reading the schema version"))?,
+        None => 0,
+    };
     if found > SCHEMA_VERSION {
-        // Dropping the transaction rolls it back; nothing was changed anyway.
+        // The caller drops the connection, which rolls the transaction back; nothing was changed
+        // anyway.
         return Err(PgError::SchemaTooNew {
             location: location.to_owned(),
             found,
@@ -381,20 +421,19 @@ pub(crate) fn migrate(
         });
     }
     for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
-        tx.batch_execute(&migration.sql.replace("{schema}", s))
+        conn.batch_execute(&migration.sql.replace("{schema}", s))
             .map_err(fail("applying a migration"))?;
-        tx.execute(
+        conn.execute(
             &format!("INSERT INTO {table} (version, description) VALUES ($1::int, $2::text)"),
             &[&migration.version, &migration.description],
         )
         .map_err(fail("recording a migration"))?;
     }
-    let meta = tx
-        .query_opt(
-            &format!("SELECT format_version, last_position FROM {s}.ctx_meta WHERE id = 1"),
-            &[],
-        )
-        .map_err(fail("reading ctx_meta"))?;
+    let meta = one(
+        "reading ctx_meta",
+        &format!("SELECT format_version, last_position FROM {s}.ctx_meta WHERE id = 1"),
+        &[],
+    )?;
     let Some(meta) = meta else {
         return Err(PgError::Corrupt {
             location: location.to_owned(),
@@ -418,5 +457,6 @@ pub(crate) fn migrate(
             reason: format!("ctx_meta.last_position is negative ({last})"),
         });
     }
-    tx.commit().map_err(fail("committing the migration"))
+    conn.batch_execute("COMMIT")
+        .map_err(fail("committing the migration"))
 }

@@ -999,17 +999,67 @@ fn lost_connections_are_replaced_and_a_lost_commit_is_maybe_committed() {
         "{result:?}"
     );
 
-    // The connection dies just before the commit: the commit gets no answer, so the outcome is
-    // unknown to the backend (here the server rolled it back).
+    // The connection dies just before the commit: the backend sees the session end before it
+    // sends anything of the commit (the puts go with it), so nothing was committed.
     let result = backend.write(&mut |txn| {
         put(txn, &a, 3, "e3")?;
         assert_eq!(terminate(&url, dbname, "idle in transaction"), 1);
         Ok(Finish::Commit)
     });
     assert!(
+        matches!(result, Err(CommitError::NotCommitted(_))),
+        "{result:?}"
+    );
+    assert_eq!(last_position(&backend), 2);
+
+    // The connection dies during the commit (a deferred trigger holds COMMIT, and the session is
+    // terminated there): the commit gets no answer, so the outcome is unknown to the backend
+    // (here the server rolled it back).
+    sql(&url)
+        .batch_execute(
+            "CREATE FUNCTION ctx_test_slow() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$; \
+             CREATE CONSTRAINT TRIGGER ctx_test_slow AFTER INSERT ON ctx_records \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ctx_test_slow()",
+        )
+        .unwrap();
+    let killer = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + std::time::Duration::from_secs(20);
+            while Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let killed: i64 = sql(&url)
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity \
+                         WHERE datname = $1 AND application_name = 'ctx-journal' \
+                         AND state = 'active' AND query LIKE '%COMMIT%'",
+                        &[&dbname],
+                    )
+                    .unwrap()
+                    .get(0);
+                if killed == 1 {
+                    return true;
+                }
+            }
+            false
+        })
+    };
+    let result = backend.write(&mut |txn| {
+        put(txn, &a, 3, "e3")?;
+        Ok(Finish::Commit)
+    });
+    assert!(
+        killer.join().unwrap(),
+        "the committing session was not found"
+    );
+    assert!(
         matches!(result, Err(CommitError::MaybeCommitted(_))),
         "{result:?}"
     );
+    sql(&url)
+        .batch_execute("DROP TRIGGER ctx_test_slow ON ctx_records; DROP FUNCTION ctx_test_slow()")
+        .unwrap();
     assert_eq!(last_position(&backend), 2);
     // The retry succeeds on a new connection.
     commit(&backend, |txn| put(txn, &a, 3, "e3").map(drop));
@@ -1166,4 +1216,70 @@ fn the_journal_core_runs_on_the_backend() {
     assert_eq!(next.records[0].position, 5);
     assert!(!backend.is_empty().unwrap());
     eprintln!("{test}: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_single_append_is_two_round_trips() {
+    let test = "a_single_append_is_two_round_trips";
+    let Some(url) = database(test, "ctx_pgb_trips") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let backend = std::sync::Arc::new(PgBackend::connect(&url).unwrap());
+    let journal =
+        Journal::open_with_backend(dir.path(), &OpenOptions::new(), backend.clone()).unwrap();
+    let record = |id: &str| NewRecord::new(id, "kind", Timestamp(5), id.as_bytes().to_vec());
+    let (a, b) = (stream(1), stream(2));
+    // The first append prepares the write connection's statements.
+    journal
+        .append(StreamAppend::new(
+            a,
+            ExpectedRevision::NoStream,
+            vec![record("a1")],
+        ))
+        .unwrap();
+    let trips = |work: &dyn Fn()| {
+        let before = backend.round_trips();
+        work();
+        backend.round_trips() - before
+    };
+    // BEGIN + position lock + lookups; puts + last position + COMMIT.
+    let single = trips(&|| {
+        journal
+            .append(StreamAppend::new(
+                a,
+                ExpectedRevision::Exact(1),
+                vec![record("a2")],
+            ))
+            .unwrap();
+    });
+    assert_eq!(single, 2);
+    // Many records on several streams: still two.
+    let batch = trips(&|| {
+        journal
+            .append_batch(vec![
+                StreamAppend::new(
+                    a,
+                    ExpectedRevision::Exact(2),
+                    (3..=9).map(|i| record(&format!("a{i}"))).collect(),
+                ),
+                StreamAppend::new(b, ExpectedRevision::NoStream, vec![record("b1")]),
+            ])
+            .unwrap();
+    });
+    assert_eq!(batch, 2);
+    // A refused append: the lookups' round trip and a ROLLBACK.
+    let refused = trips(&|| {
+        assert!(
+            journal
+                .append(StreamAppend::new(
+                    b,
+                    ExpectedRevision::NoStream,
+                    vec![record("b2")]
+                ))
+                .is_err()
+        );
+    });
+    assert_eq!(refused, 2);
+    assert_eq!(journal.read_all(1, 100).unwrap().len(), 10);
 }
