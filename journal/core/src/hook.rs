@@ -316,11 +316,12 @@ impl<'t> HookTxn<'t> {
                 }
             };
             let mut stopped = false;
+            let mut read_failure = None;
             loop {
                 // Reading stops when a page is due, so that `f` runs with the transaction free.
                 let mut due = false;
                 let next = pipeline.expected();
-                self.with_txn(|txn| {
+                let read = self.with_txn(|txn| {
                     txn.records(next, &mut |position, value| {
                         if position >= before_position {
                             return ControlFlow::Break(());
@@ -335,7 +336,11 @@ impl<'t> HookTxn<'t> {
                             ControlFlow::Continue(())
                         }
                     })
-                })??;
+                })?;
+                if let Err(e) = read {
+                    read_failure = Some(e);
+                    break;
+                }
                 if !due {
                     break;
                 }
@@ -350,6 +355,10 @@ impl<'t> HookTxn<'t> {
             // `deliver` breaks only when `f` refused a record, and says which.
             if let Some(e) = applied.filter(|_| stopped) {
                 return Err(e);
+            }
+            // The records read before a storage failure are shown first, as on one thread.
+            if let Some(e) = read_failure {
+                return Err(e.into());
             }
             Ok(pipeline.visited())
         })
