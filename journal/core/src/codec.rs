@@ -400,6 +400,28 @@ fn decompress_into(stored: &[u8], dest: &mut [u8], dictionary: bool) -> Result<(
     }
 }
 
+/// How many bytes decoding `value` may produce beyond the value itself: the content size its
+/// zstd frame declares (at most [`PAYLOAD_MAX_BYTES`], which decoding enforces), or 0 for a
+/// payload stored as it is. Reads only the prefix and the frame header, and never fails: a value
+/// it cannot read yields 0, and decoding it reports why. Bounds the memory of a parallel scan's
+/// pages (spec/journal.md §7).
+pub(crate) fn decoded_extra_bytes(value: &[u8]) -> usize {
+    let Some(prefix) = value.get(..RECORD_PREFIX_BYTES) else {
+        return 0;
+    };
+    if prefix[6] != CODEC_ZSTD && prefix[6] != CODEC_ZSTD_DICT {
+        return 0;
+    }
+    let header_len = u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize;
+    let Some(stored) = value.get(RECORD_PREFIX_BYTES.saturating_add(header_len)..) else {
+        return 0;
+    };
+    match zstd::zstd_safe::get_frame_content_size(stored) {
+        Ok(Some(n)) => usize::try_from(n).map_or(PAYLOAD_MAX_BYTES, |n| n.min(PAYLOAD_MAX_BYTES)),
+        _ => 0,
+    }
+}
+
 /// Decodes a record value (version 1 or 2) without checking its digest or MAC. `scratch` is an
 /// aligned buffer the caller reuses: redb's value bytes have alignment 1, and rkyv's default
 /// format needs the header at alignment 8, so the (small) header is copied there and validated

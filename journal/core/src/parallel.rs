@@ -20,7 +20,7 @@ use std::thread::Scope;
 
 use rkyv::util::AlignedVec;
 
-use crate::codec::{MacKey, RecordView};
+use crate::codec::{MacKey, RecordView, decoded_extra_bytes};
 use crate::error::ReadError;
 use crate::sync::lock;
 use crate::types::{Digest, StreamId, Timestamp};
@@ -34,8 +34,9 @@ pub const SCAN_THREADS_MAX: usize = 8;
 /// and double up to this, so a read that stops after a few records copies only a few.
 pub const SCAN_PARALLEL_PAGE_RECORDS: usize = 1024;
 
-/// A page closes once its stored bytes reach this many (so a page holds at most this plus one
-/// record, itself at most a record value's length).
+/// A page closes once its stored bytes plus the payload bytes its compressed records declare
+/// reach this many, so a page and its checked copy hold at most about twice this plus one
+/// record (itself at most [`crate::PAYLOAD_MAX_BYTES`] decoded).
 pub const SCAN_PARALLEL_PAGE_BYTES: usize = 1 << 20;
 
 /// The most pages a scan holds at once: the page being filled or delivered and the pages
@@ -68,6 +69,9 @@ pub(crate) fn default_scan_threads() -> usize {
 struct Page {
     bytes: Vec<u8>,
     records: Vec<(u64, Range<usize>)>,
+    /// The stored bytes plus the payload bytes decoding may add (see
+    /// [`SCAN_PARALLEL_PAGE_BYTES`]).
+    weight: usize,
     /// Chunks handed out so far; changed only under the queue's lock.
     claimed: AtomicUsize,
     checked: Vec<Mutex<Option<Checked>>>,
@@ -196,12 +200,18 @@ impl<'k> Work<'k> {
         let start = chunk * SCAN_PARALLEL_CHUNK_RECORDS;
         let end = (start + SCAN_PARALLEL_CHUNK_RECORDS).min(page.records.len());
         let records = &page.records[start..end];
-        let stored: usize = records.iter().map(|(_, span)| span.len()).sum();
+        // A payload is at most its stored value, or what its frame declares: one allocation.
+        let payload_bound: usize = records
+            .iter()
+            .map(|(_, span)| {
+                let value = &page.bytes[span.clone()];
+                value.len() + decoded_extra_bytes(value)
+            })
+            .sum();
         let mut out = Checked {
             records: Vec::with_capacity(records.len()),
             text: String::with_capacity(records.len() * 48),
-            // Payloads are stored compressed about 2.4 times, so this rarely grows.
-            payloads: Vec::with_capacity(stored * 3),
+            payloads: Vec::with_capacity(payload_bound),
             failure: None,
         };
         for (position, span) in records {
@@ -329,8 +339,9 @@ impl<'scope, 'env, 'k> Pipeline<'scope, 'env, 'k> {
         self.filling.bytes.extend_from_slice(value);
         let end = self.filling.bytes.len();
         self.filling.records.push((position, start..end));
+        self.filling.weight += value.len() + decoded_extra_bytes(value);
         if self.filling.records.len() >= self.page_records
-            || self.filling.bytes.len() >= SCAN_PARALLEL_PAGE_BYTES
+            || self.filling.weight >= SCAN_PARALLEL_PAGE_BYTES
         {
             self.publish();
         }
@@ -371,6 +382,7 @@ impl<'scope, 'env, 'k> Pipeline<'scope, 'env, 'k> {
         if let Some(mut spare) = self.spare.take() {
             spare.bytes.clear();
             spare.records.clear();
+            spare.weight = 0;
             spare.checked.clear();
             spare.claimed = AtomicUsize::new(0);
             self.filling = spare;
