@@ -702,6 +702,7 @@ mod tests {
                 write_refusal: None,
                 created: true,
                 hooks: RwLock::new(Vec::new()),
+                scan_threads: 1,
                 _lock: Some(lock::acquire(dir.path(), Duration::ZERO).unwrap()),
             }),
         };
