@@ -207,8 +207,7 @@ fn scan_threads(c: &mut Criterion) {
                     }
                     fixtures.push((threads, dir, journal));
                 }
-                let Some((_, _, journal)) = fixtures.iter().find(|(t, _, _)| *t == threads)
-                else {
+                let Some((_, _, journal)) = fixtures.iter().find(|(t, _, _)| *t == threads) else {
                     unreachable!("the fixture was just loaded")
                 };
                 b.iter(|| {

@@ -277,7 +277,7 @@ impl Journal {
                 write_refusal: None,
                 created: last == 0,
                 hooks: RwLock::new(Vec::new()),
-            scan_threads: options.scan_threads,
+                scan_threads: options.scan_threads,
                 _lock: None,
             }),
         })
@@ -601,7 +601,15 @@ impl Journal {
         from: u64,
         mut f: impl FnMut(&RecordView<'_>) -> ControlFlow<()>,
     ) -> Result<u64, ReadError> {
-        self.read(|txn| scan_in(txn, from, &self.shared.mac, self.shared.scan_threads, &mut f))
+        self.read(|txn| {
+            scan_in(
+                txn,
+                from,
+                &self.shared.mac,
+                self.shared.scan_threads,
+                &mut f,
+            )
+        })
     }
 
     /// Reads a projection value written by a hook. The bytes have alignment 1.

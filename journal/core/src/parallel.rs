@@ -57,6 +57,15 @@ const SCAN_PARALLEL_SPAWN_PAGE_RECORDS: usize = 256;
 /// against its hashing, small enough that the threads share the last page of a scan evenly.
 const SCAN_PARALLEL_CHUNK_RECORDS: usize = 64;
 
+/// Delivered chunks whose buffers a scan keeps for reuse: about the chunks of the pages it
+/// holds, so steady state allocates nothing.
+const SCAN_PARALLEL_SPARE_CHUNKS: usize =
+    SCAN_PARALLEL_PAGES * SCAN_PARALLEL_PAGE_RECORDS / SCAN_PARALLEL_CHUNK_RECORDS;
+
+/// The largest payload buffer a spare chunk keeps: a chunk's share of a page's bytes, twice.
+const SCAN_PARALLEL_SPARE_CHUNK_BYTES: usize =
+    2 * SCAN_PARALLEL_PAGE_BYTES / (SCAN_PARALLEL_PAGE_RECORDS / SCAN_PARALLEL_CHUNK_RECORDS);
+
 /// The default thread count: the machine's parallelism, at most [`SCAN_THREADS_MAX`].
 pub(crate) fn default_scan_threads() -> usize {
     std::thread::available_parallelism()
@@ -68,7 +77,8 @@ pub(crate) fn default_scan_threads() -> usize {
 #[derive(Default)]
 struct Page {
     bytes: Vec<u8>,
-    records: Vec<(u64, Range<usize>)>,
+    /// Each record's position, its bytes in `bytes`, and the most bytes its payload decodes to.
+    records: Vec<(u64, Range<usize>, usize)>,
     /// The stored bytes plus the payload bytes decoding may add (see
     /// [`SCAN_PARALLEL_PAGE_BYTES`]).
     weight: usize,
@@ -175,6 +185,9 @@ impl Queue {
 /// What the calling thread and the workers share.
 pub(crate) struct Work<'k> {
     mac: &'k MacKey,
+    /// Delivered chunks' buffers, reused by the next chunks so a scan allocates about as many as
+    /// its lookahead holds (at most [`SCAN_PARALLEL_SPARE_CHUNKS`] kept).
+    spare: Mutex<Vec<Checked>>,
     queue: Mutex<Queue>,
     /// Signalled when a page is published or the queue closes; only workers wait on it.
     progress: Condvar,
@@ -184,6 +197,7 @@ impl<'k> Work<'k> {
     pub(crate) fn new(mac: &'k MacKey) -> Work<'k> {
         Work {
             mac,
+            spare: Mutex::new(Vec::new()),
             queue: Mutex::new(Queue::default()),
             progress: Condvar::new(),
         }
@@ -201,20 +215,11 @@ impl<'k> Work<'k> {
         let end = (start + SCAN_PARALLEL_CHUNK_RECORDS).min(page.records.len());
         let records = &page.records[start..end];
         // A payload is at most its stored value, or what its frame declares: one allocation.
-        let payload_bound: usize = records
-            .iter()
-            .map(|(_, span)| {
-                let value = &page.bytes[span.clone()];
-                value.len() + decoded_extra_bytes(value)
-            })
-            .sum();
-        let mut out = Checked {
-            records: Vec::with_capacity(records.len()),
-            text: String::with_capacity(records.len() * 48),
-            payloads: Vec::with_capacity(payload_bound),
-            failure: None,
-        };
-        for (position, span) in records {
+        let payload_bound: usize = records.iter().map(|(_, _, bound)| bound).sum();
+        let mut out = lock(&self.spare).pop().unwrap_or_default();
+        out.records.reserve(records.len());
+        out.payloads.reserve(payload_bound);
+        for (position, span, _) in records {
             match verified_at(&page.bytes[span.clone()], *position, scratch, self.mac) {
                 Ok(view) => out.push(&view),
                 Err(e) => {
@@ -232,6 +237,21 @@ impl<'k> Work<'k> {
     fn check(&self, page: &Page, chunk: usize, scratch: &mut AlignedVec<16>) {
         let out = self.verify(page, chunk, scratch);
         *lock(&page.checked[chunk]) = Some(out);
+    }
+
+    /// Keeps a delivered chunk's buffers for a later chunk.
+    fn recycle(&self, mut checked: Checked) {
+        checked.records.clear();
+        checked.text.clear();
+        checked.payloads.clear();
+        // A chunk that held large payloads is not kept, so the spares stay small.
+        if checked.payloads.capacity() > SCAN_PARALLEL_SPARE_CHUNK_BYTES {
+            return;
+        }
+        let mut spare = lock(&self.spare);
+        if spare.len() < SCAN_PARALLEL_SPARE_CHUNKS {
+            spare.push(checked);
+        }
     }
 
     fn close(&self) {
@@ -338,8 +358,9 @@ impl<'scope, 'env, 'k> Pipeline<'scope, 'env, 'k> {
         let start = self.filling.bytes.len();
         self.filling.bytes.extend_from_slice(value);
         let end = self.filling.bytes.len();
-        self.filling.records.push((position, start..end));
-        self.filling.weight += value.len() + decoded_extra_bytes(value);
+        let bound = value.len() + decoded_extra_bytes(value);
+        self.filling.records.push((position, start..end, bound));
+        self.filling.weight += bound;
         if self.filling.records.len() >= self.page_records
             || self.filling.weight >= SCAN_PARALLEL_PAGE_BYTES
         {
@@ -439,6 +460,7 @@ impl<'scope, 'env, 'k> Pipeline<'scope, 'env, 'k> {
                 self.work.close();
                 return Err(e);
             }
+            self.work.recycle(checked);
         }
         // Every chunk of a delivered page is claimed: the queue lets go of it, so its buffers
         // can be reused unless a worker still holds it.

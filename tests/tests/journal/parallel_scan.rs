@@ -189,7 +189,20 @@ fn every_thread_count_shows_the_same_records_in_order() {
     let _shared = support::shared();
     let dir = support::tempdir();
     populate(dir.path());
-    for from in [0, 1, 2, 17, 250, 1_000, 2_031, 2_032, 2_033, TOTAL - 5, TOTAL, TOTAL + 1] {
+    for from in [
+        0,
+        1,
+        2,
+        17,
+        250,
+        1_000,
+        2_031,
+        2_032,
+        2_033,
+        TOTAL - 5,
+        TOTAL,
+        TOTAL + 1,
+    ] {
         let (seen, outcome) = assert_same(dir.path(), from, None);
         let first = from.max(1);
         let expected: Vec<u64> = (first..=TOTAL).collect();
