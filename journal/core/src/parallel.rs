@@ -5,8 +5,9 @@
 //! calling thread. The calling thread copies the records the backend hands out into pages,
 //! publishes each full page to a work queue split into chunks, and delivers pages oldest first:
 //! for each chunk, in order, it takes the checked result (verifying chunks itself while it is not
-//! ready, never waiting for a worker), and shows its records to the caller one at a time. Worker threads take chunks from the queue,
-//! oldest first, and verify them with the same [`verified_at`] every reader uses.
+//! ready, never waiting for a worker), and shows its records to the caller one at a time. Worker
+//! threads take chunks from the queue, oldest first, and verify them with the same
+//! [`verified_at`] every reader uses.
 //!
 //! A chunk stops at its first failing record, and delivery stops at the first chunk that failed:
 //! the error reported is the one of the lowest failing position, exactly the error the
@@ -41,8 +42,9 @@ pub const SCAN_PARALLEL_PAGE_BYTES: usize = 1 << 20;
 
 /// The most pages a scan holds at once: the page being filled or delivered and the pages
 /// published ahead of it. Together with the page bounds this bounds the lookahead, both the
-/// memory (about twice the pages' stored bytes, with the decoded copies) and the records verified
-/// beyond one at which the caller stops.
+/// memory (the pages' stored bytes and their decoded copies, each under
+/// [`SCAN_PARALLEL_PAGE_BYTES`] plus one record per page) and the records verified beyond the one
+/// at which the caller stops (at most this many pages' records).
 pub const SCAN_PARALLEL_PAGES: usize = 3;
 
 /// The first page's records; each later page holds twice as many, up to

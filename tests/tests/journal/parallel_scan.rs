@@ -6,8 +6,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use ctx_journal::{
-    ExpectedRevision, Journal, NewRecord, OpenOptions, ProjectionError, ReadError, StreamAppend,
-    Timestamp, files,
+    ExpectedRevision, Journal, NewRecord, ProjectionError, ReadError, StreamAppend, Timestamp,
+    files,
 };
 use redb::{ReadableDatabase, TableDefinition};
 
