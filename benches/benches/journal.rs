@@ -1,5 +1,6 @@
 //! Criterion benches of the journal: single appends, 1000-record appends, group commit with 1, 2,
-//! 4 and 8 appender threads, and replay (a verified scan of 100k records).
+//! 4 and 8 appender threads, replay (a verified scan of 100k records), and the verified scan of
+//! 50k records on 1 and 2 threads (OpenOptions::scan_threads).
 //!
 //! Sample sizes and times are small on purpose: CI runs `cargo bench -p ctx-benches -- --test`
 //! (each bench once) only to keep them compiling and running.
@@ -20,6 +21,8 @@ use tempfile::TempDir;
 
 const REPLAY_RECORDS: u64 = 100_000;
 const GROUP_THREADS: [usize; 4] = [1, 2, 4, 8];
+const SCAN_RECORDS: u64 = 50_000;
+const SCAN_THREADS: [usize; 2] = [1, 2];
 
 fn fresh_journal(name: &str) -> (TempDir, Journal) {
     let dir = tempfile::Builder::new()
@@ -171,12 +174,66 @@ fn replay(c: &mut Criterion) {
     group.finish();
 }
 
+/// A full verified scan of 50k records whose closure reads every payload byte (as a projection
+/// rebuild reads its records), on 1 and 2 threads. Each thread count has its own journal (a data
+/// directory open in a process is shared, with the options of its first open); both hold the
+/// same records.
+fn scan_threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scan threads");
+    group.throughput(Throughput::Elements(SCAN_RECORDS));
+    let mut fixtures: Vec<(usize, TempDir, Journal)> = Vec::new();
+    for threads in SCAN_THREADS {
+        group.bench_with_input(
+            BenchmarkId::from_parameter(threads),
+            &threads,
+            |b, &threads| {
+                // Loaded on first use, so filtering this bench out skips the load.
+                if !fixtures.iter().any(|(t, _, _)| *t == threads) {
+                    let p = payloads();
+                    let dir = tempfile::Builder::new()
+                        .prefix(&format!("ctx-bench-scan-{threads}-"))
+                        .tempdir()
+                        .expect("create a temp dir");
+                    let journal = Journal::open(
+                        dir.path().join("journal"),
+                        &OpenOptions::new().scan_threads(threads),
+                    )
+                    .expect("open the journal");
+                    let mut windows = WindowedBatches::new(5).expect("stream ids");
+                    for _ in 0..SCAN_RECORDS / 1000 {
+                        let (batch, touched) = windows.next_batch(&p);
+                        let outcomes = journal.append_batch(batch).expect("append_batch");
+                        windows.accepted(&touched, outcomes.iter().map(|o| o.last_revision()));
+                    }
+                    fixtures.push((threads, dir, journal));
+                }
+                let Some((_, _, journal)) = fixtures.iter().find(|(t, _, _)| *t == threads) else {
+                    unreachable!("the fixture was just loaded")
+                };
+                b.iter(|| {
+                    let mut sum = 0u64;
+                    let n = journal.scan(1, |view| {
+                        sum = view
+                            .payload
+                            .iter()
+                            .fold(sum, |s, &byte| s.wrapping_add(u64::from(byte)));
+                        ControlFlow::Continue(())
+                    });
+                    assert_eq!(n.expect("scan"), SCAN_RECORDS);
+                    black_box(sum)
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
-    targets = append_single, append_batch, group_commit, replay
+    targets = append_single, append_batch, group_commit, replay, scan_threads
 }
 criterion_main!(benches);

@@ -400,6 +400,54 @@ fn decompress_into(stored: &[u8], dest: &mut [u8], dictionary: bool) -> Result<(
     }
 }
 
+/// How many bytes decoding `value` may produce beyond the value itself: the content size its
+/// zstd frame declares (at most [`PAYLOAD_MAX_BYTES`], which decoding enforces), or 0 for a
+/// payload stored as it is. Reads only the prefix and the frame header, and never fails: a value
+/// it cannot read yields 0, and decoding it reports why. Bounds the memory of a parallel scan's
+/// pages (spec/journal.md §7).
+pub(crate) fn decoded_extra_bytes(value: &[u8]) -> usize {
+    let Some(prefix) = value.get(..RECORD_PREFIX_BYTES) else {
+        return 0;
+    };
+    if prefix[6] != CODEC_ZSTD && prefix[6] != CODEC_ZSTD_DICT {
+        return 0;
+    }
+    let header_len = u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize;
+    let Some(stored) = value.get(RECORD_PREFIX_BYTES.saturating_add(header_len)..) else {
+        return 0;
+    };
+    frame_content_size(stored).map_or(0, |n| {
+        usize::try_from(n).map_or(PAYLOAD_MAX_BYTES, |n| n.min(PAYLOAD_MAX_BYTES))
+    })
+}
+
+/// The content size a zstd frame header declares (RFC 8878, section 3.1.1.1), read by hand: the
+/// library's reader costs as much as a tenth of a record's whole check, and this runs on the
+/// scan's one sequential thread. Only a size hint: decoding checks the frame itself.
+fn frame_content_size(frame: &[u8]) -> Option<u64> {
+    const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    if frame.get(..4)? != MAGIC {
+        return None;
+    }
+    let descriptor = *frame.get(4)?;
+    let single_segment = descriptor & 0x20 != 0;
+    let window = usize::from(!single_segment);
+    let dictionary = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let size = match descriptor >> 6 {
+        0 if single_segment => 1,
+        0 => return None,
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let start = 5 + window + dictionary;
+    let field = frame.get(start..start + size)?;
+    let mut le = [0u8; 8];
+    le[..size].copy_from_slice(field);
+    let n = u64::from_le_bytes(le);
+    Some(if size == 2 { n + 256 } else { n })
+}
+
 /// Decodes a record value (version 1 or 2) without checking its digest or MAC. `scratch` is an
 /// aligned buffer the caller reuses: redb's value bytes have alignment 1, and rkyv's default
 /// format needs the header at alignment 8, so the (small) header is copied there and validated
@@ -631,3 +679,36 @@ pub fn decode_record_value(value: &[u8]) -> Result<Record, crate::error::DecodeE
 #[cfg(test)]
 #[path = "codec_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod frame_size_tests {
+    #![allow(clippy::unwrap_used)]
+
+    /// The hand-read content size agrees with zstd's reader on frames of many sizes, with and
+    /// without the records dictionary, and on every truncation of a header.
+    #[test]
+    fn frame_content_size_agrees_with_zstd() {
+        let mut with_dict =
+            zstd::bulk::Compressor::with_dictionary(3, super::RECORDS_DICTIONARY).unwrap();
+        let mut plain = zstd::bulk::Compressor::new(3).unwrap();
+        for len in [
+            0usize, 1, 63, 64, 255, 256, 257, 300, 65_535, 65_791, 65_792, 200_000,
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            for frame in [
+                with_dict.compress(&data).unwrap(),
+                plain.compress(&data).unwrap(),
+            ] {
+                let expected = zstd::zstd_safe::get_frame_content_size(&frame).unwrap();
+                assert_eq!(super::frame_content_size(&frame), expected, "len {len}");
+                for cut in 0..frame.len().min(20) {
+                    let got = super::frame_content_size(&frame[..cut]);
+                    let want = zstd::zstd_safe::get_frame_content_size(&frame[..cut])
+                        .ok()
+                        .flatten();
+                    assert!(got.is_none() || got == want, "len {len} cut {cut}");
+                }
+            }
+        }
+    }
+}

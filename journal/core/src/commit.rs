@@ -414,7 +414,7 @@ impl Shared {
                         digest,
                         mac,
                     };
-                    let hook_txn = HookTxn::new(&mut *txn, &self.mac);
+                    let hook_txn = HookTxn::new(&mut *txn, &self.mac, self.scan_threads);
                     for hook in hooks {
                         if let Err(e) = hook.apply(&hook_txn, &view) {
                             return Err(Step::HookFailed(AppendError::Hook {
@@ -702,6 +702,7 @@ mod tests {
                 write_refusal: None,
                 created: true,
                 hooks: RwLock::new(Vec::new()),
+                scan_threads: 1,
                 _lock: Some(lock::acquire(dir.path(), Duration::ZERO).unwrap()),
             }),
         };

@@ -10,6 +10,7 @@ use rkyv::util::AlignedVec;
 use crate::backend::WriteTxn;
 use crate::codec::{MacKey, RecordView};
 use crate::error::{ProjectionError, ReadError, StorageError};
+use crate::parallel::{Pipeline, Work};
 use crate::verified::verified_at;
 
 /// Prefix every projection table name must carry, so a hook cannot touch the journal's tables.
@@ -107,6 +108,8 @@ impl From<ProjectionError> for HookError {
 pub struct HookTxn<'t> {
     txn: RefCell<&'t mut dyn WriteTxn>,
     mac: &'t MacKey,
+    /// Threads [`HookTxn::replay`] checks records on ([`crate::OpenOptions::scan_threads`]).
+    scan_threads: usize,
 }
 
 impl std::fmt::Debug for HookTxn<'_> {
@@ -202,10 +205,15 @@ pub(crate) fn scan_pages(
 }
 
 impl<'t> HookTxn<'t> {
-    pub(crate) fn new(txn: &'t mut dyn WriteTxn, mac: &'t MacKey) -> HookTxn<'t> {
+    pub(crate) fn new(
+        txn: &'t mut dyn WriteTxn,
+        mac: &'t MacKey,
+        scan_threads: usize,
+    ) -> HookTxn<'t> {
         HookTxn {
             txn: RefCell::new(txn),
             mac,
+            scan_threads,
         }
     }
 
@@ -220,12 +228,19 @@ impl<'t> HookTxn<'t> {
     /// Records are copied out a page at a time, so `f` may use this transaction's projection
     /// tables between them. A hook uses it to fold records that were appended without it (by a
     /// process that had not attached its projection) before the record it is given.
+    ///
+    /// With [`crate::OpenOptions::scan_threads`] above 1 the records are checked on that many
+    /// threads, a bounded number of pages ahead of `f` (spec/journal.md §7); `f` still runs on
+    /// this thread, in order, with the transaction free, and the outcome is the same.
     pub fn replay(
         &self,
         from_position: u64,
         before_position: u64,
         mut f: impl FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
     ) -> Result<u64, ProjectionError> {
+        if self.scan_threads > 1 {
+            return self.replay_parallel(from_position.max(1), before_position, &mut f);
+        }
         let mut next = from_position.max(1);
         let mut scratch = AlignedVec::<16>::new();
         let mut visited = 0;
@@ -271,6 +286,82 @@ impl<'t> HookTxn<'t> {
             }
         }
         Ok(visited)
+    }
+
+    /// [`HookTxn::replay`] on several threads: pages are read ahead while the transaction is
+    /// free, and `f` runs between the reads, so it may use the transaction as before.
+    fn replay_parallel(
+        &self,
+        from: u64,
+        before_position: u64,
+        f: &mut dyn FnMut(&HookTxn<'_>, &RecordView<'_>) -> Result<(), HookError>,
+    ) -> Result<u64, ProjectionError> {
+        if from >= before_position {
+            return Ok(0);
+        }
+        let work = Work::new(self.mac);
+        std::thread::scope(|scope| {
+            let mut pipeline = Pipeline::new(scope, &work, self.scan_threads, from);
+            let mut applied = None;
+            let mut deliver = |view: &RecordView<'_>| match f(self, view) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    applied = Some(ProjectionError::Apply {
+                        position: view.position,
+                        event_id: view.event_id.to_owned(),
+                        message: e.message().to_owned(),
+                        code: e.code(),
+                    });
+                    ControlFlow::Break(())
+                }
+            };
+            let mut stopped = false;
+            let mut read_failure = None;
+            loop {
+                // Reading stops when a page is due, so that `f` runs with the transaction free.
+                let mut due = false;
+                let next = pipeline.expected();
+                let read = self.with_txn(|txn| {
+                    txn.records(next, &mut |position, value| {
+                        if position >= before_position {
+                            return ControlFlow::Break(());
+                        }
+                        if pipeline.push(position, value).is_break() {
+                            return ControlFlow::Break(());
+                        }
+                        due = pipeline.due();
+                        if due {
+                            ControlFlow::Break(())
+                        } else {
+                            ControlFlow::Continue(())
+                        }
+                    })
+                })?;
+                if let Err(e) = read {
+                    read_failure = Some(e);
+                    break;
+                }
+                if !due {
+                    break;
+                }
+                if pipeline.deliver_due(&mut deliver)?.is_break() {
+                    stopped = true;
+                    break;
+                }
+            }
+            if !stopped && pipeline.finish(&mut deliver)?.is_break() {
+                stopped = true;
+            }
+            // `deliver` breaks only when `f` refused a record, and says which.
+            if let Some(e) = applied.filter(|_| stopped) {
+                return Err(e);
+            }
+            // The records read before a storage failure are shown first, as on one thread.
+            if let Some(e) = read_failure {
+                return Err(e.into());
+            }
+            Ok(pipeline.visited())
+        })
     }
 
     pub fn insert(

@@ -312,7 +312,7 @@ impl Journal {
                 return Ok(Finish::Abort);
             }
             let mut importer = Importer {
-                txn: HookTxn::new(txn, &self.shared.mac),
+                txn: HookTxn::new(txn, &self.shared.mac, self.shared.scan_threads),
                 mac: &self.shared.mac,
                 hooks: &hooks,
                 next_position: 1,

@@ -29,6 +29,7 @@ pub struct OpenOptions {
     key_source: Arc<KeySource>,
     ignore_integrity_verdict: bool,
     event_index_merge_records: u64,
+    scan_threads: usize,
     #[cfg(feature = "testing")]
     storage_wrapper: Option<Arc<dyn crate::StorageWrapper>>,
 }
@@ -37,6 +38,7 @@ impl std::fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut f = f.debug_struct("OpenOptions");
         f.field("lock_wait", &self.lock_wait);
+        f.field("scan_threads", &self.scan_threads);
         #[cfg(feature = "testing")]
         f.field("storage_wrapper", &self.storage_wrapper.is_some());
         f.finish_non_exhaustive()
@@ -50,6 +52,7 @@ impl Default for OpenOptions {
             key_source: Arc::new(key::os_random_key),
             ignore_integrity_verdict: false,
             event_index_merge_records: crate::limits::EVENT_INDEX_MERGE_RECORDS,
+            scan_threads: crate::parallel::default_scan_threads(),
             #[cfg(feature = "testing")]
             storage_wrapper: None,
         }
@@ -90,6 +93,26 @@ impl OpenOptions {
             crate::limits::EVENT_INDEX_MERGE_RECORDS
         );
         self.event_index_merge_records = records;
+        self
+    }
+
+    /// How many threads a verified replay ([`Journal::scan`], [`crate::HookTxn::replay`],
+    /// [`crate::MaintenanceTxn::replay`]) checks records on, the calling thread included
+    /// (spec/journal.md §7, "Parallel verification"). 1 checks every record on the calling
+    /// thread; the default is [`std::thread::available_parallelism`], at most
+    /// [`crate::SCAN_THREADS_MAX`]. The records, their order and the errors are the same for
+    /// every count. It applies only when this open is the first of the data directory in this
+    /// process; later opens share the journal already open.
+    ///
+    /// # Panics
+    /// When `threads` is 0 or above [`crate::SCAN_THREADS_MAX`]: a programmer error.
+    pub fn scan_threads(mut self, threads: usize) -> OpenOptions {
+        assert!(
+            (1..=crate::parallel::SCAN_THREADS_MAX).contains(&threads),
+            "scan_threads must be between 1 and {}, not {threads}",
+            crate::parallel::SCAN_THREADS_MAX
+        );
+        self.scan_threads = threads;
         self
     }
 
@@ -208,6 +231,7 @@ impl Journal {
             write_refusal,
             created: !exists,
             hooks: RwLock::new(Vec::new()),
+            scan_threads: options.scan_threads,
             _lock: Some(process_lock),
         });
         *current = Arc::downgrade(&shared);
@@ -253,6 +277,7 @@ impl Journal {
                 write_refusal: None,
                 created: last == 0,
                 hooks: RwLock::new(Vec::new()),
+                scan_threads: options.scan_threads,
                 _lock: None,
             }),
         })
@@ -565,14 +590,26 @@ impl Journal {
         Ok(out)
     }
 
-    /// Visits every record from global position `from` in commit order, zero-copy, verifying each
-    /// record's digest and MAC and that positions have no gaps. Returns the number visited.
+    /// Visits every record from global position `from` in commit order, verifying each record's
+    /// digest and MAC and that positions have no gaps. Returns the number visited. `f` runs on
+    /// this thread and sees the records one at a time, in order; the checks run on
+    /// [`OpenOptions::scan_threads`] threads, a bounded number of records ahead of `f`
+    /// (spec/journal.md §7). With one thread the views borrow the stored bytes (zero-copy); with
+    /// more they borrow a page copied out of the read transaction.
     pub fn scan(
         &self,
         from: u64,
         mut f: impl FnMut(&RecordView<'_>) -> ControlFlow<()>,
     ) -> Result<u64, ReadError> {
-        self.read(|txn| scan_in(txn, from, &self.shared.mac, &mut f))
+        self.read(|txn| {
+            scan_in(
+                txn,
+                from,
+                &self.shared.mac,
+                self.shared.scan_threads,
+                &mut f,
+            )
+        })
     }
 
     /// Reads a projection value written by a hook. The bytes have alignment 1.

@@ -23,6 +23,7 @@ mod key;
 mod limits;
 mod lock;
 mod maintain;
+mod parallel;
 mod redb;
 mod shared;
 mod sync;
@@ -63,6 +64,9 @@ pub use limits::{
     PAYLOAD_MAX_BYTES, STREAM_CHUNK_REVISIONS, STREAM_KEY_MAX_BYTES,
 };
 pub use maintain::{MaintenanceTxn, ProjectionRead};
+pub use parallel::{
+    SCAN_PARALLEL_PAGE_BYTES, SCAN_PARALLEL_PAGE_RECORDS, SCAN_PARALLEL_PAGES, SCAN_THREADS_MAX,
+};
 pub use types::{
     AppendOutcome, AppendedRecord, Digest, ExpectedRevision, InputError, NewRecord, Record,
     StreamAppend, StreamHead, StreamId, Timestamp,

@@ -173,7 +173,7 @@ impl Journal {
             // the database is repaired.
             let run = {
                 let maintenance = MaintenanceTxn {
-                    hook: HookTxn::new(txn, &self.shared.mac),
+                    hook: HookTxn::new(txn, &self.shared.mac, self.shared.scan_threads),
                     head,
                 };
                 catch_unwind(AssertUnwindSafe(|| f(&maintenance)))

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     /// True when this open created the database file.
     pub(crate) created: bool,
     pub(crate) hooks: RwLock<Vec<Arc<dyn ProjectionHook>>>,
+    /// Threads a verified replay checks records on ([`crate::OpenOptions::scan_threads`]).
+    pub(crate) scan_threads: usize,
     /// The data directory's process lock, for a backend that only one process may write.
     pub(crate) _lock: Option<ProcessLock>,
 }

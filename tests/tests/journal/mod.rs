@@ -8,5 +8,6 @@ mod key;
 mod limits;
 mod model;
 mod open;
+mod parallel_scan;
 mod tamper;
 mod unit_of_work;
