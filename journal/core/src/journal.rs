@@ -15,11 +15,12 @@ use crate::error::{AppendError, OpenError, ProjectionError, ReadError, StorageEr
 use crate::hook::ProjectionHook;
 use crate::key::{self, KeySource, KeySourceError, KeyedDigestKey};
 use crate::lock;
+use crate::parallel::scan_in;
 use crate::redb::create::{DATABASE_FILE, open_backend};
 use crate::shared::{Queue, Shared};
 use crate::sync::lock;
 use crate::types::{AppendOutcome, Digest, Record, StreamAppend, StreamHead, StreamId};
-use crate::verified::{auth_failed, scan_in};
+use crate::verified::auth_failed;
 use crate::verify::VerifyReport;
 
 /// Options for [`Journal::open`].

@@ -28,7 +28,7 @@ use tokio_postgres::Config;
 
 use crate::conn::{Conn, ConnectError};
 use crate::error::PgError;
-use crate::schema::{self, HEAD_MISMATCH, PAGE_BYTES, PAGE_ROWS, Q, SchemaName, Sql};
+use crate::schema::{HEAD_MISMATCH, PAGE_BYTES, PAGE_ROWS, Q, SchemaName, Sql};
 
 /// Most idle read connections a backend keeps; more concurrent readers connect and disconnect.
 const READERS_KEPT: usize = 8;
@@ -129,7 +129,7 @@ impl PgBackend {
             round_trips: Arc::new(AtomicU64::new(0)),
         };
         let conn = backend.new_conn()?;
-        schema::migrate(&conn, &backend.schema, &backend.location)?;
+        crate::migrate::migrate(&conn, &backend.schema, &backend.location)?;
         *lock(&backend.writer) = Some(conn);
         Ok(backend)
     }

@@ -14,6 +14,7 @@ pub use cluster::{Cluster, ClusterError, ClusterOptions, TestServer, available, 
 mod backend;
 mod conn;
 mod error;
+mod migrate;
 mod schema;
 
 pub use backend::PgBackend;
