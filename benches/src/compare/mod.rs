@@ -854,6 +854,21 @@ fn disk_usage(dir: &Path) -> BenchResult<(u64, u64)> {
 }
 
 /// The child's word to the parent that its load is durable and the kill may come.
+/// Counts one whole replay pass of `store` into `sample`, after checking that it saw every record
+/// loaded (a store that stopped early would otherwise look fast).
+fn count_replay_pass(
+    store: &str,
+    visited: u64,
+    records: u64,
+    sample: &mut Sample,
+) -> BenchResult<()> {
+    if visited != records {
+        return Err(format!("{store} replay saw {visited} of {records} records").into());
+    }
+    sample.units += visited;
+    Ok(())
+}
+
 fn say_ready(records: u64) -> BenchResult<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready {records}")?;

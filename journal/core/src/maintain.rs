@@ -63,15 +63,7 @@ impl MaintenanceTxn<'_> {
         // The records must reach the head of this transaction (a backend that leaves out the
         // newest records is caught here, as in `Journal::scan`).
         if from <= self.head && from + visited <= self.head {
-            return Err(ReadError::Corrupt {
-                position: from + visited,
-                reason: format!(
-                    "the records end at position {}, but the journal's last position is {}",
-                    from + visited - 1,
-                    self.head
-                ),
-            }
-            .into());
+            return Err(crate::parallel::records_end_early(from + visited, self.head).into());
         }
         Ok(visited)
     }

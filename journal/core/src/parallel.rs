@@ -548,13 +548,7 @@ pub(crate) fn scan_in(
     // last position of the same snapshot.
     let last = txn.last_position()?;
     if !stopped && expected <= last {
-        return Err(ReadError::Corrupt {
-            position: expected,
-            reason: format!(
-                "the records end at position {}, but the journal's last position is {last}",
-                expected - 1
-            ),
-        });
+        return Err(records_end_early(expected, last));
     }
     Ok(visited)
 }
@@ -602,14 +596,20 @@ fn scan_parallel(
         let expected = pipeline.expected();
         let last = txn.last_position()?;
         if expected <= last {
-            return Err(ReadError::Corrupt {
-                position: expected,
-                reason: format!(
-                    "the records end at position {}, but the journal's last position is {last}",
-                    expected - 1
-                ),
-            });
+            return Err(records_end_early(expected, last));
         }
         Ok(pipeline.visited())
     })
+}
+
+/// The error of a read whose records stop at `expected - 1` while the same snapshot's last
+/// position is `last` (≥ `expected`): a backend that leaves out the newest records.
+pub(crate) fn records_end_early(expected: u64, last: u64) -> ReadError {
+    ReadError::Corrupt {
+        position: expected,
+        reason: format!(
+            "the records end at position {}, but the journal's last position is {last}",
+            expected - 1
+        ),
+    }
 }
