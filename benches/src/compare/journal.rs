@@ -7,7 +7,6 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use ctx_journal::{Journal, OpenOptions, StreamAppend, StreamId};
-use rkyv::util::AlignedVec;
 
 use crate::compare::{Limits, Round};
 use crate::measure::{Sample, Timebox};
@@ -210,37 +209,27 @@ pub enum ReplayWork {
 /// Scans the whole journal repeatedly for each round's budget (at least once per round), with
 /// the closure `work` selects. Units: records.
 pub fn replay(loaded: Arc<Loaded>, work: ReplayWork) -> Round<'static> {
-    let mut scratch = AlignedVec::<16>::new();
-    Box::new(move |limits: &Limits| {
-        let tb = Timebox::start(limits.budget, u64::MAX);
-        let mut sample = Sample::default();
-        let mut passes = 0u64;
-        while passes == 0 || tb.running(0) {
-            let mut check = 0u64;
-            let mut failed: Option<BenchError> = None;
-            let start = Instant::now();
-            let visited = loaded.journal.scan(1, |view| match work {
-                ReplayWork::Noop => ControlFlow::Continue(()),
-                ReplayWork::AccessPayload => match access_payload(&mut scratch, view.payload) {
-                    Ok(v) => {
-                        check = check.wrapping_add(v);
-                        ControlFlow::Continue(())
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        ControlFlow::Break(())
-                    }
-                },
-            })?;
-            sample.timed += start.elapsed();
-            std::hint::black_box(check);
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            super::count_replay_pass("journal", visited, loaded.records, &mut sample)?;
-            passes += 1;
+    let records = loaded.records;
+    super::replay_rounds("journal", records, move |scratch| {
+        let mut check = 0u64;
+        let mut failed: Option<BenchError> = None;
+        let visited = loaded.journal.scan(1, |view| match work {
+            ReplayWork::Noop => ControlFlow::Continue(()),
+            ReplayWork::AccessPayload => match access_payload(scratch, view.payload) {
+                Ok(v) => {
+                    check = check.wrapping_add(v);
+                    ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    ControlFlow::Break(())
+                }
+            },
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((visited, check)),
         }
-        Ok(sample)
     })
 }
 

@@ -27,11 +27,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rkyv::util::AlignedVec;
 use serde_json::{Map, Value, json};
 
 use crate::BenchResult;
 use crate::compare::journal::ReplayWork;
-use crate::measure::{Figure, Sample};
+use crate::measure::{Figure, Sample, Timebox};
 use crate::workload::{BATCH_RECORDS, Payloads, STREAMS, WindowedBatches};
 
 /// Threads in the concurrent-writer measurements.
@@ -854,19 +855,33 @@ fn disk_usage(dir: &Path) -> BenchResult<(u64, u64)> {
 }
 
 /// The child's word to the parent that its load is durable and the kill may come.
-/// Counts one whole replay pass of `store` into `sample`, after checking that it saw every record
-/// loaded (a store that stopped early would otherwise look fast).
-fn count_replay_pass(
-    store: &str,
-    visited: u64,
+/// Whole ordered replays of `store`, repeated for each round's budget (at least once per round).
+/// `pass` replays once with the given scratch buffer and returns the records it visited and a
+/// checksum of what it read; a pass that saw fewer than the `records` loaded is an error (a store
+/// that stopped early would otherwise look fast). Units: records.
+fn replay_rounds<'a>(
+    store: &'static str,
     records: u64,
-    sample: &mut Sample,
-) -> BenchResult<()> {
-    if visited != records {
-        return Err(format!("{store} replay saw {visited} of {records} records").into());
-    }
-    sample.units += visited;
-    Ok(())
+    mut pass: impl FnMut(&mut AlignedVec<16>) -> BenchResult<(u64, u64)> + 'a,
+) -> Round<'a> {
+    let mut scratch = AlignedVec::<16>::new();
+    Box::new(move |limits: &Limits| {
+        let tb = Timebox::start(limits.budget, u64::MAX);
+        let mut sample = Sample::default();
+        let mut passes = 0u64;
+        while passes == 0 || tb.running(0) {
+            let start = Instant::now();
+            let (visited, check) = pass(&mut scratch)?;
+            sample.timed += start.elapsed();
+            std::hint::black_box(check);
+            if visited != records {
+                return Err(format!("{store} replay saw {visited} of {records} records").into());
+            }
+            sample.units += visited;
+            passes += 1;
+        }
+        Ok(sample)
+    })
 }
 
 fn say_ready(records: u64) -> BenchResult<()> {

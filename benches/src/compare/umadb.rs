@@ -19,7 +19,6 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use rkyv::util::AlignedVec;
 use tokio::sync::{mpsc, oneshot, watch};
 use umadb_core::db::UmaDb;
 use umadb_core::mvcc::{Mvcc, StorageOptions};
@@ -372,26 +371,16 @@ pub fn load(dir: &Path, payloads: &Payloads, records: u64) -> BenchResult<Loaded
 /// returns) with the same rkyv access of each payload as the journal's replay, repeatedly for
 /// each round's budget. Units: records.
 pub fn replay(loaded: Loaded) -> Round<'static> {
-    let mut scratch = AlignedVec::<16>::new();
-    Box::new(move |limits: &Limits| {
-        let tb = Timebox::start(limits.budget, u64::MAX);
-        let mut sample = Sample::default();
-        let mut passes = 0u64;
-        while passes == 0 || tb.running(0) {
-            let mut check = 0u64;
-            let mut visited = 0u64;
-            let start = Instant::now();
-            for event in loaded.db.read(None, None, false, None)? {
-                let event = event?;
-                check = check.wrapping_add(access_payload(&mut scratch, &event.event.data)?);
-                visited += 1;
-            }
-            sample.timed += start.elapsed();
-            std::hint::black_box(check);
-            super::count_replay_pass("umadb", visited, loaded.records, &mut sample)?;
-            passes += 1;
+    let records = loaded.records;
+    super::replay_rounds("umadb", records, move |scratch| {
+        let mut check = 0u64;
+        let mut visited = 0u64;
+        for event in loaded.db.read(None, None, false, None)? {
+            let event = event?;
+            check = check.wrapping_add(access_payload(scratch, &event.event.data)?);
+            visited += 1;
         }
-        Ok(sample)
+        Ok((visited, check))
     })
 }
 

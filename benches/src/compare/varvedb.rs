@@ -13,7 +13,6 @@ use std::path::Path;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use rkyv::util::AlignedVec;
 use varvedb::config::VarveConfig;
 use varvedb::stream::Stream;
 use varvedb::types::{GlobalSequence, StreamId};
@@ -213,35 +212,25 @@ pub fn load(dir: &Path, payloads: &Payloads, records: u64) -> BenchResult<Loaded
 /// each event over as an owned copy) with the same rkyv access of each payload as the journal's
 /// replay, repeatedly for each round's budget. Units: records.
 pub fn replay(loaded: Loaded) -> Round<'static> {
-    let mut scratch = AlignedVec::<16>::new();
-    Box::new(move |limits: &Limits| {
-        let tb = Timebox::start(limits.budget, u64::MAX);
-        let mut sample = Sample::default();
-        let mut passes = 0u64;
-        while passes == 0 || tb.running(0) {
-            let mut check = 0u64;
-            let mut visited = 0u64;
-            let mut failed: Option<BenchError> = None;
-            let start = Instant::now();
-            let reader = loaded.varve.global_reader();
-            reader.iter_from(GlobalSequence(0))?.for_each(|event| {
-                visited += 1;
-                if failed.is_none() {
-                    match access_payload(&mut scratch, &event.payload) {
-                        Ok(v) => check = check.wrapping_add(v),
-                        Err(e) => failed = Some(e),
-                    }
+    let records = loaded.records;
+    super::replay_rounds("varvedb", records, move |scratch| {
+        let mut check = 0u64;
+        let mut visited = 0u64;
+        let mut failed: Option<BenchError> = None;
+        let reader = loaded.varve.global_reader();
+        reader.iter_from(GlobalSequence(0))?.for_each(|event| {
+            visited += 1;
+            if failed.is_none() {
+                match access_payload(scratch, &event.payload) {
+                    Ok(v) => check = check.wrapping_add(v),
+                    Err(e) => failed = Some(e),
                 }
-            })?;
-            sample.timed += start.elapsed();
-            std::hint::black_box(check);
-            if let Some(e) = failed {
-                return Err(e);
             }
-            super::count_replay_pass("varvedb", visited, loaded.records, &mut sample)?;
-            passes += 1;
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((visited, check)),
         }
-        Ok(sample)
     })
 }
 

@@ -432,6 +432,18 @@ struct Puts {
 }
 
 impl Puts {
+    /// The parameters of `ctx_put_records` (spec/scale-out.md §3.6), in its order.
+    fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.positions,
+            &self.streams,
+            &self.revisions,
+            &self.event_ids,
+            &self.records,
+            &self.digests,
+        ]
+    }
+
     fn is_empty(&self) -> bool {
         self.positions.is_empty()
     }
@@ -702,19 +714,7 @@ impl<'a> Txn<'a> {
         let result = self
             .conn
             .prepared(&self.backend.sql, Q::PutRecords)
-            .and_then(|statement| {
-                self.conn.query(
-                    &statement,
-                    &[
-                        &puts.positions,
-                        &puts.streams,
-                        &puts.revisions,
-                        &puts.event_ids,
-                        &puts.records,
-                        &puts.digests,
-                    ],
-                )
-            });
+            .and_then(|statement| self.conn.query(&statement, &puts.params()));
         self.note(result).map(drop).map_err(|e| self.put_error(e))
     }
 
@@ -774,14 +774,7 @@ impl<'a> Txn<'a> {
             ))));
         }
         let (removed_tables, removed_keys, tables, keys, values) = kv_params(&pending);
-        let put_params: [&(dyn ToSql + Sync); 6] = [
-            &puts.positions,
-            &puts.streams,
-            &puts.revisions,
-            &puts.event_ids,
-            &puts.records,
-            &puts.digests,
-        ];
+        let put_params = puts.params();
         let flush_params: [&(dyn ToSql + Sync); 5] =
             [&removed_tables, &removed_keys, &tables, &keys, &values];
         let client = self.conn.client();
