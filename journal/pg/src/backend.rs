@@ -8,7 +8,9 @@
 //!
 //! A single append is two round trips (spec/scale-out.md §3.6): `BEGIN`, the position lock and
 //! the lookups of the request's heads and event ids are pipelined; the record puts, the
-//! projection writes, the new last position and `COMMIT` are pipelined.
+//! projection writes, the new last position, an asynchronous `COMMIT` and the durability step
+//! are pipelined. The commit releases the position lock before its WAL flush; nothing is
+//! answered on a commit before a durability step covers it (spec/scale-out.md §3.9).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -20,10 +22,10 @@ use ctx_journal::{
     Backend, CommitError, Digest, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord,
     ReadError, ReadTxn, StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
 };
-use postgres::Row;
 use postgres::config::Host;
 use postgres::error::Severity;
 use postgres::types::{FromSql, ToSql};
+use postgres::{Row, SimpleQueryMessage};
 use tokio_postgres::Config;
 
 use crate::conn::{Conn, ConnectError};
@@ -36,6 +38,8 @@ const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
 /// A write transaction's first statement; the position lock (`Q::LockPosition`) follows it in the
 /// same round trip.
 const BEGIN_WRITE: &str = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
+/// Sent just before the `COMMIT` of a write transaction that put records (spec/scale-out.md §3.9).
+const ASYNCHRONOUS_COMMIT: &str = "SET LOCAL synchronous_commit TO off";
 const DEFAULT_SCHEMA: &str = "public";
 const DEFAULT_PORT: u16 = 5432;
 /// A write transaction sends its deferred projection writes once this many entries, or this
@@ -216,21 +220,82 @@ impl PgBackend {
         self.new_conn()
     }
 
-    /// A connection inside a new read transaction: a kept one if it still works (one that does
-    /// not is dropped), else a new one.
+    /// A connection inside a new read transaction whose snapshot shows only durable commits
+    /// (spec/scale-out.md §3.9): a kept connection if it still works (one that does not is
+    /// dropped), else a new one.
     fn begin_read(&self) -> Result<Conn, PgError> {
+        let mut begun = None;
         loop {
             let Some(conn) = lock(&self.readers).pop() else {
                 break;
             };
-            if !conn.is_closed() && conn.batch_execute(BEGIN_READ).is_ok() {
-                return Ok(conn);
+            if !conn.is_closed()
+                && let Ok(in_flight) = self.begin_read_on(&conn)
+            {
+                begun = Some((conn, in_flight));
+                break;
             }
         }
-        let conn = self.new_conn()?;
-        conn.batch_execute(BEGIN_READ)
-            .map_err(|source| self.query_error("starting a read transaction", source))?;
+        let (conn, in_flight) = match begun {
+            Some(begun) => begun,
+            None => {
+                let conn = self.new_conn()?;
+                let in_flight = self.begin_read_on(&conn)?;
+                (conn, in_flight)
+            }
+        };
+        if in_flight {
+            self.make_durable()?;
+        }
         Ok(conn)
+    }
+
+    /// `BEGIN` and the durability check, whose statement takes the read transaction's snapshot,
+    /// in one round trip; true when a commit the snapshot shows may not be durable yet.
+    fn begin_read_on(&self, conn: &Conn) -> Result<bool, PgError> {
+        let client = conn.client();
+        let (begun, checked) = conn.pipeline(futures_util::future::join(
+            client.batch_execute(BEGIN_READ),
+            client.simple_query(&self.sql.in_flight),
+        ));
+        begun.map_err(|source| self.query_error("starting a read transaction", source))?;
+        let messages = checked.map_err(|source| {
+            self.query_error("checking whether a commit may not be durable yet", source)
+        })?;
+        self.in_flight_of(&messages)
+    }
+
+    /// The answer to the durability check (`Sql::in_flight`).
+    fn in_flight_of(&self, messages: &[SimpleQueryMessage]) -> Result<bool, PgError> {
+        let answer = messages.iter().find_map(|message| match message {
+            SimpleQueryMessage::Row(row) => Some(row.get(0)),
+            _ => None,
+        });
+        match answer {
+            Some(Some("t")) => Ok(true),
+            Some(Some("f")) => Ok(false),
+            Some(other) => Err(PgError::Corrupt {
+                location: self.location.clone(),
+                reason: format!(
+                    "the durability check answered {other:?}, not a boolean (is ctx_meta's \
+                     last_position null?)"
+                ),
+            }),
+            None => Err(PgError::Corrupt {
+                location: self.location.clone(),
+                reason: "ctx_meta has no row".to_owned(),
+            }),
+        }
+    }
+
+    /// Makes every commit committed so far durable (spec/scale-out.md §3.9), on a read connection
+    /// of its own: the one that asks is inside a read-only transaction.
+    fn make_durable(&self) -> Result<(), PgError> {
+        let conn = self.reader()?;
+        conn.batch_execute(&self.sql.make_durable)
+            .map_err(|source| self.query_error("making the commits a read sees durable", source))?;
+        self.keep_reader(conn);
+        Ok(())
     }
 
     /// Runs `work` in a write transaction on `conn` and ends it. `fresh`: the connection was made
@@ -255,10 +320,26 @@ impl PgBackend {
             outcome = Err(e);
         }
         // Nothing was sent when the transaction never began: there is nothing to end.
-        let rollback = |txn: &mut Txn<'_>| !txn.lost && (!txn.begun || rollback(txn.conn));
+        let make_durable = self.sql.make_durable.as_str();
+        let rollback =
+            |txn: &mut Txn<'_>| !txn.lost && (!txn.begun || rollback(txn.conn, make_durable));
         match outcome {
             Err(e) => (Err(CommitError::NotCommitted(e)), rollback(&mut txn)),
-            Ok(Finish::Abort) => (Ok(Finish::Abort), rollback(&mut txn)),
+            // The caller decides on what the transaction read (a conflict names a head, say), so
+            // the answer waits until that is durable too; when that is not confirmed, the answer
+            // is an error to retry instead.
+            Ok(Finish::Abort) if txn.begun => match rollback(&mut txn) {
+                true => (Ok(Finish::Abort), true),
+                false => (
+                    Err(CommitError::NotCommitted(StorageError::message(format!(
+                        "the write transaction at PostgreSQL {} was abandoned, but whether what \
+                         it read is durable could not be confirmed",
+                        self.location
+                    )))),
+                    false,
+                ),
+            },
+            Ok(Finish::Abort) => (Ok(Finish::Abort), true),
             Ok(Finish::Commit) if txn.failed => (
                 Err(CommitError::NotCommitted(StorageError::message(format!(
                     "a statement of this write transaction at PostgreSQL {} failed, so the \
@@ -360,15 +441,29 @@ impl Backend for PgBackend {
             .reader()
             .map_err(|e| ReadError::Storage(StorageError::new(e)))?;
         let mut txn = Txn::read(&mut conn, self);
-        let result = work(&mut txn);
-        let (lost, statements) = (txn.lost, txn.statements);
+        // The lookup's own snapshot is not kept, so the durability check follows it in the same
+        // round trip, in a later snapshot that shows at least what the lookup saw.
+        txn.check_after_first = true;
+        let mut result = work(&mut txn);
+        let (lost, statements, in_flight) = (txn.lost, txn.statements, txn.in_flight);
         // The core's promise (Backend::read_single): more than one statement here would not share
         // a snapshot.
         assert!(
             statements <= 1,
             "a single-lookup read issued {statements} statements"
         );
-        if !lost {
+        // The connection is outside any transaction again, so it makes the commits durable
+        // itself (spec/scale-out.md §3.9).
+        if result.is_ok()
+            && in_flight
+            && !lost
+            && let Err(source) = conn.batch_execute(&self.sql.make_durable)
+        {
+            result = Err(ReadError::Storage(StorageError::new(
+                self.query_error("making the commits a lookup saw durable", source),
+            )));
+        }
+        if !lost && !conn.is_closed() {
             self.keep_reader(conn);
         }
         result
@@ -516,6 +611,14 @@ struct Txn<'a> {
     puts: Puts,
     /// Statements sent, for the one-statement promise of [`Backend::read_single`].
     statements: u32,
+    /// A single lookup ([`Backend::read_single`]): its first statement is followed by the
+    /// durability check in the same round trip (spec/scale-out.md §3.9).
+    check_after_first: bool,
+    /// The durability check found a commit that may not be durable yet.
+    in_flight: bool,
+    /// Write transactions: records were put, so the transaction commits asynchronously and its
+    /// answer waits for the durability step (spec/scale-out.md §3.9).
+    records_put: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -546,6 +649,9 @@ impl<'a> Txn<'a> {
             pending_bytes: 0,
             puts: Puts::default(),
             statements: 0,
+            check_after_first: false,
+            in_flight: false,
+            records_put: false,
         }
     }
 
@@ -790,11 +896,39 @@ impl<'a> Txn<'a> {
                 None => None,
             }
         };
+        // A transaction that put records commits asynchronously: its commit record is written
+        // and the position lock released without waiting for the WAL flush, and the durability
+        // step behind it — its own synchronous transaction — waits for that flush, which
+        // concurrent writers share (spec/scale-out.md §3.9). One that put none (projection
+        // writes alone) commits synchronously as before; the step then only covers what it read.
+        let asynchronous = self.records_put;
+        let skip_durable = self.backend.injected(fail_point_skip_durable());
+        let set_future = async {
+            match asynchronous {
+                true => Some(client.batch_execute(ASYNCHRONOUS_COMMIT).await),
+                false => None,
+            }
+        };
         let commit_future = client.batch_execute("COMMIT");
-        let (put_result, flush_result, commit_result) = self.conn.pipeline(
-            futures_util::future::join3(put_future, flush_future, commit_future),
-        );
-        self.statements += 1 + u32::from(put.is_some()) + u32::from(flush.is_some());
+        let durable_future = async {
+            match &skip_durable {
+                None => Some(client.batch_execute(&self.backend.sql.make_durable).await),
+                Some(_) => None,
+            }
+        };
+        let (put_result, flush_result, set_result, commit_result, durable_result) =
+            self.conn.pipeline(futures_util::future::join5(
+                put_future,
+                flush_future,
+                set_future,
+                commit_future,
+                durable_future,
+            ));
+        self.statements += 1
+            + u32::from(put.is_some())
+            + u32::from(flush.is_some())
+            + u32::from(asynchronous)
+            + u32::from(skip_durable.is_none());
         // Any answer from the server to a statement before COMMIT that is an error (an ERROR, or
         // a FATAL that ended the session) means the server never committed: it runs the
         // pipeline in order and stops the transaction, or the session, at the error.
@@ -816,8 +950,37 @@ impl<'a> Txn<'a> {
                 self.storage("writing projection entries", Failure::Pg(source)),
             ));
         }
+        if let Some(Err(source)) = set_result
+            && source.as_db_error().is_some()
+        {
+            if !answered(&source) {
+                self.lost = true;
+            }
+            return Err(Ended::Refused(
+                self.storage("asking for an asynchronous commit", Failure::Pg(source)),
+            ));
+        }
         match commit_result {
-            Ok(_) => Ok(()),
+            // Committed and visible; the answer says so only once it is durable too.
+            Ok(()) => match (durable_result, skip_durable) {
+                (Some(Ok(())), _) => Ok(()),
+                (Some(Err(source)), _) => {
+                    if !answered(&source) || self.conn.is_closed() {
+                        self.lost = true;
+                    }
+                    Err(Ended::Unknown(self.storage(
+                        "confirming that a commit is durable",
+                        Failure::Pg(source),
+                    )))
+                }
+                (None, reason) => {
+                    self.lost = true;
+                    Err(Ended::Unknown(StorageError::message(format!(
+                        "{}: the commit's durability step was not sent",
+                        reason.unwrap_or_default()
+                    ))))
+                }
+            },
             Err(source) => {
                 // An ERROR answer ends the transaction without committing it (a failure after
                 // the commit record is a PANIC in PostgreSQL). No answer, or a FATAL or PANIC
@@ -860,10 +1023,30 @@ impl<'a> Txn<'a> {
 
     fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Failure> {
         self.ready(q)?;
-        let result = self
-            .conn
-            .prepared(&self.backend.sql, q)
-            .and_then(|statement| self.conn.query(&statement, params));
+        let statement = self.conn.prepared(&self.backend.sql, q);
+        let result = match statement {
+            Ok(statement) if self.check_after_first => {
+                self.check_after_first = false;
+                let client = self.conn.client();
+                let (rows, checked) = self.conn.pipeline(futures_util::future::join(
+                    client.query(&statement, params),
+                    client.simple_query(&self.backend.sql.in_flight),
+                ));
+                match checked {
+                    Ok(messages) if rows.is_ok() => {
+                        self.in_flight = self
+                            .backend
+                            .in_flight_of(&messages)
+                            .map_err(|e| Failure::Before(StorageError::new(e)))?;
+                        rows
+                    }
+                    Ok(_) => rows,
+                    Err(source) => rows.and(Err(source)),
+                }
+            }
+            Ok(statement) => self.conn.query(&statement, params),
+            Err(source) => Err(source),
+        };
         Ok(self.note(result)?)
     }
 
@@ -1398,6 +1581,7 @@ impl WriteTxn for Txn<'_> {
             self.send_puts()?;
         }
         self.cursor = Some(next + 1);
+        self.records_put = true;
         self.events
             .insert(record.event_id.to_owned(), Some(record.position));
         self.heads.insert(
@@ -1464,9 +1648,19 @@ fn answered(error: &postgres::Error) -> bool {
         .is_some_and(|db| matches!(db.parsed_severity(), Some(Severity::Error)))
 }
 
-/// Ends the transaction on `conn` without committing; true when the connection can be used again.
-fn rollback(conn: &mut Conn) -> bool {
-    !conn.is_closed() && conn.batch_execute("ROLLBACK").is_ok()
+/// Ends the transaction on `conn` without committing, and makes durable what it read
+/// (`make_durable`, spec/scale-out.md §3.9) in the same round trip; true when both succeeded, so
+/// the connection can be used again.
+fn rollback(conn: &mut Conn, make_durable: &str) -> bool {
+    if conn.is_closed() {
+        return false;
+    }
+    let client = conn.client();
+    let (rolled_back, durable) = conn.pipeline(futures_util::future::join(
+        client.batch_execute("ROLLBACK"),
+        client.batch_execute(make_durable),
+    ));
+    rolled_back.is_ok() && durable.is_ok()
 }
 
 /// Locks a mutex whose holder may have panicked: the data it guards (an idle connection or
@@ -1516,6 +1710,13 @@ fn location_of(config: &Config, dbname: &str, schema: &SchemaName) -> String {
 /// The `pg-before-commit` fail point: its argument, when configured.
 fn fail_point_before_commit() -> Option<Option<String>> {
     fail::fail_point!("pg-before-commit", Some);
+    None
+}
+
+/// The `pg-skip-durable` fail point: its argument, when configured. A commit it fires for sends no
+/// durability step, as if its process died after `COMMIT` (spec/scale-out.md §4).
+fn fail_point_skip_durable() -> Option<Option<String>> {
+    fail::fail_point!("pg-skip-durable", Some);
     None
 }
 

@@ -4,7 +4,7 @@
 use crate::error::PgError;
 
 /// The version of the newest schema this build knows: the last entry of [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The journal format version (spec/journal.md §11) this build reads and writes, kept in
 /// `ctx_meta.format_version`: 2 since record values may be compressed (migration 2).
@@ -105,11 +105,57 @@ END
 $fn$;
 "#,
     },
+    Migration {
+        version: 4,
+        description: "ctx_durable: the positions known durable, for commits that release the position lock before their flush",
+        // A write transaction with records commits asynchronously, which releases the position
+        // lock before the WAL flush, and its answer waits for a synchronous transaction behind
+        // it that records a position here; a reader that sees a last position beyond every slot
+        // makes it durable first (spec/scale-out.md §3.9). Every commit before this migration was
+        // synchronous, so the journal's last position is durable now.
+        sql: r#"
+CREATE TABLE {schema}.ctx_durable (
+    slot int PRIMARY KEY CHECK (slot >= 0 AND slot < 1024),
+    position bigint NOT NULL CHECK (position >= 0)
+);
+INSERT INTO {schema}.ctx_durable (slot, position)
+SELECT 0, last_position FROM {schema}.ctx_meta WHERE id = 1;
+"#,
+    },
 ];
 
 /// The SQLSTATE `ctx_put_records` raises when a stream head is not at the revision before the
 /// record's (migration 3).
 pub(crate) const HEAD_MISMATCH: &str = "CX001";
+
+/// Whether a commit this session can see may not be durable yet: true when the last position is
+/// beyond every position `ctx_durable` records (spec/scale-out.md §3.9). Sent in the simple query
+/// protocol, so a connection runs it without preparing it first.
+pub(crate) fn in_flight_text(s: &str) -> String {
+    format!(
+        "SELECT m.last_position > (SELECT coalesce(max(d.position), 0) FROM {s}.ctx_durable d) \
+         FROM {s}.ctx_meta m WHERE m.id = 1"
+    )
+}
+
+/// Makes every commit before it durable, when one may not be (spec/scale-out.md §3.9): in its own
+/// synchronous transaction, it records the last position in this session's `ctx_durable` slot if
+/// no slot holds it yet. A transaction that writes a row commits with a WAL flush (and the
+/// synchronous standby's) that covers every commit record before its own, so every commit this
+/// statement can see is durable when it returns; one that writes nothing ends without a flush.
+/// The slot is the server process id modulo 1,024, so concurrent sessions rarely wait for each
+/// other's row across their flushes; `GREATEST` keeps a slot from moving back when two sessions
+/// share it.
+pub(crate) fn make_durable_text(s: &str) -> String {
+    format!(
+        "INSERT INTO {s}.ctx_durable (slot, position) \
+         SELECT pg_backend_pid() % 1024, m.last_position FROM {s}.ctx_meta m \
+         WHERE m.id = 1 \
+           AND m.last_position > (SELECT coalesce(max(d.position), 0) FROM {s}.ctx_durable d) \
+         ON CONFLICT (slot) DO UPDATE SET position = GREATEST({s}.ctx_durable.position, \
+           excluded.position)"
+    )
+}
 
 /// Most rows one page of a scan asks for.
 pub(crate) const PAGE_ROWS: i64 = 1000;
@@ -329,6 +375,10 @@ impl Q {
 #[derive(Debug)]
 pub(crate) struct Sql {
     texts: Vec<String>,
+    /// [`in_flight_text`] for this schema.
+    pub in_flight: String,
+    /// [`make_durable_text`] for this schema.
+    pub make_durable: String,
 }
 
 impl Sql {
@@ -336,6 +386,8 @@ impl Sql {
         let s = &schema.quoted;
         Sql {
             texts: Q::ALL.iter().map(|q| q.text(s)).collect(),
+            in_flight: in_flight_text(s),
+            make_durable: make_durable_text(s),
         }
     }
 

@@ -549,11 +549,177 @@ fn concurrent_writers_in_separate_connections_get_dense_positions() {
     let events: HashSet<Vec<u8>> = all.iter().map(|(_, b)| b.clone()).collect();
     assert_eq!(events.len() as u64, total);
     assert_eq!(last_position(&backend), total);
+    // Each commit was asynchronous; its answer waited for a durability step that covers it
+    // (spec/scale-out.md §3.9).
+    let (durable, last) = durability(&url);
+    assert_eq!((durable, last), (total as i64, total as i64));
     eprintln!(
         "{test}: {WRITERS} writers, {total} records in {} transactions: {:?}",
         WRITERS * TRANSACTIONS,
         started.elapsed()
     );
+}
+
+/// The largest position `ctx_durable` records and the last position, as the server has them now.
+fn durability(url: &str) -> (i64, i64) {
+    let row = sql(url)
+        .query_one(
+            "SELECT (SELECT max(position) FROM ctx_durable), last_position FROM ctx_meta \
+             WHERE id = 1",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// `ctx_durable`'s rows with the transaction that wrote each, to see whether anything wrote them.
+fn durable_rows(url: &str) -> Vec<(String, i32, i64)> {
+    sql(url)
+        .query(
+            "SELECT xmin::text, slot, position FROM ctx_durable ORDER BY slot",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+#[test]
+fn an_append_is_answered_once_a_durability_step_covers_it() {
+    let test = "an_append_is_answered_once_a_durability_step_covers_it";
+    let Some(url) = database(test, "ctx_pgb_durable") else {
+        return;
+    };
+    let backend = PgBackend::connect(&url).unwrap();
+    assert_eq!(durability(&url), (0, 0));
+    let a = stream(1);
+    for revision in 1..=3 {
+        commit(&backend, |txn| {
+            put(txn, &a, revision, &format!("e{revision}")).map(drop)
+        });
+        // The commit released the position lock before its flush; the step behind it recorded
+        // its position as durable before the append was answered.
+        assert_eq!(durability(&url), (revision as i64, revision as i64));
+    }
+    // Reads and writes that find every commit durable write nothing more.
+    let rows = durable_rows(&url);
+    assert_eq!(last_position(&backend), 3);
+    backend
+        .read_single(&mut |txn| {
+            assert_eq!(txn.head(&a)?.map(|h| h.revision), Some(3));
+            Ok(())
+        })
+        .unwrap();
+    commit(&backend, |txn| {
+        txn.kv_put("proj.a", b"k", b"v")?;
+        Ok(())
+    });
+    let aborted = backend
+        .write(&mut |txn| {
+            assert_eq!(txn.head(&a).map_err(storage)?.map(|h| h.revision), Some(3));
+            Ok(Finish::Abort)
+        })
+        .unwrap();
+    assert_eq!(aborted, Finish::Abort);
+    assert_eq!(durable_rows(&url), rows);
+}
+
+/// A commit whose writer never ran its durability step (the fail point stands in for a process
+/// that died after `COMMIT`) is visible; whoever reads it first makes it durable before
+/// answering (spec/scale-out.md §3.9).
+#[cfg(feature = "failpoints")]
+#[test]
+fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
+    let test = "whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering";
+    let dbname = "ctx_pgb_in_flight";
+    let Some(url) = database(test, dbname) else {
+        return;
+    };
+    let writer = PgBackend::connect(&url).unwrap();
+    let reader = PgBackend::connect(&url).unwrap();
+    let a = stream(1);
+    commit(&writer, |txn| put(txn, &a, 1, "e1").map(drop));
+    let mut revision = 1;
+    let mut unconfirmed = |writer: &PgBackend| {
+        revision += 1;
+        fail::cfg("pg-skip-durable", &format!("return({dbname})")).unwrap();
+        let result = writer.write(&mut |txn| {
+            put(txn, &a, revision, &format!("e{revision}")).map(|_| Finish::Commit)
+        });
+        fail::remove("pg-skip-durable");
+        assert!(
+            matches!(result, Err(CommitError::MaybeCommitted(_))),
+            "{result:?}"
+        );
+        let last = revision as i64;
+        assert_eq!(durability(&url), (last - 1, last));
+        last
+    };
+
+    // A read transaction: before its work sees anything.
+    let last = unconfirmed(&writer);
+    assert_eq!(last_position(&reader) as i64, last);
+    assert_eq!(durability(&url), (last, last));
+
+    // A single lookup: after it, before it answers.
+    let last = unconfirmed(&writer);
+    reader
+        .read_single(&mut |txn| {
+            assert_eq!(txn.head(&a)?.map(|h| h.revision as i64), Some(last));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(durability(&url), (last, last));
+
+    // A write transaction that decides on what it read and abandons itself (a conflict).
+    let last = unconfirmed(&writer);
+    let aborted = reader
+        .write(&mut |txn| {
+            assert_eq!(
+                txn.head(&a).map_err(storage)?.map(|h| h.revision as i64),
+                Some(last)
+            );
+            Ok(Finish::Abort)
+        })
+        .unwrap();
+    assert_eq!(aborted, Finish::Abort);
+    assert_eq!(durability(&url), (last, last));
+
+    // A write transaction that commits projection entries alone.
+    let last = unconfirmed(&writer);
+    commit(&reader, |txn| txn.kv_put("proj.a", b"k", b"v"));
+    assert_eq!(durability(&url), (last, last));
+}
+
+/// Every commit before schema 4 was synchronous: the migration counts the journal's last
+/// position durable, so the first reads after it write nothing.
+#[test]
+fn migrating_to_schema_4_counts_the_existing_records_durable() {
+    let test = "migrating_to_schema_4_counts_the_existing_records_durable";
+    let Some(url) = database(test, "ctx_pgb_durable_migrate") else {
+        return;
+    };
+    let backend = PgBackend::connect(&url).unwrap();
+    let a = stream(1);
+    for revision in 1..=4 {
+        commit(&backend, |txn| {
+            put(txn, &a, revision, &format!("e{revision}")).map(drop)
+        });
+    }
+    drop(backend);
+    // Back to schema 3, as an older build left the database.
+    sql(&url)
+        .batch_execute(
+            "DROP TABLE ctx_durable; DELETE FROM ctx_schema_migrations WHERE version = 4",
+        )
+        .unwrap();
+    let backend = PgBackend::connect(&url).unwrap();
+    assert_eq!(durability(&url), (4, 4));
+    let rows = durable_rows(&url);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(records(&backend, 1).len(), 4);
+    assert_eq!(durable_rows(&url), rows);
 }
 
 #[test]
