@@ -244,7 +244,7 @@ pub fn fill_until_killed(
     then: super::After,
 ) -> BenchResult<()> {
     let loaded = load(dir, payloads, records)?;
-    super::say_ready(records)?;
+    super::say_ready(records, then)?;
     match then {
         super::After::Exit | super::After::Reopen(_) => return Ok(()),
         super::After::Replay(budget) => {

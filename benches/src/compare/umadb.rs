@@ -394,7 +394,7 @@ pub fn fill_until_killed(
 ) -> BenchResult<()> {
     let db = open(dir)?;
     load_into(&db, payloads, records)?;
-    super::say_ready(records)?;
+    super::say_ready(records, then)?;
     match then {
         super::After::Exit | super::After::Reopen(_) => return Ok(()),
         super::After::Replay(budget) => {

@@ -245,7 +245,7 @@ pub fn fill_until_killed(
     let mut varve = open(dir)?;
     let mut stream = stream(&mut varve)?;
     load_into(&mut stream, payloads, records)?;
-    super::say_ready(records)?;
+    super::say_ready(records, then)?;
     match then {
         super::After::Exit | super::After::Reopen(_) => return Ok(()),
         super::After::Replay(budget) => {
