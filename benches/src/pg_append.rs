@@ -8,7 +8,9 @@
 //!   (as N processes would have; they share the data directory holding the installation key),
 //!   single-record appends with exact expected revisions to the client's own 50 streams, unique
 //!   event ids, 200-byte payloads. Write transactions of all handles serialize on the position
-//!   row lock (`ctx_meta … FOR UPDATE`), since the record MAC binds a dense global position.
+//!   row lock (`ctx_meta … FOR UPDATE`), since the record MAC binds a dense global position; since
+//!   schema 4 they release it before their WAL flush (asynchronous commit + a durability step,
+//!   spec/scale-out.md §3.9), as the "locked, early release" case does in plain SQL.
 //! - **plain inserts, N clients**: N `postgres::Client`s, each append `BEGIN; INSERT …; COMMIT`
 //!   of a sealed record row (bytes written by the seam in a setup database) into a table of
 //!   `ctx_records`' shape (position from a bigserial, stream, revision, event_id, record, txid;
