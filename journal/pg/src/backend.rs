@@ -932,33 +932,28 @@ impl<'a> Txn<'a> {
         // Any answer from the server to a statement before COMMIT that is an error (an ERROR, or
         // a FATAL that ended the session) means the server never committed: it runs the
         // pipeline in order and stops the transaction, or the session, at the error.
-        if let Some(Err(source)) = put_result
-            && source.as_db_error().is_some()
-        {
+        let before_commit = [
+            (put_result.and_then(Result::err), None),
+            (
+                flush_result.and_then(Result::err),
+                Some("writing projection entries"),
+            ),
+            (
+                set_result.and_then(Result::err),
+                Some("asking for an asynchronous commit"),
+            ),
+        ];
+        for (source, what) in before_commit {
+            let Some(source) = source.filter(|e| e.as_db_error().is_some()) else {
+                continue;
+            };
             if !answered(&source) {
                 self.lost = true;
             }
-            return Err(Ended::Refused(self.put_error(source)));
-        }
-        if let Some(Err(source)) = flush_result
-            && source.as_db_error().is_some()
-        {
-            if !answered(&source) {
-                self.lost = true;
-            }
-            return Err(Ended::Refused(
-                self.storage("writing projection entries", Failure::Pg(source)),
-            ));
-        }
-        if let Some(Err(source)) = set_result
-            && source.as_db_error().is_some()
-        {
-            if !answered(&source) {
-                self.lost = true;
-            }
-            return Err(Ended::Refused(
-                self.storage("asking for an asynchronous commit", Failure::Pg(source)),
-            ));
+            return Err(Ended::Refused(match what {
+                None => self.put_error(source),
+                Some(what) => self.storage(what, Failure::Pg(source)),
+            }));
         }
         match commit_result {
             // Committed and visible; the answer says so only once it is durable too.
