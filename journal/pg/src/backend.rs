@@ -22,10 +22,10 @@ use ctx_journal::{
     Backend, CommitError, Digest, Finish, HeadDecodeError, IndexFinding, IndexKind, PutRecord,
     ReadError, ReadTxn, StorageError, StreamHead, StreamId, WriteTxn, decode_record_value,
 };
+use postgres::Row;
 use postgres::config::Host;
 use postgres::error::Severity;
 use postgres::types::{FromSql, ToSql};
-use postgres::{Row, SimpleQueryMessage};
 use tokio_postgres::Config;
 
 use crate::conn::{Conn, ConnectError};
@@ -87,6 +87,11 @@ pub struct PgBackend {
     readers: Mutex<Vec<Conn>>,
     /// Round trips to the server of every connection of this backend (connects included).
     round_trips: Arc<AtomicU64>,
+    /// The last position when this backend's previous write transaction ended (its own last
+    /// record, or the last position it found); `None` before its first one or after an unknown
+    /// outcome. A transaction that finds another last position knows that another writer has
+    /// committed since, and commits asynchronously (spec/scale-out.md §3.9).
+    last_seen: Mutex<Option<u64>>,
 }
 
 impl fmt::Debug for PgBackend {
@@ -131,6 +136,7 @@ impl PgBackend {
             writer: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             round_trips: Arc::new(AtomicU64::new(0)),
+            last_seen: Mutex::new(None),
         };
         let conn = backend.new_conn()?;
         crate::migrate::migrate(&conn, &backend.schema, &backend.location)?;
@@ -229,8 +235,9 @@ impl PgBackend {
             let Some(conn) = lock(&self.readers).pop() else {
                 break;
             };
+            let mut conn = conn;
             if !conn.is_closed()
-                && let Ok(in_flight) = self.begin_read_on(&conn)
+                && let Ok(in_flight) = self.begin_read_on(&mut conn)
             {
                 begun = Some((conn, in_flight));
                 break;
@@ -239,8 +246,8 @@ impl PgBackend {
         let (conn, in_flight) = match begun {
             Some(begun) => begun,
             None => {
-                let conn = self.new_conn()?;
-                let in_flight = self.begin_read_on(&conn)?;
+                let mut conn = self.new_conn()?;
+                let in_flight = self.begin_read_on(&mut conn)?;
                 (conn, in_flight)
             }
         };
@@ -252,47 +259,44 @@ impl PgBackend {
 
     /// `BEGIN` and the durability check, whose statement takes the read transaction's snapshot,
     /// in one round trip; true when a commit the snapshot shows may not be durable yet.
-    fn begin_read_on(&self, conn: &Conn) -> Result<bool, PgError> {
+    fn begin_read_on(&self, conn: &mut Conn) -> Result<bool, PgError> {
+        let checking = "checking whether a commit may not be durable yet";
+        let check = conn
+            .prepared(&self.sql, Q::InFlight)
+            .map_err(|source| self.query_error(checking, source))?;
         let client = conn.client();
         let (begun, checked) = conn.pipeline(futures_util::future::join(
             client.batch_execute(BEGIN_READ),
-            client.simple_query(&self.sql.in_flight),
+            client.query(&check, &[]),
         ));
         begun.map_err(|source| self.query_error("starting a read transaction", source))?;
-        let messages = checked.map_err(|source| {
-            self.query_error("checking whether a commit may not be durable yet", source)
-        })?;
-        self.in_flight_of(&messages)
+        let rows = checked.map_err(|source| self.query_error(checking, source))?;
+        self.in_flight_of(&rows)
     }
 
-    /// The answer to the durability check (`Sql::in_flight`).
-    fn in_flight_of(&self, messages: &[SimpleQueryMessage]) -> Result<bool, PgError> {
-        let answer = messages.iter().find_map(|message| match message {
-            SimpleQueryMessage::Row(row) => Some(row.get(0)),
-            _ => None,
-        });
-        match answer {
-            Some(Some("t")) => Ok(true),
-            Some(Some("f")) => Ok(false),
-            Some(other) => Err(PgError::Corrupt {
-                location: self.location.clone(),
-                reason: format!(
-                    "the durability check answered {other:?}, not a boolean (is ctx_meta's \
-                     last_position null?)"
-                ),
-            }),
-            None => Err(PgError::Corrupt {
-                location: self.location.clone(),
-                reason: "ctx_meta has no row".to_owned(),
-            }),
-        }
+    /// The answer to the durability check (`Q::InFlight`).
+    fn in_flight_of(&self, rows: &[Row]) -> Result<bool, PgError> {
+        let corrupt = |reason: String| PgError::Corrupt {
+            location: self.location.clone(),
+            reason,
+        };
+        let row = rows
+            .first()
+            .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
+        row.try_get::<_, bool>(0).map_err(|e| {
+            corrupt(format!(
+                "the durability check's answer does not read as a boolean (is ctx_meta's \
+                 last_position null?): {e}"
+            ))
+        })
     }
 
     /// Makes every commit committed so far durable (spec/scale-out.md §3.9), on a read connection
     /// of its own: the one that asks is inside a read-only transaction.
     fn make_durable(&self) -> Result<(), PgError> {
-        let conn = self.reader()?;
-        conn.batch_execute(&self.sql.make_durable)
+        let mut conn = self.reader()?;
+        conn.prepared(&self.sql, Q::MakeDurable)
+            .and_then(|step| conn.execute(&step, &[]))
             .map_err(|source| self.query_error("making the commits a read sees durable", source))?;
         self.keep_reader(conn);
         Ok(())
@@ -308,7 +312,24 @@ impl PgBackend {
         work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
     ) -> (Result<Finish, CommitError>, bool) {
         let mut txn = Txn::write(conn, self, fresh);
-        let mut outcome = work(&mut txn);
+        let ended = self.end_write(&mut txn, work);
+        if txn.begun {
+            *lock(&self.last_seen) = match &ended.0 {
+                Ok(Finish::Commit) => txn.cursor.map(|next| next - 1),
+                Err(CommitError::MaybeCommitted(_)) => None,
+                _ => txn.began_at,
+            };
+        }
+        ended
+    }
+
+    /// Runs `work` in `txn` and ends it, as [`PgBackend::run_write`].
+    fn end_write(
+        &self,
+        txn: &mut Txn<'_>,
+        work: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<Finish, StorageError>,
+    ) -> (Result<Finish, CommitError>, bool) {
+        let mut outcome = work(txn);
         // A transaction that only queued projection writes has sent nothing yet; it takes the
         // position lock like every writer (projection entries are written under it, S8).
         if matches!(outcome, Ok(Finish::Commit))
@@ -320,15 +341,14 @@ impl PgBackend {
             outcome = Err(e);
         }
         // Nothing was sent when the transaction never began: there is nothing to end.
-        let make_durable = self.sql.make_durable.as_str();
         let rollback =
-            |txn: &mut Txn<'_>| !txn.lost && (!txn.begun || rollback(txn.conn, make_durable));
+            |txn: &mut Txn<'_>| !txn.lost && (!txn.begun || rollback(txn.conn, &self.sql));
         match outcome {
-            Err(e) => (Err(CommitError::NotCommitted(e)), rollback(&mut txn)),
+            Err(e) => (Err(CommitError::NotCommitted(e)), rollback(txn)),
             // The caller decides on what the transaction read (a conflict names a head, say), so
             // the answer waits until that is durable too; when that is not confirmed, the answer
             // is an error to retry instead.
-            Ok(Finish::Abort) if txn.begun => match rollback(&mut txn) {
+            Ok(Finish::Abort) if txn.begun => match rollback(txn) {
                 true => (Ok(Finish::Abort), true),
                 false => (
                     Err(CommitError::NotCommitted(StorageError::message(format!(
@@ -346,14 +366,14 @@ impl PgBackend {
                      server rolled the transaction back",
                     self.location
                 )))),
-                rollback(&mut txn),
+                rollback(txn),
             ),
             Ok(Finish::Commit) if !txn.begun => (Ok(Finish::Commit), true),
             Ok(Finish::Commit) => {
                 if let Some(reason) = self.injected(fail_point_before_commit()) {
                     return (
                         Err(CommitError::NotCommitted(StorageError::message(reason))),
-                        rollback(&mut txn),
+                        rollback(txn),
                     );
                 }
                 match txn.commit() {
@@ -365,7 +385,7 @@ impl PgBackend {
                         None => (Ok(Finish::Commit), true),
                     },
                     Err(Ended::Refused(error)) => {
-                        (Err(CommitError::NotCommitted(error)), rollback(&mut txn))
+                        (Err(CommitError::NotCommitted(error)), rollback(txn))
                     }
                     Err(Ended::Unknown(error)) => (Err(CommitError::MaybeCommitted(error)), false),
                 }
@@ -457,7 +477,9 @@ impl Backend for PgBackend {
         if result.is_ok()
             && in_flight
             && !lost
-            && let Err(source) = conn.batch_execute(&self.sql.make_durable)
+            && let Err(source) = conn
+                .prepared(&self.sql, Q::MakeDurable)
+                .and_then(|step| conn.execute(&step, &[]))
         {
             result = Err(ReadError::Storage(StorageError::new(
                 self.query_error("making the commits a lookup saw durable", source),
@@ -490,6 +512,20 @@ impl Backend for PgBackend {
         }
         result
     }
+}
+
+/// How a write transaction commits (spec/scale-out.md §3.9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Commit {
+    /// Records, another writer about: marked in `ctx_meta.async_position`, committed
+    /// asynchronously, then the durability step.
+    Asynchronous,
+    /// Records, no other writer since this backend's previous transaction: a synchronous commit,
+    /// visible only once durable.
+    Synchronous,
+    /// No records: a synchronous commit (if it wrote anything), then the durability step for
+    /// what it read.
+    WithoutRecords,
 }
 
 /// How a commit that was sent ended, when it did not commit.
@@ -616,9 +652,14 @@ struct Txn<'a> {
     check_after_first: bool,
     /// The durability check found a commit that may not be durable yet.
     in_flight: bool,
-    /// Write transactions: records were put, so the transaction commits asynchronously and its
-    /// answer waits for the durability step (spec/scale-out.md §3.9).
+    /// Write transactions: records were put.
     records_put: bool,
+    /// Write transactions: the last position the position lock found.
+    began_at: Option<u64>,
+    /// Write transactions: another writer has committed since this backend's previous write
+    /// transaction, so this one, if it puts records, commits asynchronously (spec/scale-out.md
+    /// §3.9).
+    others_wrote: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -652,6 +693,8 @@ impl<'a> Txn<'a> {
             check_after_first: false,
             in_flight: false,
             records_put: false,
+            began_at: None,
+            others_wrote: false,
         }
     }
 
@@ -668,6 +711,9 @@ impl<'a> Txn<'a> {
                 Ok((last, rows)) => {
                     self.begun = true;
                     self.cursor = Some(last + 1);
+                    self.began_at = Some(last);
+                    self.others_wrote =
+                        lock(&self.backend.last_seen).is_some_and(|mine| mine != last);
                     return Ok(rows);
                 }
                 Err(Failure::Pg(source)) if !self.fresh && !answered(&source) => {
@@ -845,6 +891,22 @@ impl<'a> Txn<'a> {
     fn commit(&mut self) -> Result<(), Ended> {
         let puts = std::mem::take(&mut self.puts);
         let pending = std::mem::take(&mut self.pending);
+        // How the transaction commits (spec/scale-out.md §3.9). With records, while another
+        // writer has committed since this backend's previous transaction: asynchronously, so the
+        // position lock is released before the WAL flush, and the durability step behind it
+        // waits for that flush, which concurrent writers share. With records and no other writer
+        // about: synchronously, as a lone writer gains nothing from releasing the lock early and
+        // would pay for a second transaction. Without records (projection writes alone):
+        // synchronously, then the step, for what it read.
+        let skip_durable = self.backend.injected(fail_point_skip_durable());
+        let mode = match (
+            self.records_put,
+            self.others_wrote || skip_durable.is_some(),
+        ) {
+            (true, true) => Commit::Asynchronous,
+            (true, false) => Commit::Synchronous,
+            (false, _) => Commit::WithoutRecords,
+        };
         let statements = (|| -> Result<_, postgres::Error> {
             let put = match puts.is_empty() {
                 true => None,
@@ -854,9 +916,16 @@ impl<'a> Txn<'a> {
                 true => None,
                 false => Some(self.conn.prepared(&self.backend.sql, Q::KvFlush)?),
             };
-            Ok((put, flush))
+            let step = self.conn.prepared(&self.backend.sql, Q::MakeDurable)?;
+            let mark = match mode {
+                Commit::Asynchronous => {
+                    Some(self.conn.prepared(&self.backend.sql, Q::MarkAsynchronous)?)
+                }
+                _ => None,
+            };
+            Ok((put, flush, step, mark))
         })();
-        let (put, flush) = match statements {
+        let (put, flush, step, mark) = match statements {
             Ok(statements) => statements,
             Err(source) => {
                 // Preparing sends nothing of the transaction; the connection decides what next.
@@ -896,39 +965,41 @@ impl<'a> Txn<'a> {
                 None => None,
             }
         };
-        // A transaction that put records commits asynchronously: its commit record is written
-        // and the position lock released without waiting for the WAL flush, and the durability
-        // step behind it — its own synchronous transaction — waits for that flush, which
-        // concurrent writers share (spec/scale-out.md §3.9). One that put none (projection
-        // writes alone) commits synchronously as before; the step then only covers what it read.
-        let asynchronous = self.records_put;
-        let skip_durable = self.backend.injected(fail_point_skip_durable());
-        let set_future = async {
-            match asynchronous {
-                true => Some(client.batch_execute(ASYNCHRONOUS_COMMIT).await),
-                false => None,
+        // Both statements are polled at once, so both are sent in this round trip.
+        let pre_commit_future = async {
+            match &mark {
+                Some(mark) => {
+                    let (marked, set) = futures_util::future::join(
+                        client.execute(mark, &[]),
+                        client.batch_execute(ASYNCHRONOUS_COMMIT),
+                    )
+                    .await;
+                    Some(marked.map(drop).and(set))
+                }
+                None => None,
             }
         };
         let commit_future = client.batch_execute("COMMIT");
+        let stepped = mode != Commit::Synchronous && skip_durable.is_none();
         let durable_future = async {
-            match &skip_durable {
-                None => Some(client.batch_execute(&self.backend.sql.make_durable).await),
-                Some(_) => None,
+            match stepped {
+                true => Some(client.execute(&step, &[]).await),
+                false => None,
             }
         };
-        let (put_result, flush_result, set_result, commit_result, durable_result) =
+        let (put_result, flush_result, pre_commit_result, commit_result, durable_result) =
             self.conn.pipeline(futures_util::future::join5(
                 put_future,
                 flush_future,
-                set_future,
+                pre_commit_future,
                 commit_future,
                 durable_future,
             ));
         self.statements += 1
             + u32::from(put.is_some())
             + u32::from(flush.is_some())
-            + u32::from(asynchronous)
-            + u32::from(skip_durable.is_none());
+            + 2 * u32::from(mark.is_some())
+            + u32::from(stepped);
         // Any answer from the server to a statement before COMMIT that is an error (an ERROR, or
         // a FATAL that ended the session) means the server never committed: it runs the
         // pipeline in order and stops the transaction, or the session, at the error.
@@ -939,8 +1010,8 @@ impl<'a> Txn<'a> {
                 Some("writing projection entries"),
             ),
             (
-                set_result.and_then(Result::err),
-                Some("asking for an asynchronous commit"),
+                pre_commit_result.and_then(Result::err),
+                Some("marking an asynchronous commit"),
             ),
         ];
         for (source, what) in before_commit {
@@ -958,7 +1029,8 @@ impl<'a> Txn<'a> {
         match commit_result {
             // Committed and visible; the answer says so only once it is durable too.
             Ok(()) => match (durable_result, skip_durable) {
-                (Some(Ok(())), _) => Ok(()),
+                (Some(Ok(_)), _) => Ok(()),
+                (None, None) => Ok(()),
                 (Some(Err(source)), _) => {
                     if !answered(&source) || self.conn.is_closed() {
                         self.lost = true;
@@ -968,11 +1040,10 @@ impl<'a> Txn<'a> {
                         Failure::Pg(source),
                     )))
                 }
-                (None, reason) => {
+                (None, Some(reason)) => {
                     self.lost = true;
                     Err(Ended::Unknown(StorageError::message(format!(
-                        "{}: the commit's durability step was not sent",
-                        reason.unwrap_or_default()
+                        "{reason}: the commit's durability step was not sent"
                     ))))
                 }
             },
@@ -1019,19 +1090,23 @@ impl<'a> Txn<'a> {
     fn query(&mut self, q: Q, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Failure> {
         self.ready(q)?;
         let statement = self.conn.prepared(&self.backend.sql, q);
-        let result = match statement {
-            Ok(statement) if self.check_after_first => {
+        let check = match self.check_after_first {
+            true => Some(self.conn.prepared(&self.backend.sql, Q::InFlight)),
+            false => None,
+        };
+        let result = match (statement, check) {
+            (Ok(statement), Some(Ok(check))) => {
                 self.check_after_first = false;
                 let client = self.conn.client();
                 let (rows, checked) = self.conn.pipeline(futures_util::future::join(
                     client.query(&statement, params),
-                    client.simple_query(&self.backend.sql.in_flight),
+                    client.query(&check, &[]),
                 ));
                 match checked {
-                    Ok(messages) if rows.is_ok() => {
+                    Ok(answer) if rows.is_ok() => {
                         self.in_flight = self
                             .backend
-                            .in_flight_of(&messages)
+                            .in_flight_of(&answer)
                             .map_err(|e| Failure::Before(StorageError::new(e)))?;
                         rows
                     }
@@ -1039,8 +1114,8 @@ impl<'a> Txn<'a> {
                     Err(source) => rows.and(Err(source)),
                 }
             }
-            Ok(statement) => self.conn.query(&statement, params),
-            Err(source) => Err(source),
+            (Ok(statement), None) => self.conn.query(&statement, params),
+            (Err(source), _) | (_, Some(Err(source))) => Err(source),
         };
         Ok(self.note(result)?)
     }
@@ -1643,17 +1718,21 @@ fn answered(error: &postgres::Error) -> bool {
         .is_some_and(|db| matches!(db.parsed_severity(), Some(Severity::Error)))
 }
 
-/// Ends the transaction on `conn` without committing, and makes durable what it read
-/// (`make_durable`, spec/scale-out.md §3.9) in the same round trip; true when both succeeded, so
+/// Ends the transaction on `conn` without committing, and makes durable what it read (the
+/// durability step, spec/scale-out.md §3.9) in the same round trip; true when both succeeded, so
 /// the connection can be used again.
-fn rollback(conn: &mut Conn, make_durable: &str) -> bool {
+fn rollback(conn: &mut Conn, sql: &Sql) -> bool {
     if conn.is_closed() {
         return false;
     }
+    // Prepared on the first write transaction's commit, so this costs no round trip then.
+    let Ok(step) = conn.prepared(sql, Q::MakeDurable) else {
+        return false;
+    };
     let client = conn.client();
     let (rolled_back, durable) = conn.pipeline(futures_util::future::join(
         client.batch_execute("ROLLBACK"),
-        client.batch_execute(make_durable),
+        client.execute(&step, &[]),
     ));
     rolled_back.is_ok() && durable.is_ok()
 }

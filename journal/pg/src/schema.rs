@@ -107,19 +107,19 @@ $fn$;
     },
     Migration {
         version: 4,
-        description: "ctx_durable: the positions known durable, for commits that release the position lock before their flush",
-        // A write transaction with records commits asynchronously, which releases the position
-        // lock before the WAL flush, and its answer waits for a synchronous transaction behind
-        // it that records a position here; a reader that sees a last position beyond every slot
-        // makes it durable first (spec/scale-out.md §3.9). Every commit before this migration was
-        // synchronous, so the journal's last position is durable now.
+        description: "ctx_meta.async_position and ctx_durable: commits that release the position lock before their flush, and the positions known durable",
+        // A write transaction that commits asynchronously (releasing the position lock before
+        // the WAL flush) sets `async_position` to its last position, and its answer waits for a
+        // synchronous transaction behind it that records a position in `ctx_durable`; a reader
+        // that sees an asynchronous commit beyond every durable position makes it durable first
+        // (spec/scale-out.md §3.9). Every commit before this migration was synchronous.
         sql: r#"
+ALTER TABLE {schema}.ctx_meta
+    ADD COLUMN async_position bigint NOT NULL DEFAULT 0 CHECK (async_position >= 0);
 CREATE TABLE {schema}.ctx_durable (
     slot int PRIMARY KEY CHECK (slot >= 0 AND slot < 1024),
     position bigint NOT NULL CHECK (position >= 0)
 );
-INSERT INTO {schema}.ctx_durable (slot, position)
-SELECT 0, last_position FROM {schema}.ctx_meta WHERE id = 1;
 "#,
     },
 ];
@@ -127,35 +127,6 @@ SELECT 0, last_position FROM {schema}.ctx_meta WHERE id = 1;
 /// The SQLSTATE `ctx_put_records` raises when a stream head is not at the revision before the
 /// record's (migration 3).
 pub(crate) const HEAD_MISMATCH: &str = "CX001";
-
-/// Whether a commit this session can see may not be durable yet: true when the last position is
-/// beyond every position `ctx_durable` records (spec/scale-out.md §3.9). Sent in the simple query
-/// protocol, so a connection runs it without preparing it first.
-pub(crate) fn in_flight_text(s: &str) -> String {
-    format!(
-        "SELECT m.last_position > (SELECT coalesce(max(d.position), 0) FROM {s}.ctx_durable d) \
-         FROM {s}.ctx_meta m WHERE m.id = 1"
-    )
-}
-
-/// Makes every commit before it durable, when one may not be (spec/scale-out.md §3.9): in its own
-/// synchronous transaction, it records the last position in this session's `ctx_durable` slot if
-/// no slot holds it yet. A transaction that writes a row commits with a WAL flush (and the
-/// synchronous standby's) that covers every commit record before its own, so every commit this
-/// statement can see is durable when it returns; one that writes nothing ends without a flush.
-/// The slot is the server process id modulo 1,024, so concurrent sessions rarely wait for each
-/// other's row across their flushes; `GREATEST` keeps a slot from moving back when two sessions
-/// share it.
-pub(crate) fn make_durable_text(s: &str) -> String {
-    format!(
-        "INSERT INTO {s}.ctx_durable (slot, position) \
-         SELECT pg_backend_pid() % 1024, m.last_position FROM {s}.ctx_meta m \
-         WHERE m.id = 1 \
-           AND m.last_position > (SELECT coalesce(max(d.position), 0) FROM {s}.ctx_durable d) \
-         ON CONFLICT (slot) DO UPDATE SET position = GREATEST({s}.ctx_durable.position, \
-           excluded.position)"
-    )
-}
 
 /// Most rows one page of a scan asks for.
 pub(crate) const PAGE_ROWS: i64 = 1000;
@@ -215,10 +186,13 @@ pub(crate) enum Q {
     Prefetch,
     KvFlush,
     LockPosition,
+    InFlight,
+    MakeDurable,
+    MarkAsynchronous,
 }
 
 impl Q {
-    pub(crate) const COUNT: usize = 19;
+    pub(crate) const COUNT: usize = 22;
 
     const ALL: [Q; Q::COUNT] = [
         Q::LastPosition,
@@ -240,6 +214,9 @@ impl Q {
         Q::Prefetch,
         Q::KvFlush,
         Q::LockPosition,
+        Q::InFlight,
+        Q::MakeDurable,
+        Q::MarkAsynchronous,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -350,6 +327,41 @@ impl Q {
                  ON CONFLICT (tbl, key) DO UPDATE SET value = excluded.value"
             ),
             Q::IsEmpty => format!("SELECT NOT EXISTS (SELECT 1 FROM {s}.ctx_records)"),
+            // The durability check (spec/scale-out.md §3.9): true when the last asynchronous
+            // commit this statement's snapshot shows is beyond every position `ctx_durable`
+            // records, so it may not be durable yet.
+            Q::InFlight => format!(
+                "SELECT m.async_position > (SELECT coalesce(max(d.position), 0) \
+                   FROM {s}.ctx_durable d) \
+                 FROM {s}.ctx_meta m WHERE m.id = 1"
+            ),
+            // The durability step (spec/scale-out.md §3.9), run in its own synchronous
+            // transaction: when an asynchronous commit it can see is beyond every durable
+            // position, it records the last position in this session's `ctx_durable` slot. A
+            // transaction that writes a row commits with a WAL flush (and
+            // the synchronous standby's) that covers every commit record before its own, so every
+            // commit this statement can see is durable when it returns; one that writes nothing
+            // ends without a flush. The slot is the server process id modulo 1,024, so concurrent
+            // sessions rarely wait for each other's row across their flushes; `GREATEST` keeps a
+            // slot from moving back when two sessions share it. Prepared like every statement
+            // here: planned once per connection, where a simple query is planned at every call.
+            Q::MakeDurable => format!(
+                "INSERT INTO {s}.ctx_durable (slot, position) \
+                 SELECT pg_backend_pid() % 1024, m.last_position FROM {s}.ctx_meta m \
+                 WHERE m.id = 1 \
+                   AND m.async_position > (SELECT coalesce(max(d.position), 0) \
+                     FROM {s}.ctx_durable d) \
+                 ON CONFLICT (slot) DO UPDATE SET position = GREATEST({s}.ctx_durable.position, \
+                   excluded.position)"
+            ),
+            // Sent by a write transaction that commits asynchronously, after its record puts
+            // and before `COMMIT` (spec/scale-out.md §3.9): a reader that sees this commit sees
+            // its last position here, beyond every durable position until a durability step
+            // covers it. Synchronous commits leave the column alone: they become visible only
+            // once durable.
+            Q::MarkAsynchronous => {
+                format!("UPDATE {s}.ctx_meta SET async_position = last_position WHERE id = 1")
+            }
             // $1 event ids, $2 streams: one row per event id (kind 0: the id and its position,
             // if stored) and one per stream (kind 1: the stream and its head, if any). Each
             // lookup is a lateral subquery (`LIMIT 1` keeps the planner from flattening it; the
@@ -375,10 +387,6 @@ impl Q {
 #[derive(Debug)]
 pub(crate) struct Sql {
     texts: Vec<String>,
-    /// [`in_flight_text`] for this schema.
-    pub in_flight: String,
-    /// [`make_durable_text`] for this schema.
-    pub make_durable: String,
 }
 
 impl Sql {
@@ -386,8 +394,6 @@ impl Sql {
         let s = &schema.quoted;
         Sql {
             texts: Q::ALL.iter().map(|q| q.text(s)).collect(),
-            in_flight: in_flight_text(s),
-            make_durable: make_durable_text(s),
         }
     }
 

@@ -549,10 +549,11 @@ fn concurrent_writers_in_separate_connections_get_dense_positions() {
     let events: HashSet<Vec<u8>> = all.iter().map(|(_, b)| b.clone()).collect();
     assert_eq!(events.len() as u64, total);
     assert_eq!(last_position(&backend), total);
-    // Each commit was asynchronous; its answer waited for a durability step that covers it
-    // (spec/scale-out.md §3.9).
-    let (durable, last) = durability(&url);
-    assert_eq!((durable, last), (total as i64, total as i64));
+    // A commit made while the other writer was about was asynchronous; its answer waited for a
+    // durability step that covers it (spec/scale-out.md §3.9).
+    let (durable, asynchronous, last) = durability(&url);
+    assert_eq!(last, total as i64);
+    assert!(asynchronous <= durable, "{asynchronous} > {durable}");
     eprintln!(
         "{test}: {WRITERS} writers, {total} records in {} transactions: {:?}",
         WRITERS * TRANSACTIONS,
@@ -560,16 +561,17 @@ fn concurrent_writers_in_separate_connections_get_dense_positions() {
     );
 }
 
-/// The largest position `ctx_durable` records and the last position, as the server has them now.
-fn durability(url: &str) -> (i64, i64) {
+/// The largest position `ctx_durable` records (0 when none), `ctx_meta.async_position` (the last
+/// asynchronous commit's last position) and the last position, as the server has them now.
+fn durability(url: &str) -> (i64, i64, i64) {
     let row = sql(url)
         .query_one(
-            "SELECT (SELECT max(position) FROM ctx_durable), last_position FROM ctx_meta \
-             WHERE id = 1",
+            "SELECT (SELECT coalesce(max(position), 0) FROM ctx_durable), async_position, \
+             last_position FROM ctx_meta WHERE id = 1",
             &[],
         )
         .unwrap();
-    (row.get(0), row.get(1))
+    (row.get(0), row.get(1), row.get(2))
 }
 
 /// `ctx_durable`'s rows with the transaction that wrote each, to see whether anything wrote them.
@@ -585,49 +587,62 @@ fn durable_rows(url: &str) -> Vec<(String, i32, i64)> {
         .collect()
 }
 
+/// A writer alone commits synchronously (visible only once durable: nothing to mark, no second
+/// transaction); once another writer has committed since its previous transaction, it commits
+/// asynchronously, marks `async_position` and answers after a durability step covers it. Reads,
+/// lookups, projection-only commits and aborts that find nothing in flight write nothing
+/// (spec/scale-out.md §3.9).
 #[test]
-fn an_append_is_answered_once_a_durability_step_covers_it() {
-    let test = "an_append_is_answered_once_a_durability_step_covers_it";
-    let Some(url) = database(test, "ctx_pgb_durable") else {
+fn a_writer_releases_the_lock_before_its_flush_only_while_another_writer_is_about() {
+    let test = "a_writer_releases_the_lock_before_its_flush_only_while_another_writer_is_about";
+    let Some(url) = database(test, "ctx_pgb_async") else {
         return;
     };
-    let backend = PgBackend::connect(&url).unwrap();
-    assert_eq!(durability(&url), (0, 0));
-    let a = stream(1);
-    for revision in 1..=3 {
-        commit(&backend, |txn| {
-            put(txn, &a, revision, &format!("e{revision}")).map(drop)
-        });
-        // The commit released the position lock before its flush; the step behind it recorded
-        // its position as durable before the append was answered.
-        assert_eq!(durability(&url), (revision as i64, revision as i64));
-    }
-    // Reads and writes that find every commit durable write nothing more.
+    let first = PgBackend::connect(&url).unwrap();
+    let second = PgBackend::connect(&url).unwrap();
+    let (a, b) = (stream(1), stream(2));
+    let append = |backend: &PgBackend, stream: &StreamId, revision: u64, id: &str| {
+        commit(backend, |txn| put(txn, stream, revision, id).map(drop));
+        durability(&url)
+    };
+    // (durable, async_position, last) after each append.
+    assert_eq!(
+        append(&first, &a, 1, "a1"),
+        (0, 0, 1),
+        "a first transaction"
+    );
+    assert_eq!(append(&first, &a, 2, "a2"), (0, 0, 2), "still alone");
+    assert_eq!(
+        append(&second, &b, 1, "b1"),
+        (0, 0, 3),
+        "the second's first"
+    );
+    assert_eq!(append(&first, &a, 3, "a3"), (4, 4, 4), "b1 came in between");
+    assert_eq!(append(&first, &a, 4, "a4"), (4, 4, 5), "alone again");
+
     let rows = durable_rows(&url);
-    assert_eq!(last_position(&backend), 3);
-    backend
+    assert_eq!(last_position(&second), 5);
+    second
         .read_single(&mut |txn| {
-            assert_eq!(txn.head(&a)?.map(|h| h.revision), Some(3));
+            assert_eq!(txn.head(&a)?.map(|h| h.revision), Some(4));
             Ok(())
         })
         .unwrap();
-    commit(&backend, |txn| {
-        txn.kv_put("proj.a", b"k", b"v")?;
-        Ok(())
-    });
-    let aborted = backend
+    commit(&second, |txn| txn.kv_put("proj.a", b"k", b"v"));
+    let aborted = second
         .write(&mut |txn| {
-            assert_eq!(txn.head(&a).map_err(storage)?.map(|h| h.revision), Some(3));
+            assert_eq!(txn.head(&a).map_err(storage)?.map(|h| h.revision), Some(4));
             Ok(Finish::Abort)
         })
         .unwrap();
     assert_eq!(aborted, Finish::Abort);
     assert_eq!(durable_rows(&url), rows);
+    assert_eq!(durability(&url), (4, 4, 5));
 }
 
-/// A commit whose writer never ran its durability step (the fail point stands in for a process
-/// that died after `COMMIT`) is visible; whoever reads it first makes it durable before
-/// answering (spec/scale-out.md §3.9).
+/// A commit whose writer never ran its durability step (the fail point commits asynchronously
+/// and skips the step, standing in for a process that died after `COMMIT`) is visible; whoever
+/// reads it first makes it durable before answering (spec/scale-out.md §3.9).
 #[cfg(feature = "failpoints")]
 #[test]
 fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
@@ -642,6 +657,7 @@ fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
     commit(&writer, |txn| put(txn, &a, 1, "e1").map(drop));
     let mut revision = 1;
     let mut unconfirmed = |writer: &PgBackend| {
+        let (durable, _, _) = durability(&url);
         revision += 1;
         fail::cfg("pg-skip-durable", &format!("return({dbname})")).unwrap();
         let result = writer.write(&mut |txn| {
@@ -653,14 +669,14 @@ fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
             "{result:?}"
         );
         let last = revision as i64;
-        assert_eq!(durability(&url), (last - 1, last));
+        assert_eq!(durability(&url), (durable, last, last));
         last
     };
 
     // A read transaction: before its work sees anything.
     let last = unconfirmed(&writer);
     assert_eq!(last_position(&reader) as i64, last);
-    assert_eq!(durability(&url), (last, last));
+    assert_eq!(durability(&url), (last, last, last));
 
     // A single lookup: after it, before it answers.
     let last = unconfirmed(&writer);
@@ -670,7 +686,7 @@ fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(durability(&url), (last, last));
+    assert_eq!(durability(&url), (last, last, last));
 
     // A write transaction that decides on what it read and abandons itself (a conflict).
     let last = unconfirmed(&writer);
@@ -684,19 +700,19 @@ fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
         })
         .unwrap();
     assert_eq!(aborted, Finish::Abort);
-    assert_eq!(durability(&url), (last, last));
+    assert_eq!(durability(&url), (last, last, last));
 
     // A write transaction that commits projection entries alone.
     let last = unconfirmed(&writer);
     commit(&reader, |txn| txn.kv_put("proj.a", b"k", b"v"));
-    assert_eq!(durability(&url), (last, last));
+    assert_eq!(durability(&url), (last, last, last));
 }
 
-/// Every commit before schema 4 was synchronous: the migration counts the journal's last
-/// position durable, so the first reads after it write nothing.
+/// Every commit before schema 4 was synchronous: after the migration nothing is in flight, so
+/// reads write nothing.
 #[test]
-fn migrating_to_schema_4_counts_the_existing_records_durable() {
-    let test = "migrating_to_schema_4_counts_the_existing_records_durable";
+fn migrating_to_schema_4_leaves_nothing_in_flight() {
+    let test = "migrating_to_schema_4_leaves_nothing_in_flight";
     let Some(url) = database(test, "ctx_pgb_durable_migrate") else {
         return;
     };
@@ -711,15 +727,14 @@ fn migrating_to_schema_4_counts_the_existing_records_durable() {
     // Back to schema 3, as an older build left the database.
     sql(&url)
         .batch_execute(
-            "DROP TABLE ctx_durable; DELETE FROM ctx_schema_migrations WHERE version = 4",
+            "DROP TABLE ctx_durable; ALTER TABLE ctx_meta DROP COLUMN async_position; \
+             DELETE FROM ctx_schema_migrations WHERE version = 4",
         )
         .unwrap();
     let backend = PgBackend::connect(&url).unwrap();
-    assert_eq!(durability(&url), (4, 4));
-    let rows = durable_rows(&url);
-    assert_eq!(rows.len(), 1);
+    assert_eq!(durability(&url), (0, 0, 4));
     assert_eq!(records(&backend, 1).len(), 4);
-    assert_eq!(durable_rows(&url), rows);
+    assert!(durable_rows(&url).is_empty());
 }
 
 #[test]
