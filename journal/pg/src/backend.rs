@@ -8,9 +8,10 @@
 //!
 //! A single append is two round trips (spec/scale-out.md §3.6): `BEGIN`, the position lock and
 //! the lookups of the request's heads and event ids are pipelined; the record puts, the
-//! projection writes, the new last position, an asynchronous `COMMIT` and the durability step
-//! are pipelined. The commit releases the position lock before its WAL flush; nothing is
-//! answered on a commit before a durability step covers it (spec/scale-out.md §3.9).
+//! projection writes, the new last position and `COMMIT` are pipelined. While other writers are
+//! about, the commit is asynchronous — it releases the position lock before its WAL flush — and
+//! a durability step joins the pipeline; nothing is answered on a commit before it is durable
+//! (spec/scale-out.md §3.9).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
