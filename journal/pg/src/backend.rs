@@ -277,19 +277,7 @@ impl PgBackend {
 
     /// The answer to the durability check (`Q::InFlight`).
     fn in_flight_of(&self, rows: &[Row]) -> Result<bool, PgError> {
-        let corrupt = |reason: String| PgError::Corrupt {
-            location: self.location.clone(),
-            reason,
-        };
-        let row = rows
-            .first()
-            .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
-        row.try_get::<_, bool>(0).map_err(|e| {
-            corrupt(format!(
-                "the durability check's answer does not read as a boolean (is ctx_meta's \
-                 last_position null?): {e}"
-            ))
-        })
+        self.meta_value(rows, "the durability check's answer")
     }
 
     /// Makes every commit committed so far durable (spec/scale-out.md §3.9), on a read connection
@@ -396,6 +384,15 @@ impl PgBackend {
 
     /// The last committed position, from the answer to the position lock.
     fn last_of(&self, rows: &[Row]) -> Result<u64, PgError> {
+        let last: i64 = self.meta_value(rows, "ctx_meta.last_position")?;
+        u64::try_from(last).map_err(|_| PgError::Corrupt {
+            location: self.location.clone(),
+            reason: format!("ctx_meta.last_position is {last}"),
+        })
+    }
+
+    /// The first column of the one row a statement on `ctx_meta` answers, named `what`.
+    fn meta_value<'r, T: FromSql<'r>>(&self, rows: &'r [Row], what: &str) -> Result<T, PgError> {
         let corrupt = |reason: String| PgError::Corrupt {
             location: self.location.clone(),
             reason,
@@ -403,10 +400,8 @@ impl PgBackend {
         let row = rows
             .first()
             .ok_or_else(|| corrupt("ctx_meta has no row".to_owned()))?;
-        let last: i64 = row
-            .try_get(0)
-            .map_err(|e| corrupt(format!("ctx_meta.last_position does not read: {e}")))?;
-        u64::try_from(last).map_err(|_| corrupt(format!("ctx_meta.last_position is {last}")))
+        row.try_get(0)
+            .map_err(|e| corrupt(format!("{what} does not read: {e}")))
     }
 
     /// The message of a fail point that fires for this backend: one configured without an
