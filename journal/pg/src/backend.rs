@@ -150,30 +150,48 @@ impl PgBackend {
         &self.schema.name
     }
 
-    /// True when the journal holds no records.
+    /// True when the journal holds no records. Its answer is acted on (an import refuses a
+    /// journal that is not empty), so, like a single lookup, it makes what it saw durable before
+    /// answering (spec/scale-out.md §3.9).
     pub fn is_empty(&self) -> Result<bool, PgError> {
-        let mut conn = match lock(&self.readers).pop() {
-            Some(conn) if !conn.is_closed() => conn,
-            _ => self.new_conn()?,
+        let checking = "checking whether the journal is empty";
+        let mut conn = self.reader()?;
+        let (count, check) = match (
+            conn.prepared(&self.sql, Q::IsEmpty),
+            conn.prepared(&self.sql, Q::InFlight),
+        ) {
+            (Ok(count), Ok(check)) => (count, check),
+            (Err(source), _) | (_, Err(source)) => return Err(self.query_error(checking, source)),
         };
-        let result = conn
-            .prepared(&self.sql, Q::IsEmpty)
-            .and_then(|statement| conn.query(&statement, &[]))
-            .and_then(|rows| match rows.first() {
-                Some(row) => row.try_get::<_, bool>(0).map(Some),
-                None => Ok(None),
-            });
-        match result {
-            Ok(Some(empty)) => {
-                self.keep_reader(conn);
-                Ok(empty)
+        // The check runs in a later snapshot than the count, so it covers what the count saw.
+        let client = conn.client();
+        let (counted, checked) = conn.pipeline(futures_util::future::join(
+            client.query(&count, &[]),
+            client.query(&check, &[]),
+        ));
+        let rows = counted.map_err(|source| self.query_error(checking, source))?;
+        let empty = match rows.first().map(|row| row.try_get::<_, bool>(0)) {
+            Some(Ok(empty)) => empty,
+            Some(Err(source)) => return Err(self.query_error(checking, source)),
+            None => {
+                return Err(PgError::Corrupt {
+                    location: self.location.clone(),
+                    reason: "checking whether the journal is empty answered no row".to_owned(),
+                });
             }
-            Ok(None) => Err(PgError::Corrupt {
-                location: self.location.clone(),
-                reason: "checking whether the journal is empty answered no row".to_owned(),
-            }),
-            Err(source) => Err(self.query_error("checking whether the journal is empty", source)),
+        };
+        let rows = checked.map_err(|source| {
+            self.query_error("checking whether a commit may not be durable yet", source)
+        })?;
+        if self.in_flight_of(&rows)? {
+            conn.prepared(&self.sql, Q::MakeDurable)
+                .and_then(|step| conn.execute(&step, &[]))
+                .map_err(|source| {
+                    self.query_error("making the commits an emptiness check saw durable", source)
+                })?;
         }
+        self.keep_reader(conn);
+        Ok(empty)
     }
 
     /// Round trips to the server so far, of every connection of this backend: each statement

@@ -590,7 +590,8 @@ fn durable_rows(url: &str) -> Vec<(String, i32, i64)> {
 /// A writer alone commits synchronously (visible only once durable: nothing to mark, no second
 /// transaction); once another writer has committed since its previous transaction, it commits
 /// asynchronously, marks `async_position` and answers after a durability step covers it. Reads,
-/// lookups, projection-only commits and aborts that find nothing in flight write nothing
+/// lookups, emptiness checks, projection-only commits and aborts that find nothing in flight
+/// write nothing
 /// (spec/scale-out.md §3.9).
 #[test]
 fn a_writer_releases_the_lock_before_its_flush_only_while_another_writer_is_about() {
@@ -636,6 +637,7 @@ fn a_writer_releases_the_lock_before_its_flush_only_while_another_writer_is_abou
         })
         .unwrap();
     assert_eq!(aborted, Finish::Abort);
+    assert!(!second.is_empty().unwrap());
     assert_eq!(durable_rows(&url), rows);
     assert_eq!(durability(&url), (4, 4, 5));
 }
@@ -705,6 +707,11 @@ fn whoever_sees_a_commit_not_known_durable_makes_it_durable_before_answering() {
     // A write transaction that commits projection entries alone.
     let last = unconfirmed(&writer);
     commit(&reader, |txn| txn.kv_put("proj.a", b"k", b"v"));
+    assert_eq!(durability(&url), (last, last, last));
+
+    // The emptiness check an import makes: "not empty" is an answer acted on too.
+    let last = unconfirmed(&writer);
+    assert!(!reader.is_empty().unwrap());
     assert_eq!(durability(&url), (last, last, last));
 }
 
