@@ -168,7 +168,18 @@ pub struct Loaded {
 
 /// Loads `records` records with the windowed batch shape.
 pub fn load(dir: &Path, payloads: &Payloads, records: u64) -> BenchResult<Loaded> {
-    let journal = open(dir, "journal-replay")?;
+    load_with(dir, payloads, records, &OpenOptions::new())
+}
+
+/// [`load`] into a journal opened with `options` (the one-thread replay's copy: a data directory
+/// open in a process keeps the options of its first open).
+pub fn load_with(
+    dir: &Path,
+    payloads: &Payloads,
+    records: u64,
+    options: &OpenOptions,
+) -> BenchResult<Loaded> {
+    let journal = Journal::open(dir.join("journal-replay"), options)?;
     let mut batches = WindowedBatches::new(14)?;
     let mut load = Sample::default();
     while load.units < records {

@@ -108,6 +108,12 @@ const JOURNAL_REPLAY: Meta = (
     "journal replay: scan (verify digest + MAC) + rkyv access of each payload",
     "records/s",
 );
+const JOURNAL_REPLAY_ONE_THREAD: Meta = (
+    "journal_replay_one_thread_records_per_s",
+    "journal replay on one thread (scan_threads 1, its own copy of the same records): scan \
+     (verify digest + MAC) + rkyv access of each payload",
+    "records/s",
+);
 const JOURNAL_REPLAY_NOOP: Meta = (
     "journal_replay_noop_records_per_s",
     "journal replay: scan (verify digest + MAC), no-op closure",
@@ -426,6 +432,15 @@ pub fn run(config: &Config) -> BenchResult<Report> {
     );
     let journal_dir = temp_dir(config, "journal-replay")?;
     let loaded_journal = Arc::new(journal::load(journal_dir.path(), p, config.replay_records)?);
+    // The same records again for the one-thread replay, interleaved with the default's rounds so
+    // that their ratio (parallel verification, spec/journal.md §7) is measured under one load.
+    let one_thread_dir = temp_dir(config, "journal-replay-1")?;
+    let loaded_one_thread = Arc::new(journal::load_with(
+        one_thread_dir.path(),
+        p,
+        config.replay_records,
+        &ctx_journal::OpenOptions::new().scan_threads(1),
+    )?);
     let load_figure = Figure::from_rounds(
         "journal_replay_load_records_per_s",
         "journal: replay data load (same windowed 1000-record batches, one run)",
@@ -506,6 +521,10 @@ pub fn run(config: &Config) -> BenchResult<Report> {
             journal::replay(loaded_journal.clone(), ReplayWork::AccessPayload),
         ),
         (
+            JOURNAL_REPLAY_ONE_THREAD,
+            journal::replay(loaded_one_thread, ReplayWork::AccessPayload),
+        ),
+        (
             JOURNAL_REPLAY_NOOP,
             journal::replay(loaded_journal, ReplayWork::Noop),
         ),
@@ -549,7 +568,13 @@ pub fn run(config: &Config) -> BenchResult<Report> {
         .collect();
     figs.push(load_figure);
     drop(runners);
-    drop((journal_dir, sqlite_dir, varvedb_dir, umadb_dir));
+    drop((
+        journal_dir,
+        one_thread_dir,
+        sqlite_dir,
+        varvedb_dir,
+        umadb_dir,
+    ));
     figs.extend(disk_figs);
 
     let mut env = environment(config);
@@ -593,6 +618,7 @@ pub fn run(config: &Config) -> BenchResult<Report> {
     let (journal_single, journal_batch, journal_8) =
         (v(JOURNAL_SINGLE), v(JOURNAL_BATCH), v(JOURNAL_8));
     let (journal_replay, sqlite_replay) = (v(JOURNAL_REPLAY), v(SQLITE_REPLAY));
+    let journal_replay_one = v(JOURNAL_REPLAY_ONE_THREAD);
 
     let mut ratios = vec![
         Ratio {
@@ -619,6 +645,11 @@ pub fn run(config: &Config) -> BenchResult<Report> {
             key: "p4_vs_sqlite_json",
             label: "P4 journal replay / SQLite ordered scan + JSON decode",
             value: ratio(journal_replay, sqlite_replay),
+        },
+        Ratio {
+            key: "p4_scan_threads_vs_one",
+            label: "journal replay on the default scan threads (one per core) / on one thread",
+            value: ratio(journal_replay, journal_replay_one),
         },
     ];
     ratios.extend(journal_over_peers(&figs));
@@ -1375,6 +1406,7 @@ mod tests {
             REDB_BATCH.0,
             JOURNAL_SINGLE.0,
             JOURNAL_REPLAY_NOOP.0,
+            JOURNAL_REPLAY_ONE_THREAD.0,
             VARVEDB_8.0,
             VARVEDB_REPLAY.0,
             UMADB_BATCH.0,
