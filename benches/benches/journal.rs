@@ -177,7 +177,9 @@ fn replay(c: &mut Criterion) {
 /// A full verified scan of 50k records whose closure reads every payload byte (as a projection
 /// rebuild reads its records), on 1 and 2 threads. Each thread count has its own journal (a data
 /// directory open in a process is shared, with the options of its first open); both hold the
-/// same records.
+/// same records. Criterion runs the one-thread case and then the two-thread case, so a change in
+/// the host's load between them moves their ratio; `ctx-bench compare` measures the same ratio
+/// with the two interleaved round by round (`p4_scan_threads_vs_one`, spec/journal.md §15).
 fn scan_threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("scan threads");
     group.throughput(Throughput::Elements(SCAN_RECORDS));
