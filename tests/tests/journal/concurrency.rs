@@ -1,7 +1,8 @@
 //! Concurrency: sixteen threads append at once to shared streams (with `Any`, and with `Exact`
 //! retried on `WrongRevision`), to their own streams and in multi-stream batches, through clones
 //! and through repeated opens of the same directory. Every acknowledged append must be there,
-//! positions gap-free, revisions contiguous, the journal verified.
+//! positions gap-free, revisions contiguous, the journal verified. And callers that a full group
+//! leaves queued are all answered.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Barrier;
@@ -251,4 +252,72 @@ fn sixteen_threads_append_without_losing_or_reordering() {
         "concurrency: {n} records from {THREADS} threads, {} WrongRevision retries",
         retries.load(Ordering::Relaxed)
     );
+}
+
+/// Records per request in the capped-group test: two fit in one group, three do not.
+const CAPPED_REQUEST_RECORDS: usize = ctx_journal::GROUP_RECORDS_MAX / 3 + 1;
+const CAPPED_THREADS: usize = 5;
+
+/// Holds the first commit for a while, so that the other callers queue behind it.
+struct SlowFirstCommit(std::sync::atomic::AtomicBool);
+
+impl ctx_journal::ProjectionHook for SlowFirstCommit {
+    fn name(&self) -> &str {
+        "slow-first-commit"
+    }
+
+    fn apply(
+        &self,
+        _tx: &ctx_journal::HookTxn<'_>,
+        _record: &ctx_journal::RecordView<'_>,
+    ) -> Result<(), ctx_journal::HookError> {
+        if !self.0.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        Ok(())
+    }
+}
+
+/// Requests too large to share one group (spec/journal.md §6): while the first commit is held,
+/// the other callers queue, more than the next group can take; every one of them must be
+/// answered, though the callers the first group answered leave and no one new arrives. A caller
+/// left asleep would hang the test, so the test waits with a deadline and fails instead.
+#[test]
+fn callers_left_queued_by_a_full_group_are_all_answered() {
+    let _shared = support::shared();
+    let dir = support::tempdir();
+    let journal = support::open(dir.path());
+    assert!(journal.register_hook(std::sync::Arc::new(SlowFirstCommit(
+        std::sync::atomic::AtomicBool::new(false)
+    ))));
+    let barrier = std::sync::Arc::new(Barrier::new(CAPPED_THREADS));
+    let (done, finished) = std::sync::mpsc::channel();
+    for t in 0..CAPPED_THREADS {
+        let (journal, barrier, done) = (journal.clone(), barrier.clone(), done.clone());
+        let records = (0..CAPPED_REQUEST_RECORDS)
+            .map(|k| record(format!("cap-t{t}-k{k}")))
+            .collect();
+        let request = StreamAppend::new(own(t), ExpectedRevision::Any, records);
+        std::thread::spawn(move || {
+            barrier.wait();
+            let outcome = journal.append(request);
+            let _ = done.send((t, outcome));
+        });
+    }
+    drop(done);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let mut positions: Vec<u64> = Vec::new();
+    for _ in 0..CAPPED_THREADS {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let (t, outcome) = finished
+            .recv_timeout(left)
+            .expect("a caller was never answered: it slept on while others were queued");
+        let outcome = outcome.unwrap_or_else(|e| panic!("thread {t}: {e}"));
+        assert_eq!(outcome.records.len(), CAPPED_REQUEST_RECORDS);
+        positions.extend(outcome.records.iter().map(|r| r.position));
+    }
+    positions.sort_unstable();
+    let n = (CAPPED_THREADS * CAPPED_REQUEST_RECORDS) as u64;
+    assert_eq!(positions, (1..=n).collect::<Vec<_>>());
+    assert_eq!(journal.head_position().unwrap(), n);
 }
