@@ -184,11 +184,9 @@ impl PgBackend {
             self.query_error("checking whether a commit may not be durable yet", source)
         })?;
         if self.in_flight_of(&rows)? {
-            conn.prepared(&self.sql, Q::MakeDurable)
-                .and_then(|step| conn.execute(&step, &[]))
-                .map_err(|source| {
-                    self.query_error("making the commits an emptiness check saw durable", source)
-                })?;
+            self.step_on(&mut conn).map_err(|source| {
+                self.query_error("making the commits an emptiness check saw durable", source)
+            })?;
         }
         self.keep_reader(conn);
         Ok(empty)
@@ -302,11 +300,17 @@ impl PgBackend {
     /// of its own: the one that asks is inside a read-only transaction.
     fn make_durable(&self) -> Result<(), PgError> {
         let mut conn = self.reader()?;
-        conn.prepared(&self.sql, Q::MakeDurable)
-            .and_then(|step| conn.execute(&step, &[]))
+        self.step_on(&mut conn)
             .map_err(|source| self.query_error("making the commits a read sees durable", source))?;
         self.keep_reader(conn);
         Ok(())
+    }
+
+    /// The durability step (`Q::MakeDurable`) on `conn`, which must be outside any transaction:
+    /// the step commits on its own.
+    fn step_on(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        let step = conn.prepared(&self.sql, Q::MakeDurable)?;
+        conn.execute(&step, &[]).map(drop)
     }
 
     /// Runs `work` in a write transaction on `conn` and ends it. `fresh`: the connection was made
@@ -491,9 +495,7 @@ impl Backend for PgBackend {
         if result.is_ok()
             && in_flight
             && !lost
-            && let Err(source) = conn
-                .prepared(&self.sql, Q::MakeDurable)
-                .and_then(|step| conn.execute(&step, &[]))
+            && let Err(source) = self.step_on(&mut conn)
         {
             result = Err(ReadError::Storage(StorageError::new(
                 self.query_error("making the commits a lookup saw durable", source),

@@ -5,8 +5,9 @@
 //! leaves queued are all answered.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, mpsc};
+use std::time::{Duration, Instant};
 
 use ctx_journal::{
     AppendError, AppendedRecord, Digest, ExpectedRevision, Journal, NewRecord, StreamAppend,
@@ -259,7 +260,7 @@ const CAPPED_REQUEST_RECORDS: usize = ctx_journal::GROUP_RECORDS_MAX / 3 + 1;
 const CAPPED_THREADS: usize = 5;
 
 /// Holds the first commit for a while, so that the other callers queue behind it.
-struct SlowFirstCommit(std::sync::atomic::AtomicBool);
+struct SlowFirstCommit(AtomicBool);
 
 impl ctx_journal::ProjectionHook for SlowFirstCommit {
     fn name(&self) -> &str {
@@ -272,7 +273,7 @@ impl ctx_journal::ProjectionHook for SlowFirstCommit {
         _record: &ctx_journal::RecordView<'_>,
     ) -> Result<(), ctx_journal::HookError> {
         if !self.0.swap(true, Ordering::SeqCst) {
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(500));
         }
         Ok(())
     }
@@ -287,11 +288,9 @@ fn callers_left_queued_by_a_full_group_are_all_answered() {
     let _shared = support::shared();
     let dir = support::tempdir();
     let journal = support::open(dir.path());
-    assert!(journal.register_hook(std::sync::Arc::new(SlowFirstCommit(
-        std::sync::atomic::AtomicBool::new(false)
-    ))));
-    let barrier = std::sync::Arc::new(Barrier::new(CAPPED_THREADS));
-    let (done, finished) = std::sync::mpsc::channel();
+    assert!(journal.register_hook(Arc::new(SlowFirstCommit(AtomicBool::new(false)))));
+    let barrier = Arc::new(Barrier::new(CAPPED_THREADS));
+    let (done, finished) = mpsc::channel();
     for t in 0..CAPPED_THREADS {
         let (journal, barrier, done) = (journal.clone(), barrier.clone(), done.clone());
         let records = (0..CAPPED_REQUEST_RECORDS)
@@ -305,10 +304,10 @@ fn callers_left_queued_by_a_full_group_are_all_answered() {
         });
     }
     drop(done);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(300);
     let mut positions: Vec<u64> = Vec::new();
     for _ in 0..CAPPED_THREADS {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = deadline.saturating_duration_since(Instant::now());
         let (t, outcome) = finished
             .recv_timeout(left)
             .expect("a caller was never answered: it slept on while others were queued");
